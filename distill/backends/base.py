@@ -1,0 +1,51 @@
+"""The backend protocol: the one seam between the pipeline and whatever produces text.
+
+A backend takes a batch of requests for ONE stage (all share the same adapter) and returns one
+result per request, in order. The local transformers backend batches them into one `generate`; the
+OpenAI-compatible backend runs them concurrently under a bound. The pipeline owns parsing,
+validation and invalid-output retries, so every backend stays a thin transport.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
+
+from pydantic import BaseModel
+
+
+@dataclass
+class GenerationRequest:
+    messages: list[dict[str, str]]
+    schema: Optional[type[BaseModel]] = None  # constrain output to this JSON schema when given
+    temperature: float = 0.0
+    max_new_tokens: int = 128
+    adapter: Optional[str] = None  # role adapter to use; None = base model
+    seed: Optional[int] = None
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    transport_retries: int = 0  # HTTP-level retries (429/5xx/timeouts) the backend absorbed
+    events: list[str] = field(default_factory=list)  # human-readable retry/fallback log for the trace
+    error: Optional[str] = None  # set when the transport gave up; text is then ""
+
+
+ProgressFn = Callable[[int], None]  # called with the number of requests just finished
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # "local", "openai", ...
+    model: str  # model id recorded in traces and trace keys
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None) -> list[GenerationResult]:
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-safe description for traces and cards. Must never contain secrets."""
+        ...

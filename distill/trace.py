@@ -1,0 +1,66 @@
+"""What a pipeline run records: one `Trace` per dialogue, one `Step` per role call.
+
+A trace holds exactly what each role saw (messages) and answered (raw and parsed), so datasets,
+eval and audits never need to re-run anything. The store that persists traces is distill.store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from data_prep.dialogues import Dialogue
+
+
+class Step(BaseModel):
+    role: str
+    iteration: int = 0  # reflection round: 0 is the first pass
+    messages: list[dict[str, str]]
+    raw: str = ""
+    parsed: Optional[dict[str, Any]] = None  # None when the output never validated
+    valid: bool = False
+    error: Optional[str] = None
+    attempts: int = 1  # generations spent, invalid-output retries included
+    transport_retries: int = 0
+    events: list[str] = Field(default_factory=list)
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class GoldGuidance(BaseModel):
+    emotion: bool = False
+    response: bool = False
+
+
+class Trace(BaseModel):
+    key: str
+    dialogue: Dialogue
+    backend: str
+    model: str
+    prompt_version: str
+    prompt_style: Literal["teacher", "student"]
+    config: dict[str, Any]
+    gold_guidance: GoldGuidance = Field(default_factory=GoldGuidance)
+    steps: list[Step] = Field(default_factory=list)
+    outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # final chosen iteration, per role
+    final_iteration: int = 0
+    status: Literal["ok", "failed"] = "ok"
+    failure: Optional[str] = None
+    created_at: str = ""
+
+    @property
+    def response(self) -> Optional[str]:
+        return (self.outputs.get("ers") or {}).get("response")
+
+
+def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:
+    """Content address of a trace: the same inputs always map to the same key, so reruns skip them."""
+    payload = json.dumps(
+        {"dialogue": dialogue.model_dump(), "config": config, "backend": backend, "model": model, "prompt_version": prompt_version},
+        sort_keys=True, ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
