@@ -1,0 +1,63 @@
+"""Shared fixtures. Models are loaded once per session: the embedded model is real, never mocked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from data_prep.dialogues import Dialogue, Turn
+
+SHARED_ED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ed_ekman_dev.csv"
+
+_TINY = [
+    ("sadness", "sad", "My grandmother's old piano was sold today.", ["They sold grandma's piano this morning and I cried the whole drive home."]),
+    ("happiness", "proud", "My son learned to ride a bike.", ["My six year old rode his bike without training wheels today!", "Thanks! He kept falling but never gave up.", "He wants to ride to school tomorrow."]),
+    ("anger", "furious", "Someone keyed my new car.", ["I walked out of the store and found a long scratch down the side of my new car."]),
+    ("fear", "anxious", "I have a job interview tomorrow.", ["Tomorrow is my first interview in ten years and I can't stop shaking."]),
+    ("surprise", "surprised", "My friends threw me a party.", ["I opened the door and thirty people yelled happy birthday at me."]),
+    ("disgust", "disgusted", "I found mold in my lunch.", ["I bit into my sandwich and saw green fuzz all over the bread."]),
+    ("happiness", "grateful", "A neighbour shovelled my driveway.", ["My neighbour cleared all the snow from my driveway before I woke up."]),
+    ("sadness", "lonely", "I moved to a new city alone.", ["I moved here two months ago and still eat dinner alone every night."]),
+]
+
+
+def make_dialogue(i: int, emotion: str, fine: str, situation: str, seeker_turns: list[str]) -> Dialogue:
+    turns = []
+    for j, text in enumerate(seeker_turns):
+        if j:
+            turns.append(Turn(speaker="responder", text="Oh really? Tell me more."))
+        turns.append(Turn(speaker="seeker", text=text))
+    return Dialogue(id=f"tiny{i}#1", conv_id=f"tiny{i}", turns=turns, situation=situation,
+                    emotion=emotion, emotion_fine=fine, gold_response="That sounds like a lot to take in.")
+
+
+@pytest.fixture(scope="session")
+def tiny_dialogues() -> list[Dialogue]:
+    """Eight short dialogues written for the tests, one or more per Ekman emotion."""
+    return [make_dialogue(i, *row) for i, row in enumerate(_TINY)]
+
+
+@pytest.fixture(scope="session")
+def smollm_path() -> str:
+    """Local directory of the embedded SmolLM2-135M-Instruct (converted once from the GGUF)."""
+    from data_prep.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def shared_ed_csv() -> Path:
+    if not SHARED_ED.is_file():
+        pytest.skip(f"real ED data not present at {SHARED_ED}")
+    return SHARED_ED
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _offline_hub():
+    # Tests must never reach the hub: make any accidental hub call fail fast instead of hanging.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    yield
