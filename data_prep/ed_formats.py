@@ -1,0 +1,242 @@
+"""Row-level parsing of the two EmpatheticDialogues layouts into `Dialogue` records.
+
+- ``ed``: the original release (``conv_id, utterance_idx, context, prompt, speaker_idx, utterance,
+  selfeval, tags``), one row per utterance, commas written ``_comma_``. One conversation yields one
+  example per listener (even ``utterance_idx``) turn.
+- ``trace``: the TRACE-prepared CSV (``utterances, prompt, emotion_id, gold_response``), one row per
+  example, turns as ``seeker: ``/``responder: `` lines, ``emotion_id`` indexing ``taxonomy.EKMAN``.
+
+Rows arrive as ``(row_number, dict)`` from any source (a CSV file, a ``datasets`` split), so the same
+checks apply everywhere. Bad input raises one ``DataError`` line naming file, row and column; with
+``skip_invalid`` the row (or conversation) is recorded in ``skipped`` instead. Nothing is dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+from data_prep.dialogues import Dialogue, Turn
+from data_prep.taxonomy import EKMAN, to_ekman
+
+ED_COLUMNS = ("conv_id", "utterance_idx", "context", "prompt", "speaker_idx", "utterance", "selfeval", "tags")
+# The columns we actually read; `speaker_idx`, `selfeval` and `tags` are carried by ED but unused,
+# so a copy that dropped them (several hub mirrors do) still loads.
+ED_REQUIRED = ("conv_id", "utterance_idx", "context", "prompt", "utterance")
+TRACE_COLUMNS = ("utterances", "prompt", "emotion_id", "gold_response")
+FORMATS = ("ed", "trace")
+_TURN_PREFIX = re.compile(r"^(seeker|responder):\s?(.*)$")
+# Lone surrogates are how `errors="surrogateescape"` carries undecodable bytes through to us.
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+Row = tuple[int, dict]
+
+
+class DataError(ValueError):
+    """Bad input; the message is one line: '<file> row <n>, column '<col>': <reason>'."""
+
+    def __init__(self, file: str, row: Optional[int], column: Optional[str], reason: str):
+        self.file, self.row, self.column, self.reason = file, row, column, reason
+        where = file + (f" row {row}" if row is not None else "") + (f", column '{column}'" if column else "")
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass
+class SkippedRecord:
+    """One row or conversation left out under --skip-invalid, and why."""
+
+    file: str
+    row: Optional[int]
+    column: Optional[str]
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def detect_format(columns: Iterable[str], file: str) -> str:
+    """'ed' or 'trace' from a header; DataError naming the missing columns when neither fits."""
+    cols = {c.strip() for c in columns}
+    if set(TRACE_COLUMNS) <= cols:
+        return "trace"
+    if set(ED_REQUIRED) <= cols:
+        return "ed"
+    missing_ed = [c for c in ED_REQUIRED if c not in cols]
+    raise DataError(file, 1, missing_ed[0], f"missing column '{missing_ed[0]}': the header matches neither the ED "
+                    f"release ({', '.join(ED_COLUMNS)}) nor the TRACE CSV ({', '.join(TRACE_COLUMNS)})")
+
+
+def check_columns(columns: Iterable[str], fmt: str, file: str) -> None:
+    cols = {c.strip() for c in columns}
+    for col in ED_REQUIRED if fmt == "ed" else TRACE_COLUMNS:
+        if col not in cols:
+            raise DataError(file, 1, col, f"missing column '{col}' (needed by the {fmt} format)")
+
+
+def read_csv_rows(path: Path) -> tuple[list[str], Iterator[Row]]:
+    """Header and (row_number, dict) rows of a CSV; row 1 is the header, as in a spreadsheet.
+
+    Rows with more fields than the header (the ED release has some) keep the header's columns and
+    drop the overflow; undecodable bytes are reported by `clean_field` with their row and column.
+    """
+    handle = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    reader = csv.reader(handle)
+    try:
+        header = [h.strip().lstrip("\ufeff") for h in next(reader)]
+    except StopIteration:
+        handle.close()
+        raise DataError(str(path), None, None, "the file is empty (no header row)") from None
+    for column in header:
+        if _SURROGATE.search(column):
+            handle.close()
+            raise DataError(str(path), 1, column.encode("utf-8", "replace").decode(), "non-UTF-8 bytes in the header")
+
+    def rows() -> Iterator[Row]:
+        with handle:
+            for number, fields in enumerate(reader, start=2):
+                if not any(f.strip() for f in fields):
+                    continue  # blank line, e.g. a trailing newline
+                yield number, dict(zip(header, fields + [None] * (len(header) - len(fields))))
+
+    return header, rows()
+
+
+def clean_field(value, file: str, row: int, column: str, *, required: bool = True) -> str:
+    """A field as clean text: ED escapes undone, surrounding space stripped, bad bytes rejected."""
+    if value is None:
+        raise DataError(file, row, column, "the row ends before this column")
+    text = str(value)
+    if _SURROGATE.search(text):
+        raise DataError(file, row, column, "non-UTF-8 bytes (save the file as UTF-8)")
+    text = text.replace("_comma_", ",").replace("_pipe_", "|").strip()
+    if required and not text:
+        raise DataError(file, row, column, "empty utterance" if column in ("utterance", "utterances", "gold_response")
+                        else f"empty {column}")
+    return text
+
+
+def _fine_and_ekman(label: str, file: str, row: int, column: str) -> tuple[Optional[str], str]:
+    try:
+        ekman = to_ekman(label)
+    except ValueError:
+        raise DataError(file, row, column, f"unknown emotion label '{label}'") from None
+    fine = label.strip().lower()
+    return (None if fine in EKMAN else fine), ekman
+
+
+@dataclass
+class _EDUtterance:
+    row: int
+    index: int
+    text: str
+
+
+def _ed_conversations(rows: Iterable[Row], file: str, skipped: Optional[list]) -> Iterator[tuple[str, list, dict]]:
+    """Group ED rows by conv_id (in file order), validating each row; yields (conv_id, utterances, meta)."""
+    convs: dict[str, tuple[list[_EDUtterance], dict]] = {}
+    bad_convs: set[str] = set()
+    for number, raw in rows:
+        conv_id = str(raw.get("conv_id") or "").strip()
+        try:
+            conv_id = clean_field(raw.get("conv_id"), file, number, "conv_id")
+            index_text = clean_field(raw.get("utterance_idx"), file, number, "utterance_idx")
+            if not index_text.lstrip("-").isdigit():
+                raise DataError(file, number, "utterance_idx", f"not an integer: '{index_text}'")
+            label = clean_field(raw.get("context"), file, number, "context")
+            fine, ekman = _fine_and_ekman(label, file, number, "context")
+            situation = clean_field(raw.get("prompt"), file, number, "prompt")
+            text = clean_field(raw.get("utterance"), file, number, "utterance")
+        except DataError as err:
+            if skipped is None:
+                raise
+            skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+            bad_convs.add(conv_id)  # a conversation with a hole in it would give a wrong context
+            continue
+        utterances, _ = convs.setdefault(conv_id, ([], {"fine": fine, "ekman": ekman, "situation": situation,
+                                                        "row": number}))
+        utterances.append(_EDUtterance(number, int(index_text), text))
+    for conv_id, (utterances, meta) in convs.items():
+        if conv_id in bad_convs:
+            skipped.append(SkippedRecord(file, meta["row"], "conv_id",
+                                         f"conversation '{conv_id}' skipped: one of its rows is invalid"))
+            continue
+        yield conv_id, sorted(utterances, key=lambda u: u.index), meta
+
+
+def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None) -> list[Dialogue]:
+    """Dialogues from original-ED rows: one per listener turn, context ending on the seeker turn before it."""
+    out: list[Dialogue] = []
+    for conv_id, utterances, meta in _ed_conversations(rows, file, skipped):
+        turns = [Turn(speaker="seeker" if u.index % 2 else "responder", text=u.text) for u in utterances]
+        examples = [i for i, u in enumerate(utterances) if u.index % 2 == 0 and i > 0 and turns[i - 1].speaker == "seeker"]
+        if not examples:
+            err = DataError(file, meta["row"], "utterance_idx",
+                            f"conversation '{conv_id}' has no listener turn (even utterance_idx) after a seeker turn")
+            if skipped is None:
+                raise err
+            skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+            continue
+        for i in examples:
+            out.append(Dialogue(id=f"{conv_id}#{utterances[i].index}", conv_id=conv_id, turns=turns[:i],
+                                situation=meta["situation"], emotion=meta["ekman"], emotion_fine=meta["fine"],
+                                gold_response=utterances[i].text))
+    return out
+
+
+def _trace_turns(text: str, file: str, row: int) -> list[Turn]:
+    turns: list[Turn] = []
+    for line in text.splitlines():
+        match = _TURN_PREFIX.match(line.strip())
+        if match:
+            turns.append(Turn(speaker=match.group(1), text=match.group(2).strip()))
+        elif turns and line.strip():
+            # A turn that wraps onto a line with no prefix still belongs to the turn above it.
+            turns[-1] = Turn(speaker=turns[-1].speaker, text=f"{turns[-1].text} {line.strip()}")
+        elif line.strip():
+            raise DataError(file, row, "utterances", "the first line must start with 'seeker: ' or 'responder: '")
+    for turn in turns:
+        if not turn.text:
+            raise DataError(file, row, "utterances", f"empty utterance (a '{turn.speaker}:' line has no text)")
+    if not turns or turns[-1].speaker != "seeker":
+        raise DataError(file, row, "utterances", "the dialogue must end on a 'seeker: ' turn")
+    return turns
+
+
+def _trace_row(number: int, raw: dict, file: str, example_id: str) -> Dialogue:
+    turns = _trace_turns(clean_field(raw.get("utterances"), file, number, "utterances"), file, number)
+    situation = clean_field(raw.get("prompt"), file, number, "prompt")
+    label = clean_field(raw.get("emotion_id"), file, number, "emotion_id")
+    index = label[:-2] if label.endswith(".0") else label  # pandas writes integer columns with NaNs as floats
+    fine = None
+    if index.isdigit() and int(index) < len(EKMAN):
+        emotion = EKMAN[int(index)]
+    else:  # also accept an Ekman or ED name, which some re-exports write instead of the index
+        fine, emotion = _fine_and_ekman(label, file, number, "emotion_id")
+    gold = clean_field(raw.get("gold_response"), file, number, "gold_response")
+    return Dialogue(id=example_id, conv_id=example_id, turns=turns, situation=situation, emotion=emotion,
+                    emotion_fine=fine, gold_response=gold)
+
+
+def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None,
+                    id_prefix: str = "trace") -> list[Dialogue]:
+    """Dialogues from TRACE-prepared rows, one per row, ids '<id_prefix>-<k>' for the k-th data row from 0."""
+    out: list[Dialogue] = []
+    for k, (number, raw) in enumerate(rows):
+        try:
+            out.append(_trace_row(number, raw, file, f"{id_prefix}-{k}"))
+        except DataError as err:
+            if skipped is None:
+                raise
+            skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+    return out
+
+
+def report_error(err: DataError) -> int:
+    """Print a DataError the way every CLI does (one line, no traceback) and return exit code 2."""
+    print(f"error: {err}", file=sys.stderr)
+    return 2
