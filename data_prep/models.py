@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 SMOLLM2_ALIAS = "smollm2-135m"
@@ -24,8 +25,6 @@ MINILM_ALIAS = "minilm"
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The GGUF ships SmolLM2's chat template; we restate the system prompt default so a cache built
-# by an older transformers still renders prompts the same way.
 ALIASES = {SMOLLM2_ALIAS: SMOLLM2_HUB_ID, MINILM_ALIAS: MINILM_HUB_ID}
 
 
@@ -63,42 +62,63 @@ def minilm_dir() -> Path:
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
-    """Dequantize a GGUF once and save it as safetensors plus tokenizer in ``out``."""
+    """Dequantize a GGUF once and save it as safetensors plus tokenizer in ``out``.
+
+    An ``out`` that already holds converted weights is kept as it is (see `_publish`).
+    """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    cfg = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if hasattr(cfg, "quantization_config"):
-        delattr(cfg, "quantization_config")
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # atomic: a half-written cache is never mistaken for a finished one
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # A private scratch dir per process: two processes converting at once (parallel test workers,
+    # two CLI runs) must not delete each other's half-written files.
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".partial-", dir=out.parent))
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        cfg = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        if hasattr(cfg, "quantization_config"):
+            delattr(cfg, "quantization_config")
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+        model.generation_config = loaded.generation_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        _publish(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move a finished conversion into place unless another process already put one there."""
+    if (out / "model.safetensors").is_file():
+        return  # someone else finished first; replacing it could pull files from under a reader
+    shutil.rmtree(out, ignore_errors=True)  # leftovers without weights are not a usable cache
+    try:
+        tmp.rename(out)  # atomic: a half-written cache is never mistaken for a finished one
+    except OSError:
+        if not (out / "model.safetensors").is_file():
+            raise
 
 
 def resolve_model(name: str) -> str:
     """Turn an alias, a local path or a hub id into something ``from_pretrained`` can load offline.
 
-    Returns a local directory for aliases and paths; a hub id is returned unchanged when it is
-    already in the local HF cache, else a ``ModelNotAvailable`` explains that the hub is needed.
+    Returns a local directory: the converted cache for ``smollm2-135m``, the packaged weights for
+    ``minilm``, the path itself for an existing path, or the snapshot directory of a hub id (taken
+    from the local HF cache, or downloaded when the hub is reachable). Anything else raises
+    ``ModelNotAvailable`` with one sentence saying what to do.
     """
-    if name == SMOLLM2_ALIAS:
+    alias = name.strip().lower()
+    if alias == SMOLLM2_ALIAS:
         out = cache_dir() / "smollm2-135m-instruct"
         if not (out / "model.safetensors").is_file():
             gguf = smollm2_gguf()
-            out.parent.mkdir(parents=True, exist_ok=True)
             print(f"[trace-distill] converting {gguf.name} to safetensors in {out} (once, ~1 min)", flush=True)
             convert_gguf(gguf, out)
         return str(out)
-    if name == MINILM_ALIAS:
+    if alias == MINILM_ALIAS:
         return str(minilm_dir())
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
@@ -115,7 +135,10 @@ def _resolve_hub_id(name: str) -> str:
 
         return snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
     except Exception as err:  # hub unreachable, gated, or not found: one sentence, no traceback
+        from huggingface_hub import is_offline_mode
+
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if is_offline_mode() else type(err).__name__
         raise ModelNotAvailable(
-            f"Could not fetch '{name}' from the Hugging Face hub ({type(err).__name__}); "
+            f"'{name}' is not a local path and could not be fetched from the Hugging Face hub ({why}); "
             f"download it where the hub is reachable and pass its local path, or use '{SMOLLM2_ALIAS}'."
         ) from None
