@@ -9,7 +9,7 @@ so the prompt a student is trained on is byte-for-byte the prompt it sees at inf
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel
 
@@ -51,6 +51,23 @@ class RoleSpec:
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
+
+
+def build_role_input(spec: RoleSpec, dialogue: Dialogue, outputs: Mapping[str, Union[BaseModel, dict]],
+                     **extra) -> RoleInput:
+    """The `RoleInput` for `spec` given the outputs of earlier stages (parsed models or plain dicts).
+
+    The pipeline (inference) and the SFT dataset builder (training) both call this, so a student is
+    trained on exactly the upstream view it gets at inference. Only the roles `spec` reads are kept;
+    dicts are validated into their role's schema (pydantic's ValidationError on a bad one). `extra`
+    passes exemplars, gold guidance or a correction through to `RoleInput`.
+    """
+    upstream: dict[str, BaseModel] = {}
+    for name in spec.inputs:
+        out = outputs.get(name)
+        if out is not None:
+            upstream[name] = out if isinstance(out, BaseModel) else ROLES[name].schema.model_validate(out)
+    return RoleInput(dialogue=dialogue, upstream=upstream, **extra)
 
 
 # --- how upstream outputs read inside a prompt -------------------------------------------------

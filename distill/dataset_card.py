@@ -1,0 +1,153 @@
+"""Reading a trace run for the dataset builder, and the dataset card / hub push for each role dataset.
+
+The card records where a role dataset came from (teacher backend and model, pipeline config, prompt
+versions, gold guidance), how it was filtered (options and per-reason drop counts) and what was
+written (rows per split, fingerprints). Only the backend's own `describe()` output is copied from
+run.json, and it is scrubbed again here, so an API key can never reach a card.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from distill.roles import PROMPT_VERSION, ROLES
+from distill.trace import Trace
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
+
+    from distill.datasets import DatasetOptions, RoleCounts
+
+RUN_META_FILE = "run.json"
+_SECRET_KEY = re.compile(r"api[_-]?key|secret|passw|authorization|bearer|token$|credential", re.I)
+_SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer\s)", re.I)
+
+
+def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
+    """Traces, run metadata and human-readable problems of a trace run; raises ValueError if it is absent."""
+    from distill.store import TraceStore
+
+    if not run_dir.is_dir():
+        raise ValueError(f"trace run directory {run_dir} does not exist")
+    problems: list[str] = []
+    meta_path = run_dir / RUN_META_FILE
+    meta: dict[str, Any] = {}
+    if not meta_path.is_file():
+        problems.append(f"{meta_path}: missing; teacher details on the cards come from the traces")
+    else:
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            problems.append(f"{meta_path}: not valid JSON ({err}); teacher details come from the traces")
+    store = TraceStore(run_dir)
+    if not store.path.is_file():
+        raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name not in (RUN_META_FILE, store.path.name) and not entry.name.startswith("."):
+            problems.append(f"{entry}: not part of a trace run; ignored")
+    traces, store_problems = store.read()
+    problems += store_problems
+    return traces, meta if isinstance(meta, dict) else {}, problems
+
+
+def scrub(value: Any) -> Any:
+    """A copy of `value` without secret-looking keys or values (defence in depth over describe())."""
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in value.items() if not _SECRET_KEY.search(str(k))}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    if isinstance(value, str) and _SECRET_VALUE.match(value):
+        return "<redacted>"
+    return value
+
+
+def _teacher(traces: Sequence[Trace], meta: dict[str, Any]) -> dict[str, Any]:
+    backend = meta.get("backend")
+    if not isinstance(backend, dict):  # no run.json: what the traces themselves recorded
+        backend = {"name": sorted({t.backend for t in traces}), "model": sorted({t.model for t in traces})}
+    config = meta.get("pipeline") or meta.get("config") or (traces[0].config if traces else {})
+    names = {k: meta[k] for k in ("backend_name", "model") if isinstance(meta.get(k), str)}
+    return {"backend": scrub({**names, **backend}), "config": scrub(config),
+            "prompt_versions": sorted({t.prompt_version for t in traces}) or [meta.get("prompt_version")],
+            "gold_emotion": any(t.gold_guidance.emotion for t in traces),
+            "gold_response": any(t.gold_guidance.response for t in traces)}
+
+
+def render_card(role: str, dd: "DatasetDict", traces: Sequence[Trace], meta: dict[str, Any],
+                options: "DatasetOptions", counts: "RoleCounts", run_dir: Path) -> str:
+    spec, teacher = ROLES[role], _teacher(traces, meta)
+    drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts.dropped.items())) or "| (none) | 0 |"
+    splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
+    target = "the human gold reply (hybrid target)" if role == "ers" and options.ers_target == "gold" else "the teacher's final answer"
+    return f"""---
+tags: [trace-distill, sft, conversational, prompt-completion]
+---
+# trace-distill SFT dataset: `{role}` ({spec.title})
+
+One row per dialogue in TRL's conversational prompt-completion form: `prompt` is the role's compact
+student prompt (student renderer, prompt version `{PROMPT_VERSION}`), `completion` is {target} as
+compact JSON of `{spec.schema.__name__}`. `messages` is prompt + completion for viewers; `dialogue_id`,
+`conv_id` and `key` (the trace key) link rows back to the trace run. Load with
+`datasets.load_from_disk("<this directory>")`.
+
+## Teacher
+
+- trace run: `{run_dir}`
+- backend: `{json.dumps(teacher["backend"], sort_keys=True)}`
+- teacher prompt version(s): {", ".join(map(str, teacher["prompt_versions"]))}
+- gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, response {"yes" if teacher["gold_response"] else "no"}
+- created: {datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+Pipeline config:
+
+```json
+{json.dumps(teacher["config"], indent=2, sort_keys=True)}
+```
+
+## Filters
+
+```json
+{json.dumps(asdict(options), indent=2)}
+```
+
+Traces read: {counts.read}; kept: {counts.kept}.
+
+| dropped because | rows |
+|---|---|
+{drops}
+
+## Splits (by conversation: no `conv_id` is in both)
+
+| split | rows | fingerprint |
+|---|---|---|
+{splits}
+"""
+
+
+def write_card(out_dir: Path, role: str, dd: "DatasetDict", traces: Sequence[Trace], meta: dict[str, Any],
+               options: "DatasetOptions", counts: "RoleCounts", run_dir: Path) -> Path:
+    path = out_dir / "README.md"
+    path.write_text(render_card(role, dd, traces, meta, options, counts, run_dir), encoding="utf-8")
+    return path
+
+
+def push_role_dataset(dd: "DatasetDict", out_dir: Path, repo_id: str) -> bool:
+    """Push one role dataset and its card; on failure print one error line and return False."""
+    try:
+        from huggingface_hub import HfApi
+
+        dd.push_to_hub(repo_id)
+        HfApi().upload_file(path_or_fileobj=str(out_dir / "README.md"), path_in_repo="README.md",
+                            repo_id=repo_id, repo_type="dataset")
+    except Exception as err:  # the hub raises many types (offline, auth, HTTP); all end the same way
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        print(f"error: push of {out_dir} to the hub as {repo_id} failed: {type(err).__name__}: {first_line}", file=sys.stderr)
+        return False
+    print(f"pushed {out_dir} to https://huggingface.co/datasets/{repo_id}", file=sys.stderr)
+    return True

@@ -1,0 +1,294 @@
+"""Traces → one SFT dataset per role (`python -m distill datasets`).
+
+Each role gets a `DatasetDict` (train / validation) in TRL's conversational prompt-completion form:
+`prompt` is the role's *student* prompt rendered from the registry (the exact prompt the student sees at
+inference), `completion` is the teacher's final parsed answer serialised as the compact JSON the student
+must produce. Upstream fields come from the teacher's own final outputs (teacher forcing). Filters drop
+failed or schema-invalid answers, optionally wrong-emotion traces and duplicates; every drop is counted.
+The split is by conversation, so no dialogue appears in both train and validation.
+
+    python -m distill datasets --traces runs/teacher --out data/sft [--roles asi,cae,srp,ers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+from pydantic import ValidationError
+from tqdm.auto import tqdm
+
+from data_prep.taxonomy import to_ekman
+from distill.config import PipelineConfig
+from distill.roles import ROLES, STAGE_ORDER, build_role_input
+from distill.trace import Trace
+
+SPLITS = ("train", "validation")
+
+
+@dataclass
+class DatasetOptions:
+    require_gold_emotion: bool = False  # keep only traces whose asi emotion is the gold Ekman label
+    ers_target: Literal["teacher", "gold"] = "teacher"  # "gold": the human reply is the ers target
+    dedup: bool = True  # drop repeated (prompt, completion) pairs
+    eval_fraction: float = 0.1  # share of conversations held out for validation
+    seed: int = 0
+    split: Optional[str] = None  # keep only traces of this dialogue split (when the run records one)
+
+
+@dataclass
+class RoleCounts:
+    read: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    kept: int = 0
+    rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "dropped": dict(sorted(self.dropped.items())), "kept": self.kept, "rows": self.rows}
+
+
+@dataclass
+class BuildReport:
+    counts: dict[str, RoleCounts] = field(default_factory=dict)
+    skipped_roles: dict[str, str] = field(default_factory=dict)  # role -> why no dataset was built
+    problems: list[str] = field(default_factory=list)  # store problems (bad lines, foreign files)
+
+    def lines(self) -> list[str]:
+        out = [f"problem: {p}" for p in self.problems]
+        for role, c in self.counts.items():
+            drops = ", ".join(f"{why} {n}" for why, n in sorted(c.dropped.items())) or "none"
+            rows = ", ".join(f"{s} {n}" for s, n in c.rows.items())
+            out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows})")
+        out += [f"{role}: no dataset ({why})" for role, why in self.skipped_roles.items()]
+        return out
+
+
+# --- which roles, which split ------------------------------------------------------------------
+
+def enabled_roles(traces: Sequence[Trace]) -> list[str]:
+    """Roles that any trace's pipeline config ran, in stage order, then gra when reflection ran.
+
+    An ablated role has no dataset: its student would be trained on nothing the teacher said.
+    """
+    on: set[str] = set()
+    for t in traces:
+        try:
+            config = PipelineConfig.model_validate(t.config)
+            on.update(config.stages() + (["gra"] if config.reflection else []))
+        except ValidationError:
+            on.update(t.outputs)  # a config from another version: trust what was actually produced
+    return [r for r in (*STAGE_ORDER, "gra") if r in on]
+
+
+def validation_conv_ids(conv_ids: Sequence[str], eval_fraction: float, seed: int) -> set[str]:
+    """Seeded choice of held-out conversations, independent of trace order.
+
+    Conversations are ranked by a seeded hash, so adding traces to a run moves few existing ones
+    between splits; at least one conversation is held out whenever there are two or more.
+    """
+    unique = sorted(set(conv_ids))
+    if eval_fraction <= 0 or len(unique) < 2:
+        return set()
+    k = min(len(unique) - 1, max(1, round(eval_fraction * len(unique))))
+    ranked = sorted(unique, key=lambda c: hashlib.sha256(f"{seed}:{c}".encode()).hexdigest())
+    return set(ranked[:k])
+
+
+def trace_split(trace: Trace, run_meta: dict[str, Any]) -> Optional[str]:
+    """The dialogue split a trace came from: the dialogue's own field if it has one, else the run's."""
+    own = getattr(trace.dialogue, "split", None)
+    if own:
+        return own
+    if run_meta.get("split"):
+        return run_meta["split"]
+    for where in ("source", "dialogues"):  # run.json names the dialogue source under one of these
+        source = run_meta.get(where)
+        if isinstance(source, dict) and source.get("split"):
+            return source["split"]
+    return None
+
+
+# --- one row per (role, trace) ------------------------------------------------------------------
+
+def _target(role: str, trace: Trace, options: DatasetOptions) -> tuple[Optional[dict], Optional[str]]:
+    """The parsed answer the student must learn, or (None, reason to drop)."""
+    if role == "ers" and options.ers_target == "gold":
+        if not trace.dialogue.gold_response:
+            return None, "no gold response"
+        return {"response": trace.dialogue.gold_response}, None
+    parsed = trace.outputs.get(role)
+    return (parsed, None) if parsed is not None else (None, "no output")
+
+
+def _asi_matches_gold(trace: Trace) -> Optional[str]:
+    """None when the teacher's emotion is the gold Ekman label, else the reason to drop."""
+    emotion = (trace.outputs.get("asi") or {}).get("emotion")
+    if emotion is None:
+        return "no asi emotion"
+    try:
+        gold = to_ekman(trace.dialogue.emotion)
+    except ValueError:
+        return "gold emotion not a known label"
+    return None if emotion == gold else "emotion differs from gold"
+
+
+def role_row(role: str, trace: Trace, run_roles: set[str], options: DatasetOptions) -> tuple[Optional[dict], Optional[str]]:
+    """The SFT row for one role of one trace, or (None, reason to drop)."""
+    if trace.status == "failed":
+        return None, "trace failed"
+    if options.require_gold_emotion and (why := _asi_matches_gold(trace)):
+        return None, why
+    parsed, why = _target(role, trace, options)
+    if why:
+        return None, why
+    spec = ROLES[role]
+    try:
+        answer = spec.schema.model_validate(parsed)
+    except ValidationError:
+        gold = role == "ers" and options.ers_target == "gold"
+        return None, "gold response invalid for schema" if gold else "invalid output"
+    if any(up in run_roles and up not in trace.outputs for up in spec.inputs):
+        return None, "missing upstream output"
+    try:
+        inp = build_role_input(spec, trace.dialogue, trace.outputs)
+    except ValidationError:
+        return None, "invalid upstream output"
+    prompt = spec.render(inp, "student")
+    completion = [{"role": "assistant", "content": answer.model_dump_json()}]
+    return {"prompt": prompt, "completion": completion, "messages": prompt + completion,
+            "dialogue_id": trace.dialogue.id, "conv_id": trace.dialogue.conv_id, "key": trace.key}, None
+
+
+def _features():
+    from datasets import Features, List, Value
+
+    message = List({"role": Value("string"), "content": Value("string")})
+    return Features({"prompt": message, "completion": message, "messages": message,
+                     "dialogue_id": Value("string"), "conv_id": Value("string"), "key": Value("string")})
+
+
+def _to_dataset(rows: list[dict]) -> "Dataset":
+    from datasets import Dataset
+
+    features = _features()  # column-wise so an empty validation split still has the full schema
+    return Dataset.from_dict({col: [r[col] for r in rows] for col in features}, features=features)
+
+
+def build_role_datasets(traces: Sequence[Trace], roles: Optional[Sequence[str]] = None,
+                        options: Optional[DatasetOptions] = None, report: Optional[BuildReport] = None,
+                        run_meta: Optional[dict[str, Any]] = None) -> dict[str, "DatasetDict"]:
+    """One `DatasetDict` (train/validation) per requested role; `report` (if given) receives the counts.
+
+    `roles=None` means every role the run enabled. A requested role the run did not run (an ablation)
+    gets no dataset and is listed in `report.skipped_roles`.
+    """
+    from datasets import DatasetDict
+
+    options, run_meta = options or DatasetOptions(), run_meta or {}
+    report = report if report is not None else BuildReport()
+    if options.split:
+        traces = _only_split(traces, options.split, run_meta, report)
+    run_roles = enabled_roles(traces)
+    for role in roles or run_roles:
+        if role not in ROLES:
+            raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
+        if role not in run_roles:
+            report.skipped_roles[role] = "role not enabled in this trace run"
+    wanted = [r for r in (roles or run_roles) if r in run_roles]
+    held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
+    result: dict[str, DatasetDict] = {}
+    for role in wanted:
+        rows, counts = _collect(role, traces, set(run_roles), options)
+        report.counts[role] = counts
+        if not rows:
+            report.skipped_roles[role] = "no rows kept"
+            continue
+        by_split = {s: [r for r in rows if (r["conv_id"] in held_out) == (s == "validation")] for s in SPLITS}
+        result[role] = DatasetDict({s: _to_dataset(by_split[s]) for s in SPLITS})
+        counts.rows = {s: len(by_split[s]) for s in SPLITS}
+    return result
+
+
+def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], report: BuildReport) -> list[Trace]:
+    known = [trace_split(t, run_meta) for t in traces]
+    if traces and all(s is None for s in known):
+        raise ValueError(f"--split {split}: this trace run records no dialogue split (run.json has no 'split')")
+    kept = [t for t, s in zip(traces, known) if s == split]
+    if len(kept) < len(traces):
+        report.problems.append(f"--split {split}: skipped {len(traces) - len(kept)} traces from other splits")
+    return kept
+
+
+def _collect(role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions) -> tuple[list[dict], RoleCounts]:
+    counts, rows, seen = RoleCounts(), [], set()
+    for trace in tqdm(traces, desc=f"{role} rows", unit="trace", leave=False):
+        counts.read += 1
+        row, why = role_row(role, trace, run_roles, options)
+        if row is not None and options.dedup:
+            pair = json.dumps([row["prompt"], row["completion"]], ensure_ascii=False)
+            why = "duplicate" if pair in seen else None
+            seen.add(pair)
+        if why:
+            counts.dropped[why] += 1
+            continue
+        rows.append(row)
+    counts.kept = len(rows)
+    return rows, counts
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
+    parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
+    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (every role the run enabled)")
+    parser.add_argument("--require-gold-emotion", action="store_true", help="keep only traces whose asi emotion equals the gold Ekman label")
+    parser.add_argument("--ers-target", choices=("teacher", "gold"), default="teacher", help="ers completion: the teacher's reply or the human gold reply")
+    parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
+    parser.add_argument("--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
+    parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
+    parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID", help="also push each role as <REPO_ID>-<role>")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distill.dataset_card import push_role_dataset, read_run, write_card
+
+    if not 0 <= args.eval_fraction < 1:
+        print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
+        return 2
+    try:
+        traces, run_meta, problems = read_run(Path(args.traces))
+        roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
+        options = DatasetOptions(args.require_gold_emotion, args.ers_target, not args.no_dedup,
+                                 args.eval_fraction, args.seed, args.split)
+        report = BuildReport(problems=list(problems))
+        built = build_role_datasets(traces, roles, options, report, run_meta)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from datasets import load_from_disk
+
+    out = Path(args.out)
+    for role, dd in built.items():
+        dd.save_to_disk(str(out / role))
+        # the card records the fingerprints train will see, and those are the reloaded dataset's
+        saved = load_from_disk(str(out / role))
+        write_card(out / role, role, saved, traces, run_meta, options, report.counts[role], Path(args.traces))
+    for line in report.lines():
+        print(line, file=sys.stderr)
+    if not built:
+        print(f"error: no role dataset built from {len(traces)} traces in {args.traces}", file=sys.stderr)
+        return 1
+    print(json.dumps({role: str(out / role) for role in built}))
+    if args.push_to_hub:
+        for role, dd in built.items():
+            if not push_role_dataset(dd, out / role, f"{args.push_to_hub}-{role}"):
+                return 1
+    return 0
