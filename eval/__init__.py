@@ -1,0 +1,1 @@
+"""Evaluation: metrics, the pairwise judge, and the `score` / `compare` commands (`python -m eval`)."""

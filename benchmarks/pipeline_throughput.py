@@ -1,0 +1,92 @@
+"""Throughput of the stage-batched pipeline against a naive per-dialogue loop, in one process.
+
+Both runs use the same local model, the same `PipelineConfig` and the same dialogues. The naive
+loop runs each dialogue's stages one request at a time (one `Pipeline.run([dialogue])` per
+dialogue); the batched run gives the pipeline all dialogues at once, so each stage is one
+`backend.generate` over the batch. Writes a JSON report:
+
+    python benchmarks/pipeline_throughput.py --n 64 --out benchmarks/pipeline_throughput.json
+
+`--naive-limit M` times the naive loop on the first M dialogues only (its per-dialogue cost is
+flat, so dialogues/s extrapolates); the report says how many dialogues each side ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data_prep.loaders import load_sample  # noqa: E402
+from distill.backends.local import LocalBackend  # noqa: E402
+from distill.config import PipelineConfig  # noqa: E402
+from distill.pipeline import Pipeline  # noqa: E402
+
+
+def sample_dialogues(n: int):
+    """The first n dialogues of the shipped sample, repeated (with fresh ids) if it is shorter."""
+    pool = load_sample()
+    out = []
+    for i in range(n):
+        d = pool[i % len(pool)]
+        out.append(d if i < len(pool) else d.model_copy(update={"id": f"{d.id}~{i}"}))
+    return out
+
+
+def timed_run(pipeline: Pipeline, batches) -> tuple[float, list]:
+    started = time.perf_counter()
+    traces = [t for batch in batches for t in pipeline.run(batch, progress=False)]
+    return time.perf_counter() - started, traces
+
+
+def summarise(label: str, seconds: float, traces) -> dict:
+    ok = sum(t.status == "ok" for t in traces)
+    tokens = sum(s.completion_tokens for t in traces for s in t.steps)
+    print(f"{label}: {len(traces)} dialogues in {seconds:.1f}s = {len(traces) / seconds:.3f} dialogues/s ({ok} ok)")
+    return {"dialogues": len(traces), "seconds": round(seconds, 2), "dialogues_per_s": len(traces) / seconds,
+            "ok": ok, "completion_tokens": tokens, "requests": sum(len(t.steps) for t in traces)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=64, help="dialogues in the batched run")
+    parser.add_argument("--naive-limit", type=int, default=None, help="dialogues in the naive loop (default: all n)")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", default="benchmarks/pipeline_throughput.json")
+    args = parser.parse_args()
+
+    dialogues = sample_dialogues(args.n)
+    backend = LocalBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
+    # Core TRACE pipeline, no retrieval (it would time the embedder, not generation), one attempt.
+    config = PipelineConfig(rag=False, max_attempts=1)
+    pipeline = Pipeline(config, backend)
+    pipeline.run(dialogues[:1], progress=False)  # warm-up: grammars compiled, kernels loaded
+
+    batched_s, batched = timed_run(pipeline, [dialogues])
+    naive_dialogues = dialogues[:args.naive_limit or args.n]
+    naive_s, naive = timed_run(pipeline, [[d] for d in naive_dialogues])
+
+    report = {
+        "config": config.model_dump(), "stages": config.stages(), "backend": backend.describe(),
+        "torch_threads": __import__("torch").get_num_threads(), "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "batched": summarise("batched", batched_s, batched),
+        "naive": summarise("naive", naive_s, naive),
+    }
+    report["speedup"] = report["batched"]["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
+    print(f"speedup: {report['speedup']:.2f}x")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The `local` backend: one transformers model in this process, with optional per-role LoRA adapters.
+
+Used both as a teacher (a base model prompted with the full instructions) and as the student (the
+same base model with each role's adapter switched in for its stage). Requests are grouped by
+(adapter, schema, temperature, max_new_tokens), sorted by prompt length so batches carry little
+padding, generated in left-padded chunks of `batch_size`, and returned in the caller's order.
+
+Adapters live in one `PeftModel` over the single base model. For a stage the active adapter is
+merged into the base weights (unmerged LoRA generation runs about 2x slower on CPU) and the base
+weights are restored exactly afterwards, see `_merged`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+from tqdm import tqdm
+
+from data_prep.models import resolve_model
+from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
+from distill.backends.constrained import SchemaGrammars
+
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+# Re-tokenising a string cut at a token boundary can merge a few tokens differently; this slack
+# keeps the first truncation attempt under the limit.
+_TRUNCATION_SLACK = 8
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32."""
+    if dtype != "auto":
+        try:
+            return _DTYPES[dtype]
+        except KeyError:
+            raise ValueError(f"unknown dtype '{dtype}' (expected auto, {', '.join(_DTYPES)})") from None
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return torch.bfloat16 if native_bf16 else torch.float32
+
+
+def find_adapters(adapters: str | dict[str, str] | None) -> dict[str, str]:
+    """`<dir>/<role>/adapter_config.json` (as train writes them) or an explicit role → path dict."""
+    if adapters is None:
+        return {}
+    if isinstance(adapters, dict):
+        return {name: str(path) for name, path in adapters.items()}
+    root = Path(adapters)
+    if not root.is_dir():
+        raise ValueError(f"adapter directory {root} does not exist")
+    found = {sub.name: str(sub) for sub in sorted(root.iterdir()) if (sub / "adapter_config.json").is_file()}
+    if not found:
+        raise ValueError(f"no adapters in {root}: expected {root}/<role>/adapter_config.json")
+    return found
+
+
+class LocalBackend:
+    """In-process transformers generation; `hf_model` and `tokenizer` are shared with eval and serve."""
+
+    name = "local"
+
+    def __init__(self, model: str = "smollm2-135m", adapters: str | dict[str, str] | None = None,
+                 dtype: str = "auto", batch_size: int = 16, max_input_tokens: int = 2048,
+                 merge_adapters: bool = True, device: str = "cpu"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if batch_size < 1 or max_input_tokens < 16:
+            raise ValueError(f"batch_size must be >= 1 and max_input_tokens >= 16 (got {batch_size}, {max_input_tokens})")
+        self.model = model
+        self.model_path = resolve_model(model)
+        self.device = device
+        self.torch_dtype = resolve_dtype(dtype, device)
+        self.batch_size = batch_size
+        self.max_input_tokens = max_input_tokens
+        self.merge_adapters = merge_adapters
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer.padding_side = "left"
+        self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
+        self.adapter_paths: dict[str, str] = {}
+        self._eos_ids = self._stop_token_ids()
+        self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
+        self._grammars = SchemaGrammars(self.tokenizer, self.hf_model.config.vocab_size)
+        # Merging rewrites shared weights, so two threads (e.g. serve) must never generate at once.
+        self._lock = threading.RLock()
+        for role, path in find_adapters(adapters).items():
+            self.load_adapter(role, path)
+
+    # --- adapters ------------------------------------------------------------------------------
+
+    @property
+    def adapter_names(self) -> list[str]:
+        return list(self.adapter_paths)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Add a LoRA adapter under `name`; the first one wraps the base model in a `PeftModel`."""
+        from peft import PeftModel
+
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise ValueError(f"adapter '{name}': {path} has no adapter_config.json")
+        with self._lock:
+            if isinstance(self.hf_model, PeftModel):
+                self.hf_model.load_adapter(path, adapter_name=name)
+            else:
+                self.hf_model = PeftModel.from_pretrained(self.hf_model, path, adapter_name=name)
+            self.hf_model.eval()
+            self.adapter_paths[name] = str(path)
+
+    @contextmanager
+    def activate(self, adapter: Optional[str]) -> Iterator[None]:
+        """Run the block with `adapter` in effect (merged when `merge_adapters`), or the bare base for None."""
+        with self._lock:
+            if adapter is None:
+                ctx = self.hf_model.disable_adapter() if self.adapter_paths else nullcontext()
+                with ctx:
+                    yield
+                return
+            if adapter not in self.adapter_paths:
+                raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+            self.hf_model.set_adapter(adapter)
+            with self._merged(adapter) if self.merge_adapters else nullcontext():
+                yield
+
+    @contextmanager
+    def _merged(self, adapter: str) -> Iterator[None]:
+        # PEFT's unmerge subtracts the delta it added; in bf16 (W + d) - d != W, so each stage would
+        # nudge the shared base and the drift would build up over many stages. We snapshot the base
+        # tensors the adapter touches and copy them back after unmerging: exact, and the extra
+        # memory (the targeted weights once) is held only while the stage runs.
+        layers = [m for m in self.hf_model.modules()
+                  if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})]
+        pristine = [[p.detach().clone() for p in layer.get_base_layer().parameters()] for layer in layers]
+        self.hf_model.base_model.merge_adapter([adapter])
+        try:
+            yield
+        finally:
+            self.hf_model.base_model.unmerge_adapter()
+            with torch.no_grad():
+                for layer, saved in zip(layers, pristine):
+                    for param, original in zip(layer.get_base_layer().parameters(), saved):
+                        param.copy_(original)
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def _render_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # The chat template already writes the special tokens it wants.
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode(self, messages: list[dict[str, str]]) -> tuple[list[int], list[str]]:
+        """Prompt ids, cut to `max_input_tokens` from the left of the longest message if needed."""
+        ids = self._render_ids(messages)
+        if len(ids) <= self.max_input_tokens:
+            return ids, []
+        original = len(ids)
+        messages = [dict(m) for m in messages]
+        # The oldest part of the longest message goes first: the dialogue's latest turns, the
+        # instructions and the generation prompt all sit elsewhere or at its end.
+        longest = max(range(len(messages)), key=lambda i: len(messages[i].get("content", "")))
+        content_ids = self.tokenizer(messages[longest]["content"], add_special_tokens=False)["input_ids"]
+        keep = max(0, len(content_ids) - (original - self.max_input_tokens) - _TRUNCATION_SLACK)
+        messages[longest]["content"] = ("..." + self.tokenizer.decode(content_ids[-keep:])) if keep else ""
+        ids = self._render_ids(messages)
+        if len(ids) > self.max_input_tokens:  # the other messages alone exceed the limit
+            ids = ids[-self.max_input_tokens:]
+        return ids, [f"input truncated from {original} to {len(ids)} tokens (max_input_tokens={self.max_input_tokens})"]
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None) -> list[GenerationResult]:
+        for req in requests:
+            if req.adapter is not None and req.adapter not in self.adapter_paths:
+                raise ValueError(f"no adapter loaded for role '{req.adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+        encoded = [self.encode(req.messages) for req in requests]
+        groups: dict[tuple, list[int]] = {}
+        for i, req in enumerate(requests):
+            schema = f"{req.schema.__module__}.{req.schema.__qualname__}" if req.schema else ""
+            key = (req.adapter or "", schema, req.temperature, req.max_new_tokens)
+            groups.setdefault(key, []).append(i)
+        results: list[Optional[GenerationResult]] = [None] * len(requests)
+        # Sorting keys by adapter name first keeps each adapter merged once per call.
+        bar = tqdm(total=len(requests), desc=f"local {self.model}", unit="req",
+                   disable=progress is not None or len(requests) <= self.batch_size)
+        with bar:
+            for key in sorted(groups, key=lambda k: tuple(map(str, k))):
+                idxs = sorted(groups[key], key=lambda i: len(encoded[i][0]))
+                with self.activate(requests[idxs[0]].adapter):
+                    for start in range(0, len(idxs), self.batch_size):
+                        chunk = idxs[start:start + self.batch_size]
+                        outs = self._generate_chunk([requests[i] for i in chunk], [encoded[i][0] for i in chunk])
+                        for i, out in zip(chunk, outs):
+                            out.events = encoded[i][1] + out.events
+                            results[i] = out
+                        bar.update(len(chunk))
+                        if progress is not None:
+                            progress(len(chunk))
+        return results  # type: ignore[return-value]
+
+    def _generate_chunk(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[GenerationResult]:
+        """One left-padded `generate` over requests that share adapter, schema, temperature and length."""
+        first = reqs[0]
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        config = self._generation_config(first.temperature, first.max_new_tokens)
+        processors = [self._grammars.logits_processor(first.schema)] if first.schema is not None else []
+        if first.temperature > 0 and first.seed is not None:
+            # One seed per chunk: the same requests in the same order sample the same text.
+            torch.manual_seed(first.seed)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = self.hf_model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                         logits_processor=processors)
+        # Rows of a batch run in lockstep, so the chunk's wall time is split evenly across them.
+        latency = (time.perf_counter() - started) / len(reqs)
+        return [self._result(row[width:].tolist(), len(prompt), req.max_new_tokens, latency)
+                for row, prompt, req in zip(out, prompts, reqs)]
+
+    def _result(self, new_ids: list[int], prompt_tokens: int, max_new_tokens: int, latency: float) -> GenerationResult:
+        stop = next((j for j, tok in enumerate(new_ids) if tok in self._eos_ids), None)
+        completion = new_ids if stop is None else new_ids[:stop]
+        events = [] if stop is not None else [f"output cut at max_new_tokens={max_new_tokens}"]
+        return GenerationResult(text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                                prompt_tokens=prompt_tokens, completion_tokens=len(completion),
+                                latency_s=latency, events=events)
+
+    def _generation_config(self, temperature: float, max_new_tokens: int) -> Any:
+        from transformers import GenerationConfig
+
+        # Built from scratch so a model's own sampling defaults (top_k, top_p, repetition penalty)
+        # never leak in: temperature alone decides, as it does for the OpenAI-compatible backend.
+        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+        return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=self._eos_ids, pad_token_id=self._pad_id,
+                                bos_token_id=self.hf_model.config.bos_token_id, **sampling)
+
+    def _stop_token_ids(self) -> list[int]:
+        configured = self.hf_model.generation_config.eos_token_id
+        ids = list(configured) if isinstance(configured, list) else [configured] if configured is not None else []
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        if not ids:
+            raise ValueError(f"model {self.model}: neither its generation config nor its tokenizer names an EOS token")
+        return ids
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name, "model": self.model, "model_path": self.model_path, "device": self.device,
+            "dtype": str(self.torch_dtype).removeprefix("torch."), "batch_size": self.batch_size,
+            "max_input_tokens": self.max_input_tokens, "merge_adapters": self.merge_adapters,
+            "adapters": dict(self.adapter_paths),
+        }

@@ -1,0 +1,163 @@
+"""`python -m distill generate`: run the pipeline over a dialogue split and append traces to a run dir.
+
+    python -m distill generate --config configs/teacher/local.yaml --dialogues <dataset dir> --split train \
+        --out runs/local-train [--limit N] [--index <index dir>] [--chunk-size 32] [--reflection] [--gold-emotion]
+
+The YAML holds `backend: {type: ..., ...}` and `pipeline: {PipelineConfig fields}`; flags override
+the pipeline keys. Dialogues go through the pipeline a chunk at a time and each chunk's traces are
+appended durably, so an interrupted run loses at most one chunk and a rerun with the same command
+skips every dialogue already stored. Bad input ends with one line naming the file and field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from tqdm.auto import tqdm
+
+from distill.config import PipelineConfig
+from distill.roles import PROMPT_VERSION
+
+# Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
+_SWITCHES = ("use_asi", "use_cae", "use_srp", "perspective", "phase", "plan", "reflection", "rag",
+             "gold_emotion", "gold_response", "use_adapters")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML with `backend:` and `pipeline:` sections")
+    parser.add_argument("--dialogues", required=True, help="dataset dir written by `python -m data_prep dialogues`")
+    parser.add_argument("--split", default="train", help="split to run (train / validation / test)")
+    parser.add_argument("--out", required=True, help="run directory (traces.jsonl + run.json); reruns resume it")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N dialogues of the split")
+    parser.add_argument("--index", default=None, help="exemplar index dir (`python -m data_prep index`) for srp/ers")
+    parser.add_argument("--chunk-size", type=int, default=32, help="dialogues per pipeline batch; a crash loses at most one")
+    parser.add_argument("--max-cost", type=float, default=None, help="stop before an API run spends more than this many USD")
+    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
+    parser.add_argument("--adapters", default=None, help="local backend: <dir>/<role>/ adapters (implies --use-adapters)")
+    for name in _SWITCHES:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, action=argparse.BooleanOptionalAction, default=None,
+                            help=PipelineConfig.model_fields[name].description)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """The YAML as a dict with a `backend` mapping and an optional `pipeline` mapping."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read config ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("backend"), dict):
+        raise ValueError(f"{path}: field 'backend' must be a mapping with a 'type'")
+    unknown = set(data) - {"backend", "pipeline"}
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level field(s) {', '.join(sorted(unknown))} (expected backend, pipeline)")
+    return data
+
+
+def pipeline_config(path: str, section: Any, args: argparse.Namespace) -> PipelineConfig:
+    """PipelineConfig from the YAML's `pipeline:` section with the CLI's flags on top."""
+    values = dict(section or {})
+    for name in _SWITCHES:
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    if getattr(args, "prompt_style", None):
+        values["prompt_style"] = args.prompt_style
+    if getattr(args, "adapters", None):
+        values["use_adapters"] = True
+    try:
+        return PipelineConfig(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"{path}: field 'pipeline.{field}': {err['msg']}") from None
+
+
+def build_backend(path: str, backend_cfg: dict[str, Any], args: argparse.Namespace):
+    from distill.backends import make_backend
+
+    cfg = dict(backend_cfg)
+    extra: dict[str, Any] = {}
+    if getattr(args, "adapters", None):
+        if cfg.get("type") != "local":
+            raise ValueError(f"{path}: --adapters needs backend.type local (got {cfg.get('type')})")
+        cfg["adapters"] = args.adapters
+    if getattr(args, "max_cost", None) is not None:
+        if cfg.get("type") != "openai":
+            raise ValueError(f"{path}: --max-cost applies to API backends (backend.type is {cfg.get('type')})")
+        from distill.pricing import CostGuard, price_table
+
+        extra["cost_guard"] = CostGuard(max_cost=args.max_cost, table=price_table(cfg.get("prices")))
+    try:
+        return make_backend(cfg, **extra)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from data_prep.ed_formats import DataError
+    from distill.pricing import CostLimitReached
+    from distill.store import StoreError
+
+    try:
+        return _generate(args)
+    except CostLimitReached as exc:  # --max-cost: finished chunks are already stored
+        print(str(exc), file=sys.stderr)
+        return 3
+    except (ValueError, DataError, StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from data_prep.loaders import load_split
+    from distill.pipeline import Pipeline
+    from distill.store import TraceStore
+
+    if args.chunk_size < 1 or (args.limit is not None and args.limit < 0):
+        raise ValueError("--chunk-size must be >= 1 and --limit >= 0")
+    data = load_config(args.config)
+    config = pipeline_config(args.config, data.get("pipeline"), args)
+    dialogues = load_split(args.dialogues, args.split)
+    if args.limit is not None:
+        dialogues = dialogues[:args.limit]
+    index = _load_index(args.index) if args.index else None
+    store = TraceStore(args.out)
+    backend = build_backend(args.config, data["backend"], args)
+    store.claim({
+        "pipeline": config.key_dict(), "backend_name": backend.name, "model": backend.model,
+        "prompt_version": PROMPT_VERSION, "backend": backend.describe(),
+        "source": {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index},
+    })
+    pipeline = Pipeline(config, backend, index=index)
+    return _run_with_progress(pipeline, store, dialogues, args.chunk_size)
+
+
+def _load_index(path: str):
+    from data_prep.retrieval import ExemplarIndex
+
+    try:
+        return ExemplarIndex.load(path)
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"{path}: cannot load exemplar index ({exc})") from None
+
+
+def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
+    stored = store.keys()
+    already = sum(1 for d in dialogues if pipeline.key(d) in stored)
+    counts = {"ok": 0, "failed": 0}
+    with tqdm(total=len(dialogues), initial=already, desc="traces", unit="dialogue") as bar:
+        bar.set_postfix(done=already, failed=0)
+
+        def on_trace(trace) -> None:
+            counts[trace.status] += 1
+            bar.update(1)
+            bar.set_postfix(done=already + counts["ok"] + counts["failed"], failed=counts["failed"])
+
+        summary = pipeline.run_into(store, dialogues, chunk_size=chunk_size, on_trace=on_trace)
+    print(f"wrote {summary.written} traces ({summary.failed} failed), skipped {summary.skipped} already in "
+          f"{store.path}; store holds {len(store)}")
+    return 0

@@ -1,0 +1,150 @@
+"""Parsing role outputs and the MERG reflection rules: what counts as a valid answer, where a
+refinement restarts, and which iteration becomes the final answer.
+
+Kept apart from the runner (distill.pipeline) so the rules read in one sitting and are testable
+without a model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from data_prep.dialogues import Dialogue
+from distill.roles import RoleSpec
+from distill.schemas import CAEOutput, GRAOutput
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
+_NULLISH = {"", "none", "null", "nil", "n/a"}
+
+
+class OutputRejected(ValueError):
+    """An answer that does not validate; the message is the one-line reason kept in the trace."""
+
+
+def _json_candidate(text: str) -> str:
+    """The JSON part of a model answer: inside a code fence if there is one, else from the first '{'."""
+    fenced = _FENCE.search(text)
+    if fenced:
+        return fenced.group(1)
+    start = text.find("{")
+    return text[start:] if start >= 0 else text
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "output"
+    if err.get("type", "").startswith("json"):
+        # pydantic reports a cut-off answer as 'EOF while parsing': almost always max_new_tokens.
+        reason = "truncated JSON" if "EOF" in err.get("msg", "") else "not JSON"
+        return f"{reason} ({err.get('msg', '')})"
+    return f"field '{where}': {err.get('msg', 'invalid')}"
+
+
+def parse_output(spec: RoleSpec, text: str, stages: Sequence[str]) -> BaseModel:
+    """Validate one raw answer against the role's schema (and the GRA's stage names); raise OutputRejected."""
+    candidate = _json_candidate(text.strip())
+    if not candidate.strip():
+        raise OutputRejected("empty output")
+    try:
+        parsed = spec.schema.model_validate_json(candidate)
+    except ValidationError as exc:
+        # A chatty model may add text after the object; retry on the outermost {...} before giving up.
+        end = candidate.rfind("}")
+        try:
+            parsed = spec.schema.model_validate_json(candidate[:end + 1]) if end > 0 else None
+        except ValidationError:
+            parsed = None
+        if parsed is None:
+            raise OutputRejected(_first_error(exc)) from None
+    if isinstance(parsed, GRAOutput):
+        parsed = _check_gra(parsed, stages)
+    return parsed
+
+
+def _check_gra(out: GRAOutput, stages: Sequence[str]) -> GRAOutput:
+    """The GRA may only judge stages that ran; a made-up stage name would send the rerun nowhere."""
+    checks = []
+    for check in out.checks:
+        name = check.stage.strip().lower()  # 'ASI' and 'asi' name the same stage
+        if name not in stages:
+            raise OutputRejected(f"field 'checks.stage': '{check.stage}' is not an enabled stage ({', '.join(stages)})")
+        checks.append(check.model_copy(update={"stage": name}))
+    failure = out.earliest_failure
+    if failure is not None:
+        failure = failure.strip().lower()
+        if failure in _NULLISH:
+            failure = None
+        elif failure not in stages:
+            raise OutputRejected(f"field 'earliest_failure': '{out.earliest_failure}' is not an enabled stage ({', '.join(stages)})")
+    return out.model_copy(update={"checks": checks, "earliest_failure": failure})
+
+
+def trigger_warnings(out: BaseModel, dialogue: Dialogue) -> list[str]:
+    """CAE trigger spans that are not verbatim (case- and space-insensitive) in the seeker's turns.
+
+    Recorded as warnings, not rejections: teachers and small students often quote with a changed
+    word or punctuation, the GRA already audits whether the cause is grounded, and rejecting would
+    spend retries and drop whole dialogues over a soft quality signal. Dataset builders can filter
+    on the warning (event text starts with 'warning: cae trigger').
+    """
+    if not isinstance(out, CAEOutput):
+        return []
+    seeker = _squash(dialogue.seeker_text())
+    return [f"warning: cae trigger {span!r} is not a verbatim span of the seeker's turns"
+            for span in out.triggers if _squash(span) not in seeker]
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+# --- reflection: where to restart, which iteration wins --------------------------------------------
+
+def stage_passes(audit: Optional[GRAOutput], stages: Sequence[str]) -> tuple[bool, ...]:
+    """Passed flags in stage order. A stage the GRA did not mention passes, unless it is the named
+    earliest failure; an iteration without a valid audit passes nothing (it cannot beat an audited one)."""
+    if audit is None:
+        return tuple(False for _ in stages)
+    verdict = {c.stage: c.passed for c in audit.checks}
+    return tuple(verdict.get(s, True) and s != audit.earliest_failure for s in stages)
+
+
+def restart_stage(audit: GRAOutput, stages: Sequence[str]) -> Optional[str]:
+    """The earliest stage the audit faults: its `earliest_failure` or the first failed check, whichever comes first."""
+    passes = stage_passes(audit, stages)
+    return next((s for s, ok in zip(stages, passes) if not ok), None)
+
+
+def iteration_score(passes: tuple[bool, ...], iteration: int, penalty: float) -> float:
+    """Σ_j passed_j · 2^(n-1-j)  −  penalty · iteration.
+
+    The weighted sum reads the tuple of passed flags (stage order) as a binary number, so without
+    the penalty it orders iterations exactly lexicographically: passing an earlier stage beats
+    passing any number of later ones. The penalty (in units of the last stage's weight) lets a
+    refinement win only when it improves on an earlier iteration by more than penalty × extra
+    iterations; with the default 0.5, iteration 1 that fixes only the reply (+1) beats iteration 0,
+    while iteration 2 that fixes only the reply ties with iteration 0 (+1 − 1.0) and the tie goes
+    to the earlier iteration.
+    """
+    n = len(passes)
+    return sum(2 ** (n - 1 - j) for j, ok in enumerate(passes) if ok) - penalty * iteration
+
+
+def choose_final(candidates: dict[int, Optional[GRAOutput]], stages: Sequence[str], penalty: float) -> int:
+    """The iteration with the highest `iteration_score`; ties go to the earliest iteration.
+
+    ``candidates`` maps each complete iteration (every stage valid) to its audit, or None when the
+    GRA produced no valid audit for it.
+    """
+    if not candidates:
+        raise ValueError("choose_final needs at least one complete iteration")
+    return max(sorted(candidates), key=lambda it: (iteration_score(stage_passes(candidates[it], stages), it, penalty), -it))
+
+
+def dumps_output(out: BaseModel) -> str:
+    """Compact JSON of a parsed output, for logs and the CLI."""
+    return json.dumps(out.model_dump(), ensure_ascii=False)

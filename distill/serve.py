@@ -1,0 +1,247 @@
+"""`python -m distill serve`: an OpenAI-compatible server over the local backend and role adapters.
+
+    python -m distill serve --model smollm2-135m --adapters runs/adapters --port 8000
+
+`POST /v1/chat/completions` answers like OpenAI's endpoint; its `model` field picks a role adapter
+(`asi`, `cae`, …) or the base model (its alias, path or id), as vLLM multi-LoRA does, so the
+`openai` backend with `model_per_role: true` runs the student pipeline against it.
+`response_format: json_schema` goes through the same xgrammar constrained decoding as the local
+backend. `GET /v1/models` lists the base and each adapter, `GET /health` says it is up, and
+`GET /metrics` counts calls per model and per prompt (tests use it to prove a resumed run repeats
+nothing). Bad requests get a 4xx with an OpenAI-style error body, never a 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from distill.backends.base import GenerationRequest
+from distill.serve_batcher import RequestBatcher
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # clients send many optional OpenAI fields we can ignore
+
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    max_tokens: Optional[int] = Field(None, ge=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    seed: Optional[int] = None
+    n: int = Field(1, ge=1, le=1, description="one choice per request")
+    stream: Literal[False] = False
+    response_format: Optional[dict[str, Any]] = None
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def prompt_digest(model: str, messages: list[dict[str, str]]) -> str:
+    """Stable id of one call (model + messages), as counted in /metrics `by_prompt`."""
+    payload = json.dumps({"model": model, "messages": messages}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
+_SCHEMA_CLASSES: dict[str, type[BaseModel]] = {}
+
+
+def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
+    """A pydantic class that reports `schema` as its JSON schema, for backends that compile `request.schema`.
+
+    One class per distinct schema, so the local backend's per-class grammar cache compiles each once.
+    """
+    key = json.dumps([name, schema], sort_keys=True)
+    if key not in _SCHEMA_CLASSES:
+        if len(_SCHEMA_CLASSES) > 256:  # clients sending ever-new schemas must not grow memory forever
+            _SCHEMA_CLASSES.clear()
+        # A distinct qualname per schema: the local backend groups requests by it.
+        unique = f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+        _SCHEMA_CLASSES[key] = type(unique, (BaseModel,), {"model_json_schema": classmethod(lambda cls, *a, **k: schema)})
+    return _SCHEMA_CLASSES[key]
+
+
+def _json_schema(response_format: Optional[dict[str, Any]]) -> Optional[tuple[str, dict[str, Any]]]:
+    if not response_format or response_format.get("type") in (None, "text"):
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return "json_object", {"type": "object"}
+    if kind != "json_schema":
+        raise BadRequest(400, f"response_format.type '{kind}' is not supported (text, json_object, json_schema)", "response_format")
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise BadRequest(400, "response_format.json_schema.schema must be a JSON object", "response_format")
+    try:
+        import xgrammar
+
+        xgrammar.Grammar.from_json_schema(json.dumps(spec["schema"]))  # cheap: no tokenizer needed
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise BadRequest(400, f"response_format.json_schema.schema is not a usable JSON schema: {reason}", "response_format") from None
+    return str(spec.get("name") or "Output"), spec["schema"]
+
+
+class ServeState:
+    """What the handlers need: the backend, its model names and the input-size limit."""
+
+    def __init__(self, backend: Any, base_names: list[str], max_input_tokens: int, max_new_tokens_cap: int):
+        self.backend = backend
+        self.base_names = [n for n in dict.fromkeys(base_names) if n]
+        self.adapters = list(getattr(backend, "adapter_names", []) or [])
+        self.max_input_tokens = max_input_tokens
+        self.max_new_tokens_cap = max_new_tokens_cap
+
+    def resolve_adapter(self, model: str) -> Optional[str]:
+        if model in self.adapters:
+            return model
+        if model in self.base_names:
+            return None
+        known = ", ".join(self.base_names[:1] + self.adapters)
+        raise BadRequest(404, f"model '{model}' does not exist on this server (known: {known})", "model", "model_not_found")
+
+    def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        # Rendered the way the local backend renders it: the template writes its own special tokens.
+        tok = self.backend.tokenizer
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    def to_generation_request(self, body: ChatRequest) -> GenerationRequest:
+        adapter = self.resolve_adapter(body.model)
+        messages = [m.model_dump() for m in body.messages]
+        n_prompt = self.count_prompt_tokens(messages)
+        if n_prompt > self.max_input_tokens:
+            raise BadRequest(400, f"input is {n_prompt} tokens, over this server's --max-input-tokens {self.max_input_tokens}",
+                             "messages", "context_length_exceeded")
+        max_new = body.max_completion_tokens or body.max_tokens or 256
+        if max_new > self.max_new_tokens_cap:
+            raise BadRequest(400, f"max_tokens {max_new} is over this server's limit {self.max_new_tokens_cap}", "max_tokens")
+        schema = _json_schema(body.response_format)
+        request = GenerationRequest(messages=messages, temperature=body.temperature, max_new_tokens=max_new,
+                                    adapter=adapter, seed=body.seed)
+        if schema:
+            request.schema = schema_model(*schema)
+        return request
+
+
+def create_app(backend: Any, base_names: list[str], max_batch: int = 16, max_input_tokens: int = 2048,
+               max_new_tokens_cap: int = 1024, batch_window_ms: float = 10.0):
+    """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    state = ServeState(backend, base_names, max_input_tokens, max_new_tokens_cap)
+    batcher = RequestBatcher(backend, max_batch=max_batch, window_s=batch_window_ms / 1000)
+    counters = {"bad_requests": 0}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="trace-distill serve", lifespan=lifespan)
+
+    def error(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> JSONResponse:
+        counters["bad_requests"] += status < 500
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+
+    _add_error_handlers(app, error)
+    _add_routes(app, state, batcher, counters, error)
+    app.state.batcher = batcher
+    return app
+
+
+def _add_error_handlers(app, error) -> None:
+    """Every client mistake becomes a 4xx with an OpenAI-style error body, never a 500."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return error(400, f"invalid request: {where}: {first.get('msg', 'malformed body')}", where)
+
+    @app.exception_handler(BadRequest)
+    async def _bad(request: Request, exc: BadRequest):
+        return error(exc.status, exc.message, exc.param, exc.code)
+
+
+def _add_routes(app, state: ServeState, batcher: RequestBatcher, counters: dict, error) -> None:
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "requests": batcher.stats.requests, "bad_requests": counters["bad_requests"]}
+
+    @app.get("/metrics")
+    async def metrics():
+        return {**batcher.stats.as_dict(), "bad_requests": counters["bad_requests"]}
+
+    @app.get("/v1/models")
+    async def models():
+        names = state.base_names[:1] + state.adapters
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "trace-distill"} for n in names]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest):
+        request = state.to_generation_request(body)
+        batcher.stats.by_model[body.model] += 1
+        batcher.stats.by_prompt[prompt_digest(body.model, request.messages)] += 1
+        try:
+            result = await batcher.submit(request)
+        except Exception as exc:
+            return error(500, f"generation failed: {type(exc).__name__}: {exc}")
+        finish = "length" if result.completion_tokens >= request.max_new_tokens else "stop"
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
+                      "total_tokens": result.prompt_tokens + result.completion_tokens},
+        }
+
+
+# --- CLI -----------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2-135m", help="base model: alias, local path or hub id")
+    parser.add_argument("--adapters", default=None, help="directory of role adapters (one subdirectory per role)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-batch", type=int, default=16, help="requests generated together")
+    parser.add_argument("--batch-window-ms", type=float, default=10.0, help="how long to wait for a batch to fill")
+    parser.add_argument("--max-input-tokens", type=int, default=2048, help="longer prompts get a 400")
+    parser.add_argument("--max-new-tokens", type=int, default=1024, help="largest max_tokens accepted")
+    parser.add_argument("--dtype", default="auto", help="auto, bfloat16 or float32")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from distill.backends.local import LocalBackend
+
+    backend = LocalBackend(model=args.model, adapters=args.adapters, dtype=args.dtype, batch_size=args.max_batch,
+                           max_input_tokens=args.max_input_tokens)
+    base_names = [args.model, getattr(backend, "model", None), "base"]
+    app = create_app(backend, base_names, max_batch=args.max_batch, max_input_tokens=args.max_input_tokens,
+                     max_new_tokens_cap=args.max_new_tokens, batch_window_ms=args.batch_window_ms)
+    print(f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "
+          f"on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,188 @@
+"""`python -m eval compare --config configs/eval/<name>.yaml --out <dir>`: score systems side by side.
+
+The recipe: load the test split (and the exemplar index, checked to hold no test conversation),
+get every system's traces on exactly those dialogues (`eval.systems`), compute the same metrics for
+each (`score_system`), judge each system against one reference, write ``report.json``, then render
+``report.md`` and the plots from that JSON alone (`eval.report`), so every printed number is a
+stored one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+
+from data_prep.dialogues import Dialogue
+from eval.metrics_text import diversity_metrics
+from eval.metrics_trace import cost_and_speed, emotion_accuracy, schema_valid_rate, teacher_agreement
+from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
+
+REPORT_JSON = "report.json"
+DECIMALS = 4
+
+
+def load_config(path: str) -> CompareConfig:
+    """Parse and validate a compare YAML; errors are one line naming the file and the field."""
+    file = Path(path)
+    if not file.is_file():
+        raise CompareError(f"{path}: no such config file")
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    try:
+        return CompareConfig.model_validate(raw)
+    except Exception as err:
+        errors = getattr(err, "errors", lambda: [])()
+        if errors:
+            first = errors[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise CompareError(f"{path}: field '{where}': {first['msg']}") from None
+        raise CompareError(f"{path}: {err}") from None
+
+
+def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogue]:
+    from data_prep.loaders import load_split
+
+    if not Path(config.dialogues).exists():
+        raise CompareError(f"{config_file}: dialogues '{config.dialogues}' does not exist "
+                           "(build it with `python -m data_prep dialogues --out`)")
+    try:
+        test = load_split(config.dialogues, config.split)
+    except Exception as err:
+        raise CompareError(f"{config_file}: dialogues: {err}") from None
+    if not test:
+        raise CompareError(f"{config_file}: split '{config.split}' of {config.dialogues} is empty")
+    return test[: config.limit] if config.limit else test
+
+
+def load_index(config: CompareConfig, test: Sequence[Dialogue], config_file: str):
+    if config.index is None:
+        return None
+    from data_prep.retrieval import ExemplarIndex
+
+    try:
+        index = ExemplarIndex.load(config.index)
+    except (OSError, ValueError) as err:
+        raise CompareError(f"{config_file}: index: {err}") from None
+    check_index_disjoint(index, test, config.index)
+    return index
+
+
+def score_system(run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun],
+                 reference_lm) -> dict[str, Any]:
+    """Every metric for one system on the test dialogues (its traces are in test order)."""
+    from eval.metrics_model import bertscore, perplexity
+
+    responses = [t.response or "" for t in run.traces]
+    result: dict[str, Any] = {
+        "name": run.name, "source": run.source, "description": run.description, "n": len(test),
+        "failed_traces": sum(t.status == "failed" for t in run.traces),
+        "empty_responses": sum(not r.strip() for r in responses),
+        "diversity": diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size),
+    }
+    if config.ppl is not None:
+        contexts = [d.render_context() for d in test]
+        result["ppl"] = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size)
+        result["ppl"]["model"] = config.ppl.model
+    if config.bertscore is not None:
+        result["bertscore"] = bertscore(responses, [d.gold_response for d in test], config.bertscore.model,
+                                        config.bertscore.num_layers, config.bertscore.batch_size)
+    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
+    result["i_acc"] = emotion_accuracy([(t.outputs.get("asi") or {}).get("emotion") for t in run.traces],
+                                       [d.emotion for d in test], [d.emotion_fine for d in test]) if ran_asi else None
+    result["agreement"] = (teacher_agreement(run.traces, reference.traces)
+                           if reference is not None and reference.name != run.name else None)
+    result["schema_valid"] = schema_valid_rate(run.traces)
+    cost = cost_and_speed(run.traces, run.wall_s, run.peak_rss_mb)
+    cost["prompt_tokens_per_dialogue"] = sum(v["prompt_per_dialogue"] for v in cost["tokens_per_role"].values())
+    cost["completion_tokens_per_dialogue"] = sum(v["completion_per_dialogue"] for v in cost["tokens_per_role"].values())
+    cost["memory_method"] = run.memory_method
+    result["cost"] = cost
+    return result
+
+
+def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[Dialogue]) -> Optional[dict]:
+    if config.judge is None:
+        return None
+    from distill.backends import make_backend
+    from eval.judge import judge_pairs
+
+    backend = make_backend(dict(config.judge.backend))
+    against = next(r for r in runs if r.name == config.judge.against)
+    results = {}
+    for run in runs:
+        if run.name == against.name:
+            continue
+        out = judge_pairs(backend, test, [t.response or "" for t in run.traces],
+                          [t.response or "" for t in against.traces], config.judge.aspects, config.judge.max_new_tokens)
+        results[run.name] = {"aspects": out["aspects"], "outcomes": out["outcomes"]}
+    return {"against": against.name, "aspects": list(config.judge.aspects), "judge": backend.describe(),
+            "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie; "
+                    "p is a two-sided sign test on wins vs losses (ties excluded)",
+            "results": results}
+
+
+def rounded(value: Any) -> Any:
+    """Floats to DECIMALS places everywhere, so report.md can show exactly what report.json holds."""
+    if isinstance(value, float):
+        return None if value != value else round(value, DECIMALS)  # NaN → null: JSON has no NaN
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
+def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
+    test = load_test_dialogues(config, config_file)
+    index = load_index(config, test, config_file)
+    runs = collect_systems(config, test, index, config_file)
+    reference = next(r for r in runs if r.name == config.reference_system())
+    reference_lm = None
+    if config.ppl is not None:
+        from eval.metrics_model import load_reference_lm
+
+        reference_lm = load_reference_lm(config.ppl.model)
+    systems = [score_system(run, test, config, reference, reference_lm) for run in runs]
+    return rounded({
+        "config_file": config_file, "config": config.model_dump(),
+        "test": {"dialogues": config.dialogues, "split": config.split, "n": len(test),
+                 "ids": [d.id for d in test], "index": config.index},
+        "settings": {
+            "reference_system": reference.name,
+            "ppl": config.ppl.model_dump() if config.ppl else None,
+            "bertscore": config.bertscore.model_dump() if config.bertscore else None,
+            "ead": config.ead.model_dump(),
+            "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
+        },
+        "systems": systems,
+        "judge": judge_systems(config, runs, test),
+    })
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="compare YAML, e.g. configs/eval/sample.yaml")
+    parser.add_argument("--out", required=True, help="directory for report.json, report.md and the plots")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.report import write_report_files
+
+    try:
+        report = build_report(load_config(args.config), args.config)
+    except CompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    written = write_report_files(out / REPORT_JSON, out)
+    print(f"wrote {out / REPORT_JSON}, " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0

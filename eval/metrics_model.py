@@ -1,0 +1,151 @@
+"""Metrics that need a neural model: perplexity under a reference LM and BERTScore vs the gold reply.
+
+Both run offline on local weights (`data_prep.models.resolve_model`): the default reference LM is the
+embedded SmolLM2-135M-Instruct and the default BERTScore encoder is all-MiniLM-L6-v2. The papers use
+larger models (GPT-2 / roberta-large), so every result names the model it was computed with.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Any, Literal, Optional, Sequence, Union
+
+from tqdm.auto import tqdm
+
+from eval.stats import bootstrap_ci, mean_with_ci
+
+PplContext = Literal["response", "dialogue"]
+DEFAULT_PPL_MODEL = "smollm2-135m"
+DEFAULT_BERTSCORE_MODEL = "minilm"
+
+
+def load_reference_lm(model: str, dtype: str = "float32"):
+    """(model, tokenizer) for PPL from an alias, local path or hub id; eval mode, on CPU/GPU as available."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from data_prep.models import resolve_model
+
+    path = resolve_model(model)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    lm.eval()
+    return lm, AutoTokenizer.from_pretrained(path)
+
+
+def _document_start_id(tok) -> Optional[int]:
+    """The token a pretraining document starts after. GPT-2-style models (SmolLM2 included) use
+    <|endoftext|>; SmolLM2's converted tokenizer calls <|im_start|> its BOS, which is a chat token and
+    inflates PPL about 2x, so <|endoftext|> wins when the vocabulary has it."""
+    vocab = tok.get_vocab()
+    if "<|endoftext|>" in vocab:
+        return vocab["<|endoftext|>"]
+    return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+
+
+def _encode_pairs(tok, responses: Sequence[str], contexts: Optional[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
+    """(prefix ids, response ids) per item. The prefix is the document start alone, or it + the dialogue context,
+    so every response token, the first included, is predicted from something."""
+    start = _document_start_id(tok)
+    pairs = []
+    for i, resp in enumerate(responses):
+        prefix = [start] if start is not None else []
+        if contexts is not None:
+            prefix += tok.encode(contexts[i] + "\nresponder:", add_special_tokens=False)
+        text = (resp or "").strip()
+        # after "responder:" the reply starts with a space, exactly as it would in running text
+        text = " " + text if contexts is not None and text else text
+        pairs.append((prefix, tok.encode(text, add_special_tokens=False) if text else []))
+    return pairs
+
+
+def _batch_nll(lm, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> list[float]:
+    """Summed NLL of the response tokens of each pair (prefix tokens are context only)."""
+    import torch
+
+    width = max(len(p) + len(r) for p, r in pairs)
+    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, (prefix, resp) in enumerate(pairs):
+        seq = prefix + resp
+        ids[row, :len(seq)] = torch.tensor(seq)
+        mask[row, :len(seq)] = 1
+        if resp:
+            labels[row, len(prefix):len(seq)] = torch.tensor(resp)
+    logits = lm(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits.float()
+    shift_logits, shift_labels = logits[:, :-1], labels[:, 1:].to(logits.device)
+    nll = torch.nn.functional.cross_entropy(shift_logits.transpose(1, 2), shift_labels, ignore_index=-100, reduction="none")
+    return nll.sum(dim=1).tolist()
+
+
+def perplexity(responses: Sequence[str], model: Union[str, tuple[Any, Any]] = DEFAULT_PPL_MODEL,
+               context: PplContext = "response", contexts: Optional[Sequence[str]] = None,
+               batch_size: int = 8, progress: bool = True) -> dict:
+    """Corpus perplexity, token-weighted: exp(total NLL / total response tokens) (Jelinek et al. 1977).
+
+    ``context="response"`` scores each response alone after the document-start token (TRACE's evaluation);
+    ``"dialogue"`` scores it after its dialogue context (``contexts[i]`` plus ``"\\nresponder:"``),
+    counting only the response tokens. ``model`` is an alias/path or an already loaded
+    ``(model, tokenizer)``; a PEFT model is scored with its adapters disabled. The CI is a bootstrap
+    over responses of the same token-weighted statistic. Empty responses add no tokens.
+    """
+    import torch
+
+    if context not in ("response", "dialogue"):
+        raise ValueError(f"ppl context must be 'response' or 'dialogue', got '{context}'")
+    if context == "dialogue" and (contexts is None or len(contexts) != len(responses)):
+        raise ValueError("ppl context 'dialogue' needs one dialogue context per response")
+    name = model if isinstance(model, str) else getattr(getattr(model[0], "config", None), "_name_or_path", "loaded model")
+    lm, tok = load_reference_lm(model) if isinstance(model, str) else model
+    pairs = _encode_pairs(tok, responses, contexts if context == "dialogue" else None)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    per_item: list[tuple[float, int]] = []
+    base_only = lm.disable_adapter() if hasattr(lm, "disable_adapter") else nullcontext()
+    with torch.no_grad(), base_only:
+        for start in tqdm(range(0, len(pairs), batch_size), desc=f"ppl ({context})", disable=not progress):
+            chunk = pairs[start:start + batch_size]
+            per_item += [(nll, len(r)) for nll, (_, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
+
+    def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
+        tokens = sum(t for _, t in items)
+        return math.exp(sum(n for n, _ in items) / tokens) if tokens else float("nan")
+
+    tokens = sum(t for _, t in per_item)
+    low, high = bootstrap_ci([it for it in per_item if it[1]], statistic=corpus_ppl)
+    return {"value": corpus_ppl(per_item) if tokens else None, "ci_low": low, "ci_high": high,
+            "n": len(responses), "tokens": tokens, "model": name, "context": context}
+
+
+def bertscore(candidates: Sequence[str], references: Sequence[Optional[str]], model: str = DEFAULT_BERTSCORE_MODEL,
+              num_layers: Optional[int] = None, batch_size: int = 32) -> dict:
+    """BERTScore P/R/F1 (Zhang et al. 2020) of each candidate vs its gold reply, with bootstrap CIs.
+
+    Uses ``bert_score.score`` with a local encoder directory as ``model_type`` (no hub), no IDF and no
+    baseline rescaling. ``num_layers`` defaults to all of the encoder's layers (6 for MiniLM); the
+    papers use roberta-large at layer 17. Pairs without a reference are skipped; n counts the rest;
+    an empty candidate scores 0.
+    """
+    from transformers import AutoConfig
+
+    from data_prep.models import resolve_model
+
+    pairs = [(c or "", r) for c, r in zip(candidates, references) if r and r.strip()]
+    empty = {k: mean_with_ci([]) for k in ("precision", "recall", "f1")}
+    if not pairs:
+        return {**empty, "model": model, "num_layers": num_layers}
+    path = resolve_model(model)
+    layers = num_layers or AutoConfig.from_pretrained(path).num_hidden_layers
+    import bert_score
+
+    # bert_score encodes "" via build_inputs_with_special_tokens, which transformers 5's fast
+    # tokenizers lack; an empty reply shares nothing with the reference, so it scores 0 directly.
+    scored = [i for i, (c, _) in enumerate(pairs) if c.strip()]
+    p_all, r_all, f_all = [0.0] * len(pairs), [0.0] * len(pairs), [0.0] * len(pairs)
+    if scored:
+        p, r, f = bert_score.score([pairs[i][0] for i in scored], [pairs[i][1] for i in scored], model_type=path,
+                                   num_layers=layers, batch_size=batch_size, use_fast_tokenizer=True, verbose=False)
+        for i, pv, rv, fv in zip(scored, p.tolist(), r.tolist(), f.tolist()):
+            p_all[i], r_all[i], f_all[i] = pv, rv, fv
+    return {"precision": mean_with_ci(p_all), "recall": mean_with_ci(r_all), "f1": mean_with_ci(f_all),
+            "model": model, "num_layers": layers, "empty_candidates": len(pairs) - len(scored)}

@@ -1,0 +1,104 @@
+"""Reference-free diversity metrics on response text: Dist-n (TRACE) and EAD-n (Liu et al. 2022).
+
+Both are corpus-level numbers (one value for a whole system), so they carry n but no bootstrap CI.
+They need no model, which is why `python -m eval score` runs them in seconds.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, Optional, Sequence, Union
+
+Tokenizer = Callable[[str], Sequence]
+DEFAULT_EAD_ENCODING = "cl100k_base"
+
+
+def whitespace_tokens(text: str) -> list[str]:
+    """TRACE's Dist tokenisation: lowercase, split on whitespace (punctuation stays attached)."""
+    return (text or "").lower().split()
+
+
+def ngrams(tokens: Sequence, n: int) -> list[tuple]:
+    """All contiguous n-grams; a sequence shorter than n has none."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def distinct_n(responses: Sequence[str], n: int) -> float:
+    """Dist-n (Li et al. 2016, as computed in TRACE): distinct n-grams / total n-grams over the corpus.
+
+    Tokens are lowercased whitespace tokens; n-grams never cross a response boundary. Empty
+    responses contribute nothing; a corpus with no n-gram at all scores 0.0.
+    """
+    grams = [g for r in responses for g in ngrams(whitespace_tokens(r), n)]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+@lru_cache(maxsize=4)
+def _bpe_encoding(name: str):
+    import bpe_openai  # offline, same ids as tiktoken's cl100k_base
+
+    return bpe_openai.get_encoding(name)
+
+
+def resolve_tokenizer(tokenizer: Union[str, Tokenizer], vocab_size: Optional[int]) -> tuple[Tokenizer, int]:
+    """Turn a tokenizer spec into (encode function, V).
+
+    ``"cl100k_base"`` (or another bpe_openai encoding) → its ids and ``n_vocab``; ``"whitespace"`` →
+    lowercased whitespace tokens (V must then be given); a callable → used as is (V must be given);
+    any other string → a local Hugging Face tokenizer directory, V = ``len(tokenizer)``.
+    """
+    if callable(tokenizer):
+        if vocab_size is None:
+            raise ValueError("EAD with a custom tokenizer needs vocab_size (V)")
+        return tokenizer, vocab_size
+    if tokenizer == "whitespace":
+        if vocab_size is None:
+            raise ValueError("EAD with whitespace tokens needs vocab_size (V)")
+        return whitespace_tokens, vocab_size
+    if tokenizer.startswith(("cl100k", "o200k", "r50k", "p50k")):
+        enc = _bpe_encoding(tokenizer)
+        return enc.encode, vocab_size or enc.n_vocab
+    from transformers import AutoTokenizer
+
+    from data_prep.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
+    return (lambda text: tok.encode(text, add_special_tokens=False)), vocab_size or len(tok)
+
+
+def ead_n(responses: Sequence[str], n: int, tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
+          vocab_size: Optional[int] = None) -> float:
+    """EAD-n, Expectation-Adjusted Distinct (Liu et al. 2022, "Rethinking and Refining the Distinct Metric").
+
+    EAD = distinct n-grams / (V · (1 − ((V − 1) / V) ** C)), where C is the total number of n-grams
+    and V the vocabulary size: the denominator is the number of distinct tokens expected from C
+    uniform draws, which removes Dist's bias against long outputs. TRACE's setting (the default):
+    cl100k_base token ids of the responses concatenated into one sequence, V = the encoding's
+    vocabulary size. A corpus with no n-gram scores 0.0.
+    """
+    encode, vocab = resolve_tokenizer(tokenizer, vocab_size)
+    if vocab < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab}")
+    ids: list = []
+    for r in responses:
+        ids.extend(encode(r or ""))
+    grams = ngrams(ids, n)
+    total = len(grams)
+    if total == 0:
+        return 0.0
+    expected = vocab * (1.0 - ((vocab - 1) / vocab) ** total)
+    return len(set(grams)) / expected
+
+
+def diversity_metrics(responses: Sequence[str], ead_tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
+                      ead_vocab_size: Optional[int] = None) -> dict:
+    """Dist-1/2 and EAD-1/2 for one system, with n (responses) and the EAD tokenizer named."""
+    return {
+        "dist1": distinct_n(responses, 1), "dist2": distinct_n(responses, 2),
+        "ead1": ead_n(responses, 1, ead_tokenizer, ead_vocab_size),
+        "ead2": ead_n(responses, 2, ead_tokenizer, ead_vocab_size),
+        "n": len(responses),
+        "ead_tokenizer": ead_tokenizer if isinstance(ead_tokenizer, str) else getattr(ead_tokenizer, "__name__", "custom"),
+    }

@@ -1,0 +1,205 @@
+"""Metrics read off pipeline traces: emotion accuracy (I-ACC), agreement with the teacher, cost and speed.
+
+Mean-type numbers carry a seeded bootstrap 95% CI and n (`eval.stats.mean_with_ci`). Labels come
+from `data_prep.taxonomy` only: 6-class (Ekman) and 32-class (ED) accuracy are separate results,
+never mixed.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections import Counter
+from typing import Optional, Sequence
+
+from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
+from distill.pricing import estimate_cost
+from distill.trace import Trace
+from eval.stats import mean_with_ci, percentile
+
+INVALID = "(invalid)"  # a prediction missing or outside the label set; always counted as wrong
+
+
+def _normalise(label: Optional[str], labels: Sequence[str]) -> str:
+    key = (label or "").strip().lower()
+    return key if key in labels else INVALID
+
+
+def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str], labels: Sequence[str]) -> dict:
+    """Accuracy (with CI), macro-F1 and confusion matrix of ``predicted`` vs ``gold`` over ``labels``.
+
+    Macro-F1 averages per-class F1 (van Rijsbergen's F with β=1) over the classes present in gold
+    or in the valid predictions, like scikit-learn's default. The confusion matrix has gold as rows,
+    predictions as columns, plus an ``(invalid)`` column when any prediction was unusable.
+    """
+    if len(predicted) != len(gold):
+        raise ValueError(f"{len(predicted)} predictions for {len(gold)} gold labels")
+    preds = [_normalise(p, labels) for p in predicted]
+    golds = [_normalise(g, labels) for g in gold]
+    bad = [g for g in gold if _normalise(g, labels) == INVALID]
+    if bad:
+        raise ValueError(f"gold label '{bad[0]}' is not one of {', '.join(labels)}")
+    correct = [float(p == g) for p, g in zip(preds, golds)]
+    present = [c for c in labels if c in set(golds) | set(preds)]
+    f1s = []
+    for c in present:
+        tp = sum(p == c and g == c for p, g in zip(preds, golds))
+        fp = sum(p == c and g != c for p, g in zip(preds, golds))
+        fn = sum(p != c and g == c for p, g in zip(preds, golds))
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    columns = list(labels) + ([INVALID] if INVALID in preds else [])
+    counts = Counter(zip(golds, preds))
+    return {
+        "accuracy": mean_with_ci(correct),
+        "macro_f1": sum(f1s) / len(f1s) if f1s else None,
+        "n": len(gold),
+        "n_invalid": preds.count(INVALID),
+        "confusion": {"rows": list(labels), "columns": columns,
+                      "matrix": [[counts[(g, p)] for p in columns] for g in labels]},
+    }
+
+
+def emotion_accuracy(predicted: Sequence[Optional[str]], gold_ekman: Sequence[str],
+                     gold_fine: Optional[Sequence[Optional[str]]] = None) -> dict:
+    """I-ACC (TRACE): emotion accuracy, 6-class Ekman and, when both sides are fine ED labels, 32-class.
+
+    6-class: predictions and gold are mapped to Ekman with `to_ekman` (a fine prediction counts as
+    its Ekman family). 32-class is reported only when every gold fine label exists and the
+    predictions are ED labels themselves (a pipeline that predicts Ekman has no 32-class score).
+    """
+    def ekman_or_invalid(label: Optional[str]) -> Optional[str]:
+        try:
+            return to_ekman(label) if label else None
+        except ValueError:
+            return None
+
+    result = {"ekman6": classification_report([ekman_or_invalid(p) for p in predicted],
+                                              [to_ekman(g) for g in gold_ekman], EKMAN), "ed32": None}
+    fine_gold_ok = gold_fine is not None and all(gold_fine)
+    fine_preds = [p for p in predicted if p and p.strip().lower() in ED_EMOTIONS]
+    if fine_gold_ok and fine_preds and len(fine_preds) >= len(predicted) / 2:
+        result["ed32"] = classification_report(list(predicted), list(gold_fine), ED_EMOTIONS)
+    return result
+
+
+def token_f1(predicted: str, reference: str) -> float:
+    """SQuAD token F1 (Rajpurkar et al. 2016) on lowercased whitespace tokens; both empty → 1.0."""
+    p, r = predicted.lower().split(), reference.lower().split()
+    if not p and not r:
+        return 1.0
+    common = sum((Counter(p) & Counter(r)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(r)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _field(trace: Trace, role: str, key: str):
+    return (trace.outputs.get(role) or {}).get(key)
+
+
+def teacher_agreement(system: Sequence[Trace], teacher: Sequence[Trace]) -> dict:
+    """Per-role agreement of a system's final outputs with the teacher's on the same dialogue ids.
+
+    For each field, dialogues where the teacher has no output are skipped (nothing to agree with);
+    where the teacher has one and the system does not, it counts as disagreement. Trigger spans
+    are compared as one bag of tokens per dialogue (token F1).
+    """
+    by_id = {t.dialogue.id: t for t in teacher}
+    fields = {"emotion": ("asi", "emotion"), "cause_category": ("cae", "category"), "strategy": ("srp", "strategy")}
+    scores: dict[str, list[float]] = {name: [] for name in [*fields, "trigger_f1"]}
+    for trace in system:
+        ref = by_id.get(trace.dialogue.id)
+        if ref is None:
+            continue
+        for name, (role, key) in fields.items():
+            if _field(ref, role, key) is not None:
+                scores[name].append(float(_field(trace, role, key) == _field(ref, role, key)))
+        if _field(ref, "cae", "triggers"):
+            mine = " ".join(_field(trace, "cae", "triggers") or [])
+            scores["trigger_f1"].append(token_f1(mine, " ".join(_field(ref, "cae", "triggers"))))
+    return {name: mean_with_ci(vals) for name, vals in scores.items()}
+
+
+def schema_valid_rate(traces: Sequence[Trace]) -> dict:
+    """Share of role calls whose final output validated against the role schema, overall and per role."""
+    per_role: dict[str, list[float]] = {}
+    for trace in traces:
+        for step in trace.steps:
+            per_role.setdefault(step.role, []).append(float(step.valid))
+    overall = [v for vals in per_role.values() for v in vals]
+    return {"overall": mean_with_ci(overall), "per_role": {r: mean_with_ci(v) for r, v in per_role.items()}}
+
+
+def cost_and_speed(traces: Sequence[Trace], wall_s: Optional[float] = None, peak_rss_mb: Optional[float] = None,
+                   price_table=None) -> dict:
+    """Latency per dialogue (sum of its steps' latencies) p50/p95/mean, throughput, tokens per role, $ per 1k.
+
+    Throughput is dialogues / wall-clock seconds of the run when the run was timed here, else
+    dialogues / summed latency (an upper bound on time for a batched run read from disk). Cost uses
+    `distill.pricing.estimate_cost` on the traces' model id (self-hosted models cost 0).
+    """
+    n = len(traces)
+    latencies = [sum(s.latency_s for s in t.steps) for t in traces]
+    tokens: dict[str, dict[str, float]] = {}
+    usd = 0.0
+    for t in traces:
+        for s in t.steps:
+            slot = tokens.setdefault(s.role, {"prompt": 0.0, "completion": 0.0})
+            slot["prompt"] += s.prompt_tokens
+            slot["completion"] += s.completion_tokens
+            usd += estimate_cost(t.model, s.prompt_tokens, s.completion_tokens, price_table)
+    per_role = {r: {"prompt_per_dialogue": v["prompt"] / n, "completion_per_dialogue": v["completion"] / n}
+                for r, v in tokens.items()} if n else {}
+    seconds = wall_s if wall_s else sum(latencies)
+    return {
+        "n": n, "latency_s": mean_with_ci(latencies),
+        "latency_p50_s": percentile(latencies, 50), "latency_p95_s": percentile(latencies, 95),
+        "throughput_dps": n / seconds if seconds else None,
+        "throughput_source": "wall clock" if wall_s else "summed step latency",
+        "tokens_per_role": per_role,
+        "usd_per_1k": usd / n * 1000 if n else None,
+        "peak_rss_mb": peak_rss_mb,
+    }
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs, in MiB.
+
+    Samples /proc/self/statm every ``interval`` seconds from a thread (Linux); elsewhere falls back to
+    ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which is the process's lifetime peak. The number
+    covers the whole process (weights of every model loaded so far), not only this system.
+    """
+
+    method = "RSS sampled from /proc/self/statm every 0.1 s during generation (whole process)"
+
+    def __init__(self, interval: float = 0.1):
+        self.interval, self.peak_mb = interval, 0.0
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def _sample(self) -> float:
+        try:
+            with open("/proc/self/statm") as fh:
+                return int(fh.read().split()[1]) * self._page / 2**20
+        except OSError:
+            self.method = "resource.getrusage ru_maxrss (process lifetime peak)"
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, self._sample())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        self.peak_mb = self._sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, self._sample())

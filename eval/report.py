@@ -1,0 +1,180 @@
+"""Render a comparison's ``report.json`` as ``report.md`` (TRACE Tables 1-2 layout) and PNG plots.
+
+This module reads nothing but report.json and computes no number: every figure in the markdown is a
+value stored in the JSON, printed as stored (already rounded by `eval.compare`). That is what lets
+a test check report.md against report.json, and what lets anyone re-render an old report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+DASH = "–"
+
+
+def fmt(value: Any) -> str:
+    """A stored number exactly as JSON holds it; missing → a dash."""
+    if value is None:
+        return DASH
+    return json.dumps(value)
+
+
+def with_ci(stat: Optional[dict]) -> str:
+    """``value [ci_low, ci_high]`` for a mean-type statistic dict from `eval.stats.mean_with_ci`."""
+    if not stat or stat.get("value") is None:
+        return DASH
+    if stat.get("ci_low") is None:
+        return fmt(stat["value"])
+    return f"{fmt(stat['value'])} [{fmt(stat['ci_low'])}, {fmt(stat['ci_high'])}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def quality_table(report: dict) -> list[str]:
+    """TRACE Table 1/3 layout: one row per system, automatic metrics."""
+    rows = []
+    for s in report["systems"]:
+        div, ppl = s["diversity"], s.get("ppl") or {}
+        acc = (s.get("i_acc") or {}).get("ekman6") or {}
+        acc32 = (s.get("i_acc") or {}).get("ed32") or {}
+        bert = (s.get("bertscore") or {}).get("f1")
+        rows.append([s["name"], fmt(s["n"]), with_ci(ppl) if ppl else DASH, fmt(div["dist1"]), fmt(div["dist2"]),
+                     fmt(div["ead1"]), fmt(div["ead2"]), with_ci(acc.get("accuracy")), fmt(acc.get("macro_f1")),
+                     with_ci(acc32.get("accuracy")), with_ci(bert)])
+    return _table(["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "I-ACC (6)", "macro-F1 (6)",
+                   "I-ACC (32)", "BERTScore F"], rows)
+
+
+def agreement_table(report: dict) -> list[str]:
+    rows = []
+    for s in report["systems"]:
+        agree = s.get("agreement") or {}
+        rows.append([s["name"], fmt((agree.get("emotion") or {}).get("n")), with_ci(agree.get("emotion")),
+                     with_ci(agree.get("cause_category")), with_ci(agree.get("strategy")),
+                     with_ci(agree.get("trigger_f1")), fmt(s["schema_valid"]["overall"]["n"]),
+                     with_ci(s["schema_valid"]["overall"])])
+    return _table(["System", "n pairs", "emotion", "cause category", "strategy", "trigger F1", "n calls",
+                   "schema-valid"], rows)
+
+
+def cost_table(report: dict) -> list[str]:
+    rows = []
+    for s in report["systems"]:
+        c = s["cost"]
+        rows.append([s["name"], fmt(c["latency_p50_s"]), fmt(c["latency_p95_s"]), with_ci(c["latency_s"]),
+                     fmt(c["throughput_dps"]), fmt(c["prompt_tokens_per_dialogue"]),
+                     fmt(c["completion_tokens_per_dialogue"]), fmt(c["usd_per_1k"]), fmt(c["peak_rss_mb"])])
+    return _table(["System", "latency p50 (s)", "p95 (s)", "mean (s)", "dialogues/s", "tokens in / dialogue",
+                   "tokens out / dialogue", "$ / 1k dialogues", "peak RSS (MiB)"], rows)
+
+
+def judge_table(judge: dict) -> list[str]:
+    rows = []
+    for system, res in judge["results"].items():
+        for aspect, c in res["aspects"].items():
+            rows.append([f"{system} vs {judge['against']}", aspect, fmt(c["win"]), fmt(c["lose"]), fmt(c["tie"]),
+                         fmt(c["n"]), fmt(c["p_value"]), fmt(c["invalid"])])
+    return _table(["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "invalid verdicts"], rows)
+
+
+def _notes(report: dict) -> list[str]:
+    st = report["settings"]
+    ppl, bert, boot = st.get("ppl"), st.get("bertscore"), st["bootstrap"]
+    notes = [f"Test set: split `{report['test']['split']}` of `{report['test']['dialogues']}`, "
+             f"n = {report['test']['n']} dialogues; exemplar index `{report['test']['index']}`.",
+             f"Mean-type metrics show value [bootstrap {boot['level_percent']}% CI] "
+             f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI)."]
+    if ppl:
+        notes.append(f"PPL: reference LM `{ppl['model']}`, context `{ppl['context']}` "
+                     "(token-weighted exp(total NLL / total response tokens)).")
+    if bert:
+        notes.append(f"BERTScore: encoder `{bert['model']}` (papers use roberta-large), vs the gold reply.")
+    notes.append(f"EAD tokenizer `{st['ead']['tokenizer']}`. Agreement is with `{st['reference_system']}` on the same "
+                 "dialogue ids. Latency is the sum of a dialogue's step latencies.")
+    methods = {s["cost"].get("memory_method") for s in report["systems"]} - {None}
+    if methods:
+        notes.append("Peak memory: " + "; ".join(sorted(methods)) + ".")
+    return ["- " + n for n in notes]
+
+
+def render_markdown(report: dict) -> str:
+    lines = ["# Evaluation report", "", *_notes(report), "", "## Response quality (TRACE Table 1 layout)", "",
+             *quality_table(report), "", f"## Agreement with `{report['settings']['reference_system']}`", "",
+             *agreement_table(report), "", "## Cost and speed", "", *cost_table(report), ""]
+    if report.get("judge"):
+        j = report["judge"]
+        lines += [f"## Pairwise judge (Win/Lose/Tie vs `{j['against']}`, judge `{j['judge'].get('model', '?')}`)",
+                  "", f"Rule: {j['rule']}.", "", *judge_table(j), ""]
+    return "\n".join(lines)
+
+
+def plot_metrics(report: dict, path: Path) -> Path:
+    """Bar chart per metric, one bar per system, CI whiskers where the metric has one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("I-ACC (6)", lambda s: ((s.get("i_acc") or {}).get("ekman6") or {}).get("accuracy")),
+              ("BERTScore F", lambda s: (s.get("bertscore") or {}).get("f1")),
+              ("PPL", lambda s: s.get("ppl")),
+              ("Dist-2", lambda s: {"value": s["diversity"]["dist2"]}),
+              ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]}),
+              ("latency (s)", lambda s: s["cost"]["latency_s"])]
+    names = [s["name"] for s in report["systems"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
+    for ax, (title, get) in zip(axes, panels):
+        stats = [get(s) or {} for s in report["systems"]]
+        values = [st.get("value") or 0.0 for st in stats]
+        err = [[max(0.0, v - (st.get("ci_low") if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)],
+               [max(0.0, (st.get("ci_high") if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)]]
+        ax.bar(names, values, yerr=err, capsize=4, color="#4C72B0")
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_confusions(report: dict, path: Path) -> Optional[Path]:
+    """The 6-class emotion confusion matrix of every system that ran ASI (gold rows, predicted columns)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [s for s in report["systems"] if (s.get("i_acc") or {}).get("ekman6")]
+    if not systems:
+        return None
+    fig, axes = plt.subplots(1, len(systems), figsize=(4.2 * len(systems), 4.2), squeeze=False)
+    for ax, s in zip(axes[0], systems):
+        conf = s["i_acc"]["ekman6"]["confusion"]
+        ax.imshow(conf["matrix"], cmap="Blues")
+        ax.set_xticks(range(len(conf["columns"])), conf["columns"], rotation=60, fontsize=7)
+        ax.set_yticks(range(len(conf["rows"])), conf["rows"], fontsize=7)
+        for i, row in enumerate(conf["matrix"]):
+            for j, count in enumerate(row):
+                if count:
+                    ax.text(j, i, str(count), ha="center", va="center", fontsize=7)
+        ax.set_title(f"{s['name']} (n={s['n']})")
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("gold")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report_files(report_json: Path, out: Path) -> list[Path]:
+    """report.md and the PNGs in ``out``, all from ``report_json``."""
+    report = json.loads(Path(report_json).read_text(encoding="utf-8"))
+    md = out / "report.md"
+    md.write_text(render_markdown(report) + "\n", encoding="utf-8")
+    written = [md, plot_metrics(report, out / "metrics.png")]
+    confusion = plot_confusions(report, out / "confusion.png")
+    return written + ([confusion] if confusion else [])

@@ -1,0 +1,120 @@
+"""`python -m eval score`: the automatic metrics for responses from any source (a CSV or JSONL file).
+
+    python -m eval score --responses out.csv --column response [--gold-column gold_response]
+        [--emotion-column emotion --gold-emotion-column gold_emotion] [--ppl-model smollm2-135m]
+        [--bertscore-model minilm] [--out metrics.json]
+
+Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
+when a gold column is given, PPL only with ``--ppl-model``. The metrics JSON goes to stdout (and
+``--out``); a missing file or column is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from data_prep.taxonomy import EKMAN, to_ekman
+from eval.metrics_text import diversity_metrics
+
+
+class ScoreInputError(ValueError):
+    """The responses file or one of its columns is unusable; the message names file, row and field."""
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    """Rows of a .csv (header row) or .jsonl (one object per line) file."""
+    file = Path(path)
+    if not file.is_file():
+        raise ScoreInputError(f"{path}: no such file")
+    if file.suffix.lower() == ".jsonl":
+        rows = []
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ScoreInputError(f"{path} line {number}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise ScoreInputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+        return rows
+    if file.suffix.lower() != ".csv":
+        raise ScoreInputError(f"{path}: expected a .csv or .jsonl file")
+    with open(file, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def column(rows: list[dict[str, Any]], name: str, path: str, required: bool = True) -> list[Optional[str]]:
+    """One column as strings; a missing column (or a missing value when required) names the row."""
+    if rows and all(name not in row for row in rows):
+        known = ", ".join(rows[0].keys())
+        raise ScoreInputError(f"{path}: no column '{name}' (columns: {known})")
+    values = []
+    for number, row in enumerate(rows, start=1):
+        value = row.get(name)
+        if value is None and required:
+            raise ScoreInputError(f"{path} row {number}: field '{name}' is missing")
+        values.append(None if value is None else str(value))
+    return values
+
+
+def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    from eval.metrics_trace import emotion_accuracy
+
+    responses = [r or "" for r in column(rows, args.column, args.responses)]
+    out: dict[str, Any] = {"file": args.responses, "column": args.column, "n": len(responses),
+                           "diversity": diversity_metrics(responses, args.ead_tokenizer)}
+    if args.emotion_column or args.gold_emotion_column:
+        if not (args.emotion_column and args.gold_emotion_column):
+            raise ScoreInputError("I-ACC needs both --emotion-column and --gold-emotion-column")
+        gold = column(rows, args.gold_emotion_column, args.responses)
+        for number, label in enumerate(gold, start=1):
+            try:
+                to_ekman(label)
+            except ValueError as err:
+                raise ScoreInputError(f"{args.responses} row {number}: field '{args.gold_emotion_column}': {err}") from None
+        # gold given as ED's 32 labels also yields a 32-class score; Ekman gold gives 6-class only
+        gold_fine = gold if all(g and g.strip().lower() not in EKMAN for g in gold) else None
+        out["i_acc"] = emotion_accuracy(column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine)
+    if args.gold_column:
+        from eval.metrics_model import bertscore
+
+        out["bertscore"] = bertscore(responses, column(rows, args.gold_column, args.responses, required=False),
+                                     args.bertscore_model)
+    if args.ppl_model:
+        from eval.metrics_model import perplexity
+
+        out["ppl"] = perplexity(responses, args.ppl_model, "response")
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--responses", required=True, help="a .csv (with header) or .jsonl file of responses")
+    parser.add_argument("--column", required=True, help="the column holding the responses to score")
+    parser.add_argument("--gold-column", help="gold reply column: enables BERTScore")
+    parser.add_argument("--emotion-column", help="predicted emotion column (Ekman or ED labels): enables I-ACC")
+    parser.add_argument("--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)")
+    parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
+    parser.add_argument("--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)")
+    parser.add_argument("--ead-tokenizer", default="cl100k_base", help="EAD tokenizer (default cl100k_base, TRACE's)")
+    parser.add_argument("--out", help="also write the metrics JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        metrics = score_rows(read_rows(args.responses), args)
+    except ScoreInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    text = json.dumps(metrics, indent=2, ensure_ascii=False)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return 0

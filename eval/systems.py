@@ -1,0 +1,194 @@
+"""The systems a comparison scores, and how each one gets its traces on the shared test split.
+
+A system is either an existing trace run (``traces: <run dir>``, e.g. the prompted teacher that ran
+on an API) or something to generate now (``backend:`` + ``pipeline:``). Generated systems all go
+through the same `distill.pipeline.Pipeline` with the same exemplar index, so the only differences
+between them are the ones their configs name. Every check that can fail names the file and field.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data_prep.dialogues import Dialogue
+from distill.trace import Trace
+from eval.judge import ASPECTS
+from eval.metrics_trace import PeakRSS
+
+
+class CompareError(ValueError):
+    """A comparison that cannot run as configured; the message is one line naming the file/field."""
+
+
+class SystemSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    traces: Optional[str] = Field(None, description="an existing trace run directory (distill generate --out)")
+    backend: Optional[dict[str, Any]] = Field(None, description="backend config, as in distill's YAML `backend:`")
+    pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SystemSpec":
+        if (self.traces is None) == (self.backend is None):
+            raise ValueError(f"system '{self.name}': give exactly one of 'traces' or 'backend'")
+        if self.traces is not None and self.pipeline:
+            raise ValueError(f"system '{self.name}': 'pipeline' only applies to a generated system (with 'backend')")
+        return self
+
+
+class JudgeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: dict[str, Any]
+    against: str = Field(description="the system every other system is compared with")
+    aspects: list[str] = Field(default_factory=lambda: list(ASPECTS))
+    max_new_tokens: int = 48
+
+
+class PplSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "smollm2-135m"
+    context: Literal["response", "dialogue"] = "response"
+    batch_size: int = 8
+
+
+class BertScoreSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "minilm"
+    num_layers: Optional[int] = None
+    batch_size: int = 32
+
+
+class EadSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokenizer: str = "cl100k_base"
+    vocab_size: Optional[int] = None
+
+
+class CompareConfig(BaseModel):
+    """`configs/eval/*.yaml`: systems plus the shared test split, index, judge and metric settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    systems: list[SystemSpec] = Field(min_length=1)
+    dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
+    split: str = "test"
+    limit: Optional[int] = Field(None, ge=1)
+    index: Optional[str] = Field(None, description="exemplar index dir; must not contain any test conversation")
+    reference: Optional[str] = Field(None, description="system the agreement metrics compare with (default: judge.against, else the first)")
+    judge: Optional[JudgeSpec] = None
+    ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
+    bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
+    ead: EadSpec = Field(default_factory=EadSpec)
+
+    @model_validator(mode="after")
+    def _names(self) -> "CompareConfig":
+        names = [s.name for s in self.systems]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"systems: duplicate name '{sorted(dupes)[0]}'")
+        for where, name in (("judge.against", self.judge and self.judge.against), ("reference", self.reference)):
+            if name and name not in names:
+                raise ValueError(f"{where}: no system named '{name}' (systems: {', '.join(names)})")
+        return self
+
+    def reference_system(self) -> str:
+        return self.reference or (self.judge.against if self.judge else self.systems[0].name)
+
+
+@dataclass
+class SystemRun:
+    """One system's traces on the test dialogues (same order), with how they were obtained."""
+
+    name: str
+    traces: list[Trace]
+    source: str  # "trace run <dir>" or "generated"
+    description: dict[str, Any] = field(default_factory=dict)
+    wall_s: Optional[float] = None  # only for systems generated in this process
+    peak_rss_mb: Optional[float] = None
+    memory_method: Optional[str] = None
+
+
+def check_index_disjoint(index, test: Sequence[Dialogue], index_dir: str) -> None:
+    """The exemplar memory must never hold a test conversation (it would leak the gold reply)."""
+    leaked = sorted(index.conv_ids & {d.conv_id for d in test})
+    if leaked:
+        raise CompareError(f"index {index_dir}: contains {len(leaked)} test conversation(s), e.g. conv_id "
+                           f"'{leaked[0]}'; build the index from the train split only")
+
+
+def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: str) -> SystemRun:
+    """Read a trace run and keep the traces of the test dialogues, in test order.
+
+    Every test dialogue id must be in the run; a run made on another split fails here with the
+    number of missing ids and one example, rather than scoring a different test set.
+    """
+    from distill.store import TraceStore
+
+    run_dir = Path(spec.traces)
+    if not (run_dir / "traces.jsonl").is_file():
+        raise CompareError(f"{config_file}: system '{spec.name}': traces '{run_dir}' is not a trace run "
+                           "(no traces.jsonl); run `python -m distill generate --out` first")
+    store = TraceStore(run_dir)
+    traces, problems = store.read()
+    by_id: dict[str, Trace] = {}
+    for t in traces:
+        by_id.setdefault(t.dialogue.id, t)
+    missing = [d.id for d in test if d.id not in by_id]
+    if missing:
+        info = store.run_info() or {}
+        source = info.get("source") or {}
+        made_on = (f"split '{source.get('split')}' of {source.get('dialogues')}" if source
+                   else info.get("split") or "an unrecorded split")
+        raise CompareError(f"{run_dir}/traces.jsonl: system '{spec.name}' lacks {len(missing)} of {len(test)} test "
+                           f"dialogues (e.g. id '{missing[0]}'); the run was made on {made_on}, not this test split")
+    info = store.run_info() or {}
+    return SystemRun(spec.name, [by_id[d.id] for d in test], f"trace run {run_dir}",
+                     {"run": info.get("backend") or {"model": traces[0].model}, "problems": len(problems)})
+
+
+def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str) -> SystemRun:
+    """Build the system's backend and run the shared `Pipeline` over the test dialogues, timed."""
+    from distill.backends import make_backend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+
+    try:
+        pipeline_config = PipelineConfig(**spec.pipeline)
+    except Exception as err:  # pydantic's message lists the field; keep it to one line
+        first = str(err).splitlines()
+        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
+    try:
+        backend = make_backend(dict(spec.backend))
+    except (ValueError, OSError) as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    with PeakRSS() as memory:
+        start = time.perf_counter()
+        traces = Pipeline(pipeline_config, backend, index).run(list(test))
+        wall = time.perf_counter() - start
+    local = getattr(backend, "name", "") == "local"
+    return SystemRun(spec.name, traces, "generated",
+                     {"backend": backend.describe(), "pipeline": pipeline_config.model_dump()},
+                     wall_s=wall, peak_rss_mb=memory.peak_mb if local else None,
+                     memory_method=memory.method if local else None)
+
+
+def collect_systems(config: CompareConfig, test: Sequence[Dialogue], index, config_file: str) -> list[SystemRun]:
+    """Traces for every system, trace runs checked first so a bad path fails before any generation."""
+    for spec in config.systems:
+        if spec.traces is not None and not Path(spec.traces).exists():
+            raise CompareError(f"{config_file}: system '{spec.name}': traces path '{spec.traces}' does not exist")
+    loaded = {s.name: load_trace_system(s, test, config_file) for s in config.systems if s.traces is not None}
+    runs = []
+    for spec in config.systems:
+        runs.append(loaded[spec.name] if spec.name in loaded else generate_system(spec, test, index, config_file))
+    return runs

@@ -1,0 +1,208 @@
+"""`python -m eval compare`: end to end on the embedded model (teacher run, LoRA student, base), and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from data_prep.loaders import load_sample, save_dialogues
+from distill.roles import CORE_ROLES, PROMPT_VERSION
+from distill.store import TraceStore
+from distill.trace import Trace
+from eval.__main__ import main
+
+
+def _dataset(tmp_path: Path, name: str, test) -> str:
+    out = tmp_path / name
+    save_dialogues({"train": load_sample()[:20], "validation": [], "test": list(test)}, out)
+    return str(out)
+
+
+def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
+    # the same run.json fields `python -m distill generate` writes
+    store.claim({"pipeline": pipeline, "backend_name": "local", "model": "smollm2-135m",
+                 "prompt_version": PROMPT_VERSION, "source": {"dialogues": "tiny", "split": split, "index": None}})
+
+
+def _hand_trace_run(run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]") -> str:
+    """A real trace store filled with hand-written traces (no model needed for the input checks)."""
+    from distill.trace import Step
+
+    store = TraceStore(run_dir)
+    _claim(store, {}, split)
+    for d in dialogues:
+        outputs = {"asi": {"reasoning": "r", "emotion": emotion}, "cae": {"triggers": ["x y"], "cause": "c", "category": "loss"},
+                   "srp": {"reasoning": "r", "strategy": "ER"}, "ers": {"response": f"{reply} {d.id}"}}
+        steps = [Step(role=r, messages=[], valid=True, latency_s=0.5, prompt_tokens=40, completion_tokens=9) for r in outputs]
+        store.append(Trace(key=d.id, dialogue=d, backend="openai", model="gpt-4o", prompt_version=PROMPT_VERSION,
+                           prompt_style="teacher", config={}, outputs=outputs, steps=steps))
+    return str(run_dir)
+
+
+def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
+    """Two stored runs (gold of tiny[:4]: sadness, happiness, anger, fear), no model: report.json/.md/plots, and every table number of report.md is in report.json."""
+    test = tiny_dialogues[:4]
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": None, "bertscore": None,
+           "systems": [{"name": "teacher", "traces": _hand_trace_run(tmp_path / "t", test, split="test")},
+                       {"name": "other", "traces": _hand_trace_run(tmp_path / "o", test, "anger", "hmm", "test")}]}
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    other = report["systems"][1]
+    assert other["agreement"]["emotion"]["value"] == 0.0 and other["agreement"]["trigger_f1"]["value"] == 1.0
+    assert other["i_acc"]["ekman6"]["accuracy"]["value"] == 0.25 and other["i_acc"]["ekman6"]["n"] == 4
+    # gpt-4o list price: 4 roles x (40 in, 9 out) tokens per dialogue
+    assert other["cost"]["usd_per_1k"] == round(4 * (40 * 2.5 + 9 * 10) / 1e6 * 1000, 4)
+    assert (out / "metrics.png").stat().st_size > 0 and (out / "confusion.png").stat().st_size > 0
+    numbers = _numbers_in_tables((out / "report.md").read_text())
+    assert len(numbers) > 20 and not [n for n in numbers if n not in _json_numbers(report)]
+
+
+def _write_config(tmp_path: Path, cfg: dict) -> str:
+    path = tmp_path / "cmp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _run_bad(tmp_path, capsys, cfg) -> str:
+    capsys.readouterr()  # drop the progress bars of building the fixtures
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert not (tmp_path / "out" / "report.json").exists()
+    return err
+
+
+def test_missing_system_path_is_a_clear_error(tmp_path, capsys, tiny_dialogues):
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]),
+           "systems": [{"name": "teacher", "traces": str(tmp_path / "nope")}]}
+    assert "system 'teacher': traces path" in _run_bad(tmp_path, capsys, cfg)
+
+
+def test_trace_run_on_another_split_is_refused(tmp_path, capsys, tiny_dialogues):
+    run_dir = _hand_trace_run(tmp_path / "run", tiny_dialogues[:4])
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[4:]), "systems": [{"name": "teacher", "traces": run_dir}]}
+    err = _run_bad(tmp_path, capsys, cfg)
+    assert "lacks 4 of 4 test dialogues (e.g. id 'tiny4#1')" in err and "split 'tiny[:4]' of tiny" in err
+
+
+def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
+    cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r", "backend": {"type": "local"}}]}
+    assert "give exactly one of 'traces' or 'backend'" in _run_bad(tmp_path, capsys, cfg)
+    cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r"}], "judge": {"backend": {}, "against": "b"}}
+    assert "judge.against: no system named 'b'" in _run_bad(tmp_path, capsys, cfg)
+
+
+def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogues):
+    from data_prep.retrieval import build_index
+
+    build_index(tiny_dialogues[:2]).save(tmp_path / "leaky-index")
+    run_dir = _hand_trace_run(tmp_path / "run", tiny_dialogues[:4])
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]), "index": str(tmp_path / "leaky-index"),
+           "systems": [{"name": "teacher", "traces": run_dir}]}
+    assert "contains 2 test conversation(s), e.g. conv_id 'tiny0'" in _run_bad(tmp_path, capsys, cfg)
+
+
+def _tiny_adapters(smollm_path: str, out: Path) -> str:
+    """One small LoRA adapter per core role, nudged away from the identity so the student differs from base."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    for i, role in enumerate(CORE_ROLES):
+        base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32)
+        model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+        torch.manual_seed(i)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0, 0.02)
+        model.save_pretrained(out / role)
+    return str(out)
+
+
+def _numbers_in_tables(markdown: str) -> list[str]:
+    """Numbers in table body cells, the system-name column excluded (headers are labels, not data)."""
+    found, in_body = [], False
+    for line in markdown.splitlines():
+        if not line.startswith("|"):
+            in_body = False
+            continue
+        if line.startswith("|---"):
+            in_body = True
+            continue
+        if in_body:
+            for cell in line.strip("|").split("|")[1:]:
+                found += re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", cell)
+    return found
+
+
+def _json_numbers(value) -> set[str]:
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, (int, float)):
+        return {json.dumps(value)}
+    if isinstance(value, dict):
+        return set().union(*map(_json_numbers, value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*map(_json_numbers, value)) if value else set()
+    return set()
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smollm_path):
+    from data_prep.retrieval import build_index
+    from distill.backends.local import LocalBackend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+
+    dataset = _dataset(tmp_path, "ds", tiny_dialogues)
+    build_index(load_sample()[:20]).save(tmp_path / "index")
+    from data_prep.retrieval import ExemplarIndex
+
+    index = ExemplarIndex.load(tmp_path / "index")
+    # the teacher is an existing trace run, as if produced earlier by `distill generate`
+    # one attempt per step and one exemplar keep the CPU cost of three pipeline runs small
+    fast = {"max_attempts": 1, "rag_k": 1}
+    teacher_cfg = PipelineConfig(**fast)
+    store = TraceStore(tmp_path / "teacher-run")
+    _claim(store, teacher_cfg.key_dict(), "test")
+    Pipeline(teacher_cfg, LocalBackend("smollm2-135m", batch_size=8), index).run_into(store, tiny_dialogues, progress=False)
+    adapters = _tiny_adapters(smollm_path, tmp_path / "adapters")
+    local = {"type": "local", "model": "smollm2-135m", "batch_size": 8}
+    cfg = {
+        "dialogues": dataset, "split": "test", "limit": 8, "index": str(tmp_path / "index"),
+        "systems": [
+            {"name": "teacher", "traces": str(tmp_path / "teacher-run")},
+            {"name": "student", "backend": {**local, "adapters": adapters},
+             "pipeline": {"prompt_style": "student", "use_adapters": True, **fast}},
+            {"name": "base", "backend": local, "pipeline": fast},
+        ],
+        "judge": {"backend": local, "against": "teacher", "aspects": ["empathy"]},
+        "ppl": {"model": "smollm2-135m", "context": "response"},
+        "bertscore": {"model": "minilm"},
+    }
+    out = tmp_path / "report"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    for name in ("report.json", "report.md", "metrics.png", "confusion.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0
+    report = json.loads((out / "report.json").read_text())
+    systems = {s["name"]: s for s in report["systems"]}
+    assert list(systems) == ["teacher", "student", "base"] and report["test"]["n"] == 8
+    for s in systems.values():
+        assert s["n"] == 8 and s["ppl"]["value"] > 1 and s["i_acc"]["ekman6"]["n"] == 8
+        assert s["bertscore"]["f1"]["n"] == 8 and s["cost"]["n"] == 8
+    assert systems["teacher"]["agreement"] is None and systems["student"]["agreement"]["emotion"]["n"] == 8
+    assert systems["student"]["cost"]["peak_rss_mb"] > 100 and systems["teacher"]["cost"]["peak_rss_mb"] is None
+    # the student used its compact prompts: far fewer prompt tokens than the prompted base
+    assert systems["student"]["cost"]["prompt_tokens_per_dialogue"] < systems["base"]["cost"]["prompt_tokens_per_dialogue"]
+    emp = report["judge"]["results"]["student"]["aspects"]["empathy"]
+    assert emp["win"] + emp["lose"] + emp["tie"] == emp["n"] == 8
+    numbers = _numbers_in_tables((out / "report.md").read_text())
+    assert len(numbers) > 50
+    missing = [n for n in numbers if n not in _json_numbers(report)]
+    assert not missing, f"numbers in report.md not in report.json: {missing[:5]}"

@@ -1,0 +1,177 @@
+"""Each eval metric against values computed by hand on small fixed inputs, edge cases included."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from data_prep.taxonomy import EKMAN
+from distill.trace import Step, Trace
+from eval.metrics_text import distinct_n, ead_n, ngrams, whitespace_tokens
+from eval.metrics_trace import (
+    classification_report, cost_and_speed, emotion_accuracy, schema_valid_rate, teacher_agreement, token_f1,
+)
+from eval.stats import bootstrap_ci, mean_with_ci, percentile, sign_test
+
+MODULES = Path(__file__).resolve().parents[1] / "eval" / "modules"
+
+
+def test_dist_by_hand():
+    corpus = ["I am so sorry", "i am happy"]
+    # unigrams: i am so sorry i am happy → 7 total, {i, am, so, sorry, happy} = 5 distinct
+    assert distinct_n(corpus, 1) == pytest.approx(5 / 7)
+    # bigrams within responses only: (i am)(am so)(so sorry)(i am)(am happy) → 5 total, 4 distinct
+    assert distinct_n(corpus, 2) == pytest.approx(4 / 5)
+
+
+def test_dist_edge_cases():
+    assert distinct_n([], 1) == 0.0
+    assert distinct_n(["", "   "], 1) == 0.0
+    assert distinct_n(["wow"], 1) == 1.0
+    assert distinct_n(["wow", "wow"], 2) == 0.0  # corpus shorter than n: no bigram at all
+    assert ngrams(["a"], 2) == []
+    assert whitespace_tokens("Oh NO!  really") == ["oh", "no!", "really"]
+
+
+def test_ead_equals_formula_with_whitespace_vocab():
+    corpus = ["a b a", "b c"]
+    v = 10
+    # concatenated: a b a b c → unigrams C=5, distinct 3; bigrams ab ba ab bc → C=4, distinct 3
+    assert ead_n(corpus, 1, "whitespace", v) == pytest.approx(3 / (v * (1 - (9 / 10) ** 5)))
+    assert ead_n(corpus, 2, "whitespace", v) == pytest.approx(3 / (v * (1 - (9 / 10) ** 4)))
+    assert ead_n([""], 1, "whitespace", v) == 0.0
+    assert ead_n(["one"], 2, "whitespace", v) == 0.0
+
+
+def test_ead_cl100k_default():
+    import bpe_openai
+
+    enc = bpe_openai.get_encoding("cl100k_base")
+    corpus = ["That sounds hard.", "That sounds great!"]
+    ids = enc.encode(corpus[0]) + enc.encode(corpus[1])
+    v = enc.n_vocab
+    expected = len(set(ids)) / (v * (1 - ((v - 1) / v) ** len(ids)))
+    assert ead_n(corpus, 1) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="vocab_size"):
+        ead_n(corpus, 1, "whitespace")
+
+
+def test_evaluate_modules_load_from_local_path():
+    import evaluate
+
+    dist = evaluate.load(str(MODULES / "dist"))
+    out = dist.compute(predictions=["I am so sorry", "i am happy"])
+    assert out["dist1"] == pytest.approx(5 / 7) and out["dist2"] == pytest.approx(4 / 5)
+    ead = evaluate.load(str(MODULES / "ead"))
+    out = ead.compute(predictions=["a b a", "b c"], tokenizer="whitespace", vocab_size=10)
+    assert out["ead1"] == pytest.approx(3 / (10 * (1 - 0.9 ** 5)))
+
+
+def test_classification_report_by_hand():
+    pred = ["anger", "anger", "fear", None]
+    gold = ["anger", "fear", "fear", "sadness"]
+    rep = classification_report(pred, gold, EKMAN)
+    assert rep["accuracy"]["value"] == pytest.approx(0.5) and rep["n"] == 4 and rep["n_invalid"] == 1
+    # anger: tp1 fp1 fn0 → 2/3; fear: tp1 fp0 fn1 → 2/3; sadness: tp0 fn1 → 0
+    assert rep["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
+    m = rep["confusion"]
+    assert m["columns"][-1] == "(invalid)"
+    assert m["matrix"][m["rows"].index("fear")][m["columns"].index("anger")] == 1
+    assert sum(map(sum, m["matrix"])) == 4
+    with pytest.raises(ValueError, match="gold label 'joy'"):
+        classification_report(["anger"], ["joy"], EKMAN)
+
+
+def test_emotion_accuracy_keeps_6_and_32_class_apart():
+    res = emotion_accuracy(["sadness", "happiness"], ["sadness", "happiness"], ["lonely", "proud"])
+    assert res["ekman6"]["accuracy"]["value"] == 1.0 and res["ed32"] is None  # Ekman predictions: no 32-class
+    res = emotion_accuracy(["lonely", "grateful"], ["sadness", "happiness"], ["lonely", "proud"])
+    assert res["ekman6"]["accuracy"]["value"] == 1.0  # fine predictions map to their Ekman family
+    assert res["ed32"]["accuracy"]["value"] == 0.5
+
+
+def test_token_f1():
+    assert token_f1("the old piano", "old piano sold") == pytest.approx(2 / 3)
+    assert token_f1("", "") == 1.0 and token_f1("a", "") == 0.0
+
+
+def _trace(i: int, emotion, category, strategy, triggers, valid=True, latency=1.0, model="gpt-4o"):
+    from conftest import make_dialogue
+
+    d = make_dialogue(i, "sadness", "sad", "s", ["x"])
+    outputs = {"asi": {"emotion": emotion}, "cae": {"category": category, "triggers": triggers},
+               "srp": {"strategy": strategy}, "ers": {"response": "ok"}}
+    steps = [Step(role="asi", messages=[], valid=valid, latency_s=latency, prompt_tokens=100, completion_tokens=10)]
+    return Trace(key=str(i), dialogue=d, backend="openai", model=model, prompt_version="v1", prompt_style="teacher",
+                 config={}, outputs=outputs, steps=steps)
+
+
+def test_teacher_agreement_and_validity():
+    teacher = [_trace(0, "sadness", "loss", "ER", ["sold the piano"]), _trace(1, "anger", "health", "EX", ["car"])]
+    student = [_trace(0, "sadness", "health", "ER", ["the piano"], valid=False), _trace(1, "fear", "health", "IP", ["car"])]
+    agree = teacher_agreement(student, teacher)
+    assert agree["emotion"]["value"] == 0.5 and agree["emotion"]["n"] == 2
+    assert agree["cause_category"]["value"] == 0.5 and agree["strategy"]["value"] == 0.5
+    assert agree["trigger_f1"]["value"] == pytest.approx((0.8 + 1.0) / 2)
+    assert schema_valid_rate(student)["overall"]["value"] == 0.5
+
+
+def test_cost_and_speed():
+    traces = [_trace(i, "sadness", "loss", "ER", ["x"], latency=float(i + 1)) for i in range(4)]
+    out = cost_and_speed(traces, wall_s=2.0)
+    assert out["latency_p50_s"] == 2.5 and out["throughput_dps"] == 2.0
+    assert out["tokens_per_role"]["asi"] == {"prompt_per_dialogue": 100.0, "completion_per_dialogue": 10.0}
+    # gpt-4o: $2.50 / 1M in, $10 / 1M out → (100*2.5 + 10*10)/1e6 per dialogue
+    assert out["usd_per_1k"] == pytest.approx(350 / 1e6 * 1000)
+
+
+def test_sign_test_matches_scipy():
+    from scipy.stats import binomtest
+
+    for wins, losses in [(0, 0), (1, 0), (7, 3), (3, 7), (10, 10), (15, 2), (0, 12), (40, 25)]:
+        expected = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+        assert sign_test(wins, losses) == pytest.approx(expected, rel=1e-9)
+
+
+def test_bootstrap_is_seeded_and_brackets_mean():
+    vals = [0, 1, 1, 0, 1, 1, 1, 0]
+    assert bootstrap_ci(vals) == bootstrap_ci(vals)
+    res = mean_with_ci(vals)
+    assert res["ci_low"] <= res["value"] == 0.625 <= res["ci_high"] and res["n"] == 8
+    assert mean_with_ci([])["value"] is None and mean_with_ci([3.0])["ci_low"] == 3.0
+    assert percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)
+
+
+@pytest.mark.slow
+def test_perplexity_by_hand(smollm_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eval.metrics_model import perplexity
+
+    lm = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    responses = ["That sounds hard.", "", "Wow"]
+    out = perplexity(responses, (lm, tok), batch_size=2, progress=False)
+    total_nll, total_tok = 0.0, 0
+    with torch.no_grad():
+        for r in ["That sounds hard.", "Wow"]:  # the empty response adds no token
+            ids = torch.tensor([[tok.convert_tokens_to_ids("<|endoftext|>")] + tok.encode(r, add_special_tokens=False)])
+            total_nll += lm(input_ids=ids, labels=ids).loss.item() * (ids.shape[1] - 1)
+            total_tok += ids.shape[1] - 1
+    assert out["tokens"] == total_tok and out["n"] == 3
+    assert out["value"] == pytest.approx(math.exp(total_nll / total_tok), rel=1e-3)  # padding shifts fp32 sums slightly
+    ctx = perplexity(["That sounds hard."], (lm, tok), context="dialogue", contexts=["seeker: I lost my job."], progress=False)
+    assert ctx["context"] == "dialogue" and ctx["value"] != out["value"]
+
+
+@pytest.mark.slow
+def test_bertscore_local_encoder():
+    from eval.metrics_model import bertscore
+
+    out = bertscore(["the cat sat on the mat", "hello", ""], ["the cat sat on the mat", None, "a reply"])
+    assert out["f1"]["n"] == 2 and out["empty_candidates"] == 1
+    assert out["f1"]["value"] == pytest.approx(0.5, abs=1e-4)  # identical pair 1.0, empty candidate 0.0
+    assert out["model"] == "minilm" and out["num_layers"] == 6

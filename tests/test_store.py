@@ -1,0 +1,85 @@
+"""The trace store: durable appends, a tolerant reader, and run dirs that refuse a foreign config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distill.store import StoreError, TraceStore
+from distill.trace import Step, Trace
+
+
+def _trace(dialogue, key: str) -> Trace:
+    step = Step(role="asi", messages=[{"role": "user", "content": "x"}], raw='{"emotion": "fear"}',
+                parsed={"reasoning": "r", "emotion": "fear"}, valid=True)
+    return Trace(key=key, dialogue=dialogue, backend="local", model="m", prompt_version="v1",
+                 prompt_style="teacher", config={}, steps=[step], outputs={"asi": step.parsed})
+
+
+def _info(**changes):
+    info = {"pipeline": {"reflection": False}, "backend_name": "local", "model": "m", "prompt_version": "v1"}
+    info.update(changes)
+    return info
+
+
+def test_append_read_roundtrip_and_duplicate_keys(tmp_path, tiny_dialogues):
+    store = TraceStore(tmp_path)
+    assert store.append(_trace(tiny_dialogues[0], "k0"))
+    assert store.append(_trace(tiny_dialogues[1], "k1"))
+    assert not store.append(_trace(tiny_dialogues[2], "k0"))  # same key: nothing written
+    traces, problems = TraceStore(tmp_path).read()
+    assert [t.key for t in traces] == ["k0", "k1"] and problems == []
+    assert traces[0].dialogue == tiny_dialogues[0]
+    # A duplicate that reached the file anyway (two writers) resolves to the first record.
+    with open(store.path, "a", encoding="utf-8") as fh:
+        fh.write(_trace(tiny_dialogues[3], "k1").model_dump_json() + "\n")
+    traces, problems = TraceStore(tmp_path).read()
+    assert [t.dialogue.id for t in traces] == [tiny_dialogues[0].id, tiny_dialogues[1].id]
+    assert problems == [f"{store.path} line 3: duplicate key k1 (kept line 2)"]
+
+
+def test_reader_reports_truncated_and_foreign_lines_and_writer_repairs(tmp_path, tiny_dialogues):
+    store = TraceStore(tmp_path)
+    store.append(_trace(tiny_dialogues[0], "k0"))
+    full = _trace(tiny_dialogues[1], "k1").model_dump_json()
+    with open(store.path, "a", encoding="utf-8") as fh:
+        fh.write("this is not json\n")
+        fh.write(json.dumps({"hello": "world"}) + "\n")
+        fh.write(full[: len(full) // 2])  # a writer killed mid-line
+    traces, problems = TraceStore(tmp_path).read()
+    assert [t.key for t in traces] == ["k0"]
+    assert len(problems) == 3
+    assert "line 2: not JSON" in problems[0]
+    assert "line 3: not a trace (field 'key'" in problems[1]
+    assert "line 4: truncated last line" in problems[2]
+    # The next append cuts the partial line off, so the new record is whole and readable.
+    fresh = TraceStore(tmp_path)
+    assert fresh.append(_trace(tiny_dialogues[1], "k1"))
+    traces, problems = TraceStore(tmp_path).read()
+    assert [t.key for t in traces] == ["k0", "k1"]
+    assert len(problems) == 2 and not any("truncated last line" in p for p in problems)
+    assert store.path.read_bytes().endswith(b"\n")
+
+
+def test_run_json_written_once_and_foreign_config_refused(tmp_path):
+    store = TraceStore(tmp_path / "run")
+    store.claim(_info(source={"split": "train"}))
+    first = store.run_path.read_text()
+    TraceStore(tmp_path / "run").claim(_info(source={"split": "validation"}))  # same config: fine
+    assert store.run_path.read_text() == first
+    with pytest.raises(StoreError, match=r"run\.json: field 'pipeline' differs .*reflection: stored False, now True"):
+        TraceStore(tmp_path / "run").claim(_info(pipeline={"reflection": True}))
+    with pytest.raises(StoreError, match="field 'model' differs"):
+        TraceStore(tmp_path / "run").claim(_info(model="other"))
+
+
+def test_traces_without_run_json_are_not_adopted(tmp_path, tiny_dialogues):
+    TraceStore(tmp_path).append(_trace(tiny_dialogues[0], "k0"))
+    with pytest.raises(StoreError, match="traces without a run.json"):
+        TraceStore(tmp_path).claim(_info())
+
+
+def test_empty_or_missing_store_reads_empty(tmp_path):
+    assert TraceStore(tmp_path / "nothing").read() == ([], [])
+    assert len(TraceStore(tmp_path / "nothing")) == 0

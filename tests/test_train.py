@@ -1,0 +1,231 @@
+"""Per-role LoRA training on the real embedded model: tiny datasets, a few steps each.
+
+What is checked is behaviour: LoRA weights move while base weights do not, every role starts from a
+fresh adapter, saved adapters load back (PEFT, the local backend, merged export) and change the
+output, QLoRA trains on CPU, two-rank DDP really runs two processes, and --resume continues from the
+last checkpoint with its weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from distill.roles import PROMPT_VERSION, ROLES, RoleInput
+from train.config import config_from_dict
+from train.sft import METADATA_FILE, train_roles
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {
+    "asi": lambda d: {"reasoning": "the seeker's words", "emotion": d.emotion},
+    "cae": lambda d: {"triggers": [d.turns[-1].text[:30]], "cause": d.situation, "category": "loss"},
+}
+
+
+def build_role_datasets(root: Path, dialogues, roles=("asi", "cae"), copies: int = 2) -> Path:
+    """What `python -m distill datasets` writes: one DatasetDict per role in TRL prompt-completion form."""
+    from datasets import Dataset, DatasetDict
+
+    for role in roles:
+        rows = []
+        for d in dialogues * copies:
+            prompt = ROLES[role].render(RoleInput(dialogue=d), "student")
+            completion = [{"role": "assistant", "content": json.dumps(TARGETS[role](d), separators=(",", ":"))}]
+            rows.append({"prompt": prompt, "completion": completion, "messages": prompt + completion,
+                         "dialogue_id": d.id, "conv_id": d.conv_id})
+        DatasetDict(train=Dataset.from_list(rows), validation=Dataset.from_list(rows[:2])).save_to_disk(str(root / role))
+    return root
+
+
+@pytest.fixture(scope="module")
+def role_datasets(tmp_path_factory, tiny_dialogues):
+    return build_role_datasets(tmp_path_factory.mktemp("datasets"), tiny_dialogues)
+
+
+def tiny_config(datasets: Path, out: Path, **overrides):
+    values = dict(datasets=str(datasets), output_dir=str(out), roles="asi", max_steps=3, batch_size=4,
+                  learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1, use_cpu=True, r=8, alpha=16,
+                  num_threads=1)  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl
+    values.update(overrides)
+    return config_from_dict(values, source="test")
+
+
+def _split_params(model):
+    lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    base = {n.replace(".base_layer", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    return lora, base
+
+
+class WeightWatch(TrainerCallback):
+    """Records LoRA and base weights at the start and end of every role's training."""
+
+    def __init__(self):
+        self.snapshots = []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.snapshots.append(("begin", *_split_params(model)))
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        self.snapshots.append(("end", *_split_params(model)))
+
+
+@pytest.fixture(scope="module")
+def two_roles(role_datasets, tmp_path_factory):
+    """asi and cae trained in turn from one base-model load."""
+    out = tmp_path_factory.mktemp("adapters")
+    watch = WeightWatch()
+    metas = train_roles(tiny_config(role_datasets, out, roles="asi,cae"), callbacks=[watch])
+    return out, metas, watch
+
+
+@pytest.mark.slow
+def test_two_roles_from_one_load_train_lora_only(two_roles, smollm_path):
+    out, metas, watch = two_roles
+    assert [m["role"] for m in metas] == ["asi", "cae"]
+    assert [s[0] for s in watch.snapshots] == ["begin", "end", "begin", "end"]
+    from transformers import AutoModelForCausalLM
+
+    pristine = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).state_dict()
+    for kind, lora, base in watch.snapshots:
+        b_mats = [t for n, t in lora.items() if "lora_B" in n]
+        # LoRA B starts at zero: a non-zero B at 'begin' would mean cae inherited asi's adapter.
+        assert all(t.abs().sum() == 0 for t in b_mats) == (kind == "begin")
+        for name, tensor in base.items():
+            key = name.removeprefix("base_model.model.")
+            assert torch.equal(tensor, pristine[key]), f"base weight {key} changed during {kind}"
+    for meta in metas:
+        saved = out / meta["role"]
+        assert (saved / "adapter_config.json").is_file() and (saved / "adapter_model.safetensors").is_file()
+        stored = json.loads((saved / METADATA_FILE).read_text())
+        assert stored["prompt_version"] == PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
+        assert stored["global_step"] == 3 and stored["world_size"] == 1 and stored["dataset_fingerprint"]
+        assert stored["tokens"]["completion_tokens"] > 0 and stored["train_seconds"] > 0
+        assert "modules_to_save" not in json.dumps(json.loads((saved / "adapter_config.json").read_text())
+                                                   .get("modules_to_save") or "")
+
+
+@pytest.mark.slow
+def test_adapter_loads_back_and_changes_output(two_roles, smollm_path, tiny_dialogues):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, _, _ = two_roles
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    prompt = ROLES["asi"].render(RoleInput(dialogue=tiny_dialogues[0]), "student")
+    ids = tok.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        base_logits = base(**ids).logits
+        tuned = PeftModel.from_pretrained(base, str(out / "asi")).eval()
+        tuned_logits = tuned(**ids).logits
+    assert not torch.allclose(base_logits, tuned_logits, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_local_backend_uses_trained_adapter(two_roles, tiny_dialogues):
+    local = pytest.importorskip("distill.backends.local")
+    from distill.backends.base import GenerationRequest
+
+    out, _, _ = two_roles
+    backend = local.LocalBackend(adapters=str(out), dtype="float32", batch_size=2)
+    assert set(backend.adapter_names) == {"asi", "cae"}
+    prompt = ROLES["asi"].render(RoleInput(dialogue=tiny_dialogues[2]), "student")
+    tuned, plain = backend.generate([GenerationRequest(prompt, max_new_tokens=12, adapter="asi"),
+                                     GenerationRequest(prompt, max_new_tokens=12, adapter=None)])
+    assert tuned.text != plain.text
+
+
+@pytest.mark.slow
+def test_export_merged_matches_adapter_and_vllm_line(two_roles, smollm_path, tmp_path, capsys):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from train.__main__ import main
+
+    out, _, _ = two_roles
+    assert main(["export", "--adapters", str(out), "--format", "vllm", "--out", str(tmp_path / "vllm")]) == 0
+    printed = capsys.readouterr().out
+    assert f"asi={out / 'asi'}" in printed and f"cae={out / 'cae'}" in printed
+    assert "--enable-lora --max-lora-rank 8" in (tmp_path / "vllm" / "serve_vllm.sh").read_text()
+
+    from train.export import export_merged, find_adapters
+
+    export_merged({"asi": find_adapters(out)["asi"]}, tmp_path / "merged")
+    ids = torch.tensor([[1, 520, 33, 4197, 28, 2]])
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "asi", dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32)
+    tuned = PeftModel.from_pretrained(base, str(out / "asi")).eval()
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits, tuned(ids).logits, atol=1e-3)
+
+
+class StopAt(TrainerCallback):
+    """Simulates an interrupted run: training halts right after `step` (its checkpoint is written)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+@pytest.mark.slow
+def test_resume_continues_from_last_checkpoint(role_datasets, tmp_path):
+    from safetensors.torch import load_file
+
+    cfg = tiny_config(role_datasets, tmp_path, max_steps=4, save_steps=2, save_total_limit=3)
+    train_roles(cfg, callbacks=[StopAt(2)])
+    ckpt = tmp_path / "asi" / "checkpoints" / "checkpoint-2"
+    assert (ckpt / "adapter_model.safetensors").is_file()
+    saved = load_file(str(ckpt / "adapter_model.safetensors"))
+
+    watch = WeightWatch()
+    cfg.resume = True
+    (meta,) = train_roles(cfg, callbacks=[watch])
+    assert meta["resumed_from"] == "checkpoint-2" and meta["global_step"] == 4
+    # The resumed run must start from checkpoint-2's LoRA weights, not a fresh adapter (transformers#24252).
+    _, lora_at_start, _ = watch.snapshots[0]
+    for name, tensor in saved.items():
+        match = [t for n, t in lora_at_start.items() if n.replace(".default", "") == name]
+        assert match and torch.equal(match[0], tensor), name
+    assert (tmp_path / "asi" / "checkpoints" / "checkpoint-4").is_dir()
+
+
+@pytest.mark.slow
+def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_path, smollm_path):
+    pytest.importorskip("bitsandbytes")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    (meta,) = train_roles(tiny_config(role_datasets, tmp_path, max_steps=2, load_in_4bit=True))
+    assert meta["quantized_4bit"] and meta["global_step"] == 2
+    base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 520, 33, 4197, 28, 2]])
+    with torch.no_grad():
+        before = base(ids).logits
+        after = PeftModel.from_pretrained(base, str(tmp_path / "asi")).eval()(ids).logits
+    assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"), "-m", "train",
+           "--datasets", str(role_datasets), "--roles", "asi", "--output_dir", str(tmp_path),
+           "--max_steps", "2", "--batch_size", "2", "--logging_steps", "1", "--use_cpu", "--r", "4",
+           "--num_threads", "1"]
+    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "world_size 2" in run.stdout
+    meta = json.loads((tmp_path / "asi" / METADATA_FILE).read_text())
+    assert meta["world_size"] == 2 and meta["global_step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asi"]  # one adapter, written by rank 0 only

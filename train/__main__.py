@@ -1,0 +1,38 @@
+"""`python -m train` / `accelerate launch -m train`: train per-role LoRA adapters, or export them.
+
+    python -m train --config configs/train/asi.yaml [--roles asi,cae] [--max_steps 20]
+    accelerate launch --config_file configs/accelerate/cpu-ddp.yaml -m train --config configs/train/asi.yaml
+    python -m train export --adapters runs/adapters --format merged|vllm --out runs/export
+
+Training is the default command; `export` is the only subcommand.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from train.config import ConfigError
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "export":
+            from train import export
+
+            return export.main(argv[1:], prog=f"{prog} export")
+        from train.config import parse_config
+
+        cfg = parse_config(argv, prog=prog)
+        from train.sft import train_roles
+
+        train_roles(cfg)
+        return 0
+    except ConfigError as err:
+        # Bad input is one line naming the file and field, never a traceback.
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Per-role LoRA SFT: load the base once, then train, save and detach one adapter per role.
+
+The recipe is short on purpose (torchtune style): `train_roles` loads the base model and tokenizer,
+and for each role `train_role` wraps the base in a fresh LoRA adapter, runs TRL's `SFTTrainer` on the
+role's prompt-completion dataset (loss on completion tokens only), saves the adapter to
+`<output_dir>/<role>/` with a `trace_distill_adapter.json` next to it, and unloads the LoRA layers so
+the next role starts from the untouched base weights.
+
+Speed on CPU comes from padding-free batches (no compute spent on pad tokens), compact student
+prompts and no gradient checkpointing; see benchmarks/train_throughput.py for the measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+from datasets import DatasetDict, load_from_disk
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.trainer_utils import get_last_checkpoint
+
+from data_prep.models import resolve_model
+from distill.roles import PROMPT_VERSION
+from train.config import ConfigError, TrainConfig
+
+METADATA_FILE = "trace_distill_adapter.json"
+REQUIRED_COLUMNS = ("prompt", "completion")
+
+
+def log(message: str) -> None:
+    """Console line on the main process only, so DDP runs do not print everything twice."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"[train] {message}", flush=True)
+
+
+def load_role_dataset(datasets_dir: str | Path, role: str) -> DatasetDict:
+    """The saved DatasetDict for one role, checked for the splits and columns training needs."""
+    path = Path(datasets_dir) / role
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no dataset for role '{role}' (build it with `python -m distill datasets`)")
+    data = load_from_disk(str(path))
+    if not isinstance(data, DatasetDict) or "train" not in data:
+        raise ConfigError(f"{path}: expected a DatasetDict with a 'train' split")
+    missing = [c for c in REQUIRED_COLUMNS if c not in data["train"].column_names]
+    if missing:
+        raise ConfigError(f"{path}: split 'train' lacks column(s) {missing}; expected TRL prompt-completion rows")
+    if len(data["train"]) == 0:
+        raise ConfigError(f"{path}: split 'train' is empty")
+    return data
+
+
+def load_base(cfg: TrainConfig):
+    """The base model (fp32, or NF4 with bf16 compute for QLoRA) and its tokenizer."""
+    path = resolve_model(cfg.model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    kwargs: dict = {"dtype": torch.float32}
+    if cfg.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        if cfg.use_cpu or not torch.cuda.is_available():
+            kwargs["device_map"] = {"": "cpu"}
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if cfg.load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer, path
+
+
+def lora_config(cfg: TrainConfig):
+    from peft import LoraConfig
+
+    # No modules_to_save: an adapter made only of LoRA A/B matrices is what vLLM's multi-LoRA serves.
+    return LoraConfig(
+        task_type="CAUSAL_LM", r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
+        target_modules=cfg.lora_targets(), bias="none",
+    )
+
+
+def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_size: int) -> int:
+    """max_steps that keeps one role's training near `max_tokens_budget` tokens (or -1: no cap)."""
+    if cfg.max_tokens_budget <= 0:
+        return cfg.max_steps
+    per_step = max(1.0, mean_tokens * cfg.batch_size * cfg.grad_accum * world_size)
+    steps = max(1, int(cfg.max_tokens_budget // per_step))
+    epoch_steps = math.ceil(n_train / (cfg.batch_size * cfg.grad_accum * world_size)) * max(cfg.epochs, 1)
+    steps = min(steps, int(epoch_steps))
+    return steps if cfg.max_steps <= 0 else min(steps, cfg.max_steps)
+
+
+def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool):
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(checkpoints),
+        num_train_epochs=cfg.epochs, max_steps=max_steps,
+        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
+        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        # padding-free without packing cannot enforce max_length in TRL; we truncate ourselves instead.
+        max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
+        padding_free=cfg.padding_free, packing=cfg.packing,
+        bf16=cfg.bf16, fp16=False, gradient_checkpointing=cfg.gradient_checkpointing,
+        use_cpu=cfg.use_cpu, seed=cfg.seed, data_seed=cfg.seed,
+        save_strategy="steps" if cfg.save_steps > 0 else "no", save_steps=max(cfg.save_steps, 1),
+        save_total_limit=cfg.save_total_limit,
+        eval_strategy="no", do_eval=has_eval,
+        logging_steps=cfg.logging_steps, logging_first_step=True, report_to=cfg.report_to,
+        dataloader_num_workers=cfg.dataloader_num_workers,
+        ddp_find_unused_parameters=False, remove_unused_columns=True, disable_tqdm=False,
+    )
+
+
+def truncate_dataset(dataset, max_length: int):
+    """Keep the first max_length tokens (and their loss mask) of every tokenized row."""
+    cols = [c for c in ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask") if c in dataset.column_names]
+    too_long = sum(1 for n in (len(ids) for ids in dataset["input_ids"]) if n > max_length)
+    if too_long == 0:
+        return dataset
+    log(f"truncating {too_long} example(s) longer than max_length={max_length}")
+    return dataset.map(lambda row: {c: row[c][:max_length] for c in cols}, desc="truncate")
+
+
+def token_counts(dataset) -> dict:
+    """Prompt and completion token totals of the tokenized train split (what the loss sees)."""
+    total = sum(len(ids) for ids in dataset["input_ids"])
+    # TRL folds the completion mask into `labels` (-100 outside the completion).
+    completion = sum(sum(t != -100 for t in labels) for labels in dataset["labels"]) if "labels" in dataset.column_names else None
+    return {
+        "examples": len(dataset), "tokens": total, "completion_tokens": completion,
+        "mean_tokens": round(total / max(len(dataset), 1), 1),
+    }
+
+
+def adapter_metadata(cfg: TrainConfig, role: str, base_path: str, data: DatasetDict, trainer, counts: dict,
+                     seconds: float, metrics: dict, resume_from: Optional[str]) -> dict:
+    """What `trace_distill_adapter.json` records: enough to tell which data, prompts and base made an adapter."""
+    return {
+        "role": role, "base_model": cfg.model, "base_model_path": base_path,
+        "prompt_version": PROMPT_VERSION, "dataset_dir": str(Path(cfg.datasets) / role),
+        "dataset_fingerprint": data["train"]._fingerprint, "train_config": cfg.to_dict(),
+        "lora": {"r": cfg.r, "alpha": cfg.alpha, "dropout": cfg.dropout, "target_modules": cfg.target_modules},
+        "world_size": trainer.args.world_size, "global_step": trainer.state.global_step,
+        "resumed_from": Path(resume_from).name if resume_from else None,
+        "train_seconds": round(seconds, 2), "train_loss": metrics.get("train_loss"),
+        "eval_loss": metrics.get("eval_loss"), "tokens": counts,
+        "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
+        "quantized_4bit": cfg.load_in_4bit,
+    }
+
+
+def write_metadata(out: Path, meta: dict) -> None:
+    (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def read_metadata(adapter_dir: str | Path) -> dict:
+    path = Path(adapter_dir) / METADATA_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing; is {adapter_dir} an adapter written by `python -m train`?")
+    return json.loads(path.read_text())
+
+
+def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
+               callbacks: Optional[list] = None) -> tuple[object, dict]:
+    """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
+    from peft import get_peft_model
+    from trl import SFTTrainer
+
+    data = load_role_dataset(cfg.datasets, role)
+    out = Path(cfg.output_dir) / role
+    checkpoints = out / "checkpoints"
+    resume_from = get_last_checkpoint(str(checkpoints)) if cfg.resume and checkpoints.is_dir() else None
+    if cfg.resume and resume_from is None:
+        log(f"{role}: --resume given but no checkpoint in {checkpoints}; starting fresh")
+    has_eval = cfg.eval and "validation" in data and len(data["validation"]) > 0
+    # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
+    # breaks both vLLM paths and Trainer's resume: transformers#28531).
+    model = get_peft_model(base, lora_config(cfg))
+    args = sft_args(cfg, checkpoints, cfg.max_steps, has_eval)
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=data["train"],
+        eval_dataset=data["validation"] if has_eval else None, processing_class=tokenizer,
+        callbacks=list(callbacks or []),
+    )
+    if cfg.padding_free and not cfg.packing:
+        trainer.train_dataset = truncate_dataset(trainer.train_dataset, cfg.max_length)
+    counts = token_counts(trainer.train_dataset)
+    budget_steps = steps_for_budget(cfg, counts["examples"], counts["mean_tokens"], trainer.args.world_size)
+    if budget_steps != cfg.max_steps:
+        trainer.args.max_steps = budget_steps
+        log(f"{role}: max_tokens_budget {cfg.max_tokens_budget} -> max_steps {budget_steps}")
+    trainable, total = model.get_nb_trainable_parameters()
+    log(f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "
+        f"LoRA r={cfg.r} trainable {trainable:,}/{total:,}" + (f", resuming from {resume_from}" if resume_from else ""))
+    start = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    seconds = time.perf_counter() - start
+    metrics = dict(result.metrics)
+    if has_eval:
+        metrics.update(trainer.evaluate())
+    meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
+    if trainer.is_world_process_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
+        write_metadata(out, meta)
+        log(f"{role}: saved adapter to {out} ({seconds:.1f} s, loss {meta['train_loss']})")
+    trainer.accelerator.wait_for_everyone()
+    base = model.unload()  # drop the LoRA layers without merging: the next role starts from the pure base
+    del trainer, model
+    return base, meta
+
+
+def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict]:
+    """Train every configured role in turn from one base-model load; returns each role's metadata."""
+    roles = cfg.role_list()
+    if cfg.num_threads > 0:
+        torch.set_num_threads(cfg.num_threads)
+    for role in roles:  # fail on a missing dataset before spending time on the model
+        load_role_dataset(cfg.datasets, role)
+    base, tokenizer, base_path = load_base(cfg)
+    log(f"base {cfg.model} loaded from {base_path}; roles: {', '.join(roles)}")
+    results = []
+    for role in roles:
+        base, meta = train_role(base, tokenizer, base_path, cfg, role, callbacks)
+        results.append(meta)
+    return results
