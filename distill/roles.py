@@ -162,7 +162,7 @@ ROLES: dict[str, RoleSpec] = {
         + "\nGive a short reasoning, then the strategy.", uses_exemplars=True,
     ),
     "plan": RoleSpec(
-        "plan", "Pragmatic Planner", schemas.PlanOutput, ("asi", "cae", "phase", "srp"), 0.0, 48,
+        "plan", "Pragmatic Planner", schemas.PlanOutput, ("asi", "cae", "phase", "srp"), 0.0, 80,
         "Plan the reply along four pragmatic dimensions:\n" + _PLAN_TEXT, optional=True,
     ),
     "ers": RoleSpec(
@@ -173,7 +173,7 @@ ROLES: dict[str, RoleSpec] = {
     ),
     "gra": RoleSpec(
         "gra", "Global Reflection Agent", schemas.GRAOutput,
-        ("asi", "cae", "perspective", "phase", "srp", "plan", "ers"), 0.0, 160,
+        ("asi", "cae", "perspective", "phase", "srp", "plan", "ers"), 0.0, 256,
         "Audit the analysis stages in order. For each stage say whether it passed: the emotion fits the "
         "dialogue, the cause is grounded in the seeker's words, the strategy suits the emotion, and the "
         "reply is empathetic, specific and consistent with the plan. Name the earliest failed stage "

@@ -6,7 +6,7 @@ completion token costs training and inference time.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,7 +28,7 @@ class ASIOutput(_Strict):
 
 
 class CAEOutput(_Strict):
-    triggers: list[str] = Field(min_length=1, max_length=2, description="1-2 spans quoted from the seeker's turns")
+    triggers: list[Annotated[str, Field(max_length=120)]] = Field(min_length=1, max_length=2, description="1-2 spans quoted from the seeker's turns")
     cause: str = Field(max_length=200, description="one-sentence cause summary")
     category: CauseCategory
 
