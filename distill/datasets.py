@@ -277,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     for role, dd in built.items():
-        dd.save_to_disk(str(out / role))
+        # one shard per split: datasets saves an empty split as zero shards, which load_from_disk rejects
+        dd.save_to_disk(str(out / role), num_shards={split: 1 for split in dd})
         # the card records the fingerprints train will see, and those are the reloaded dataset's
         saved = load_from_disk(str(out / role))
         write_card(out / role, role, saved, traces, run_meta, options, report.counts[role], Path(args.traces))
