@@ -137,7 +137,9 @@ def _resolve_hub_id(name: str) -> str:
     except Exception as err:  # hub unreachable, gated, or not found: one sentence, no traceback
         from huggingface_hub import is_offline_mode
 
-        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if is_offline_mode() else type(err).__name__
+        # huggingface_hub reads HF_HUB_OFFLINE when it is imported; the environment may have changed since
+        offline = is_offline_mode() or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else type(err).__name__
         raise ModelNotAvailable(
             f"'{name}' is not a local path and could not be fetched from the Hugging Face hub ({why}); "
             f"download it where the hub is reachable and pass its local path, or use '{SMOLLM2_ALIAS}'."

@@ -9,6 +9,11 @@ import pytest
 
 from data_prep.dialogues import Dialogue, Turn
 
+# Tests must never reach the hub. Set before any test module imports huggingface_hub, which reads
+# these once at import time.
+for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+
 SHARED_ED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ed_ekman_dev.csv"
 
 _TINY = [
