@@ -24,7 +24,7 @@ from data_prep.retrieval import Exemplar
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
 from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
-from distill.roles import PROMPT_VERSION, ROLES, RoleInput, RoleSpec
+from distill.roles import PROMPT_VERSION, ROLES, RoleInput, RoleSpec, build_role_input
 from distill.schemas import GRAOutput
 from distill.trace import GoldGuidance, Step, Trace, trace_key
 
@@ -145,9 +145,9 @@ class Pipeline:
     def _role_input(self, spec: RoleSpec, r: _DialogueRun, iteration: int) -> RoleInput:
         done = r.iterations[iteration]
         d = r.dialogue
-        return RoleInput(
-            dialogue=d,
-            upstream={name: done[name] for name in spec.inputs if name in done},
+        # the same builder the SFT dataset uses, so training and inference see one upstream view
+        return build_role_input(
+            spec, d, done,
             exemplars=r.exemplars if spec.uses_exemplars else None,
             gold_emotion=d.emotion if self.config.gold_emotion and self._teacher else None,
             gold_response=d.gold_response if self.config.gold_response and self._teacher else None,
