@@ -229,3 +229,38 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
     meta = json.loads((tmp_path / "asi" / METADATA_FILE).read_text())
     assert meta["world_size"] == 2 and meta["global_step"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asi"]  # one adapter, written by rank 0 only
+
+
+@pytest.mark.slow
+def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
+    """The completion-only LM head is an optimisation, not a different objective: same loss, same grads."""
+    from peft import get_peft_model
+    from trl import SFTTrainer
+
+    from train.sft import completion_head_trainer, load_base, load_role_dataset, lora_config, sft_args
+
+    cfg = tiny_config(role_datasets, tmp_path, bf16="false")
+    base, tokenizer, _ = load_base(cfg)
+    model = get_peft_model(base, lora_config(cfg))
+    data = load_role_dataset(cfg.datasets, "asi")["train"]
+    results = []
+    for cls in (SFTTrainer, completion_head_trainer()):
+        trainer = cls(model=model, args=sft_args(cfg, tmp_path / cls.__name__, 1, False), train_dataset=data,
+                      processing_class=tokenizer)
+        if cls is not SFTTrainer:
+            assert trainer._own_loss_applies(return_outputs=False)  # this run takes the completion-head path
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        n_items = (batch["labels"][:, 1:] != -100).sum()
+        model.zero_grad()
+        loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=n_items)
+        loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((loss.item(), grads, trainer._metrics["train"]["mean_token_accuracy"][-1]))
+    (trl_loss, trl_grads, trl_acc), (our_loss, our_grads, our_acc) = results
+    assert "position_ids" in batch and batch["input_ids"].shape[0] == 1  # padding-free: one flattened row
+    assert our_loss == pytest.approx(trl_loss, rel=1e-4)
+    assert our_grads.keys() == trl_grads.keys() and len(our_grads) > 0
+    for name, grad in trl_grads.items():  # fp32 sums in another order: compare each tensor as a whole
+        err = ((our_grads[name] - grad).norm() / grad.norm().clamp(min=1e-12)).item()
+        assert err < 1e-3, f"{name}: relative gradient error {err:.2e}"
+    assert our_acc == pytest.approx(trl_acc)

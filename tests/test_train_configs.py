@@ -73,3 +73,35 @@ def test_accelerate_yaml_is_valid(path):
     if path.stem == "cpu-ddp":
         # accelerate's --cpu mode would start one process; CPU DDP needs the torchrun launcher.
         assert data["distributed_type"] == "MULTI_GPU" and data["num_processes"] == 2 and not data["use_cpu"]
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("false", False), (True, True), (False, False)])
+def test_bf16_flag_forces_either_way(value, expected):
+    assert parse_config(["--bf16", str(value).lower()]).use_bf16() is expected
+    from train.config import config_from_dict
+
+    assert config_from_dict({"bf16": value}).use_bf16() is expected  # YAML gives real bools
+
+
+def test_bf16_auto_follows_the_hardware():
+    import torch
+
+    from distill.backends.local import resolve_dtype
+
+    native = resolve_dtype("auto", "cpu") == torch.bfloat16
+    assert parse_config(["--use_cpu", "true"]).use_bf16() is native
+
+
+def test_bad_bf16_value_is_a_config_error():
+    with pytest.raises(ConfigError, match="bf16: expected auto, true or false"):
+        parse_config(["--bf16", "maybe"])
+    with pytest.raises(ConfigError, match="completion_head: expected auto, true or false"):
+        parse_config(["--completion_head", "sometimes"])
+
+
+def test_completion_head_auto_is_on_for_cpu_training_only():
+    assert parse_config(["--use_cpu", "true"]).use_completion_head() is True
+    assert parse_config(["--use_cpu", "true", "--completion_head", "false"]).use_completion_head() is False
+    from train.config import config_from_dict
+
+    assert config_from_dict({"completion_head": True}).use_completion_head() is True

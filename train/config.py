@@ -31,7 +31,7 @@ class TrainConfig:
     # LoRA
     r: int = field(default=16, metadata={"help": "LoRA rank."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling = alpha / r)."})
-    dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout. 0 skips a copy of every LoRA input: 1.6x tokens/s on CPU here."})
     target_modules: str = field(default="all-linear", metadata={"help": "'all-linear' or comma-separated module names (q_proj,v_proj)."})
     load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: load the base in NF4 (bitsandbytes) with bf16 compute."})
     # optimisation
@@ -47,7 +47,8 @@ class TrainConfig:
     max_length: int = field(default=512, metadata={"help": "Longest tokenized example; longer ones are truncated (keep start)."})
     padding_free: bool = field(default=True, metadata={"help": "Flatten each batch into one sequence without padding (position_ids mark the boundaries)."})
     packing: bool = field(default=False, metadata={"help": "Pack examples into max_length blocks (BFD; implies padding-free)."})
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (helps on GPUs; slower on this CPU)."})
+    bf16: str = field(default="auto", metadata={"help": "bf16 mixed precision: auto (on where the hardware runs bf16 natively: recent GPUs, CPUs with AMX/AVX512-BF16), true or false."})
+    completion_head: str = field(default="auto", metadata={"help": "auto, true or false: run the LM head only on completion tokens (under autocast) instead of TRL's fp32 head over every position. Same loss; 1.7x step speed on CPU here, slower than TRL's Triton head on a GPU, so auto = on for CPU training only."})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory; only worth it for big models on GPU."})
     use_cpu: bool = field(default=False, metadata={"help": "Train on CPU even if an accelerator is present (needed for CPU DDP over gloo)."})
     seed: int = field(default=42, metadata={"help": "Random seed (data order, LoRA init)."})
@@ -75,8 +76,41 @@ class TrainConfig:
             return "all-linear"
         return [m.strip() for m in self.target_modules.split(",") if m.strip()]
 
+    def _device(self) -> str:
+        import torch
+
+        return "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
+
+    def use_completion_head(self) -> bool:
+        """Resolve `completion_head` (auto/true/false, or a YAML bool): auto is on for CPU training."""
+        value = _tristate(self.completion_head, "completion_head")
+        return self._device() == "cpu" if value is None else value
+
+    def use_bf16(self) -> bool:
+        """Resolve `bf16` (auto/true/false, or a YAML bool) against this machine."""
+        value = _tristate(self.bf16, "bf16")
+        if value is not None:
+            return value
+        import torch
+
+        from distill.backends.local import resolve_dtype
+
+        return resolve_dtype("auto", self._device()) == torch.bfloat16
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _tristate(value, name: str):
+    """True/False for a bool or true/false string, None for auto; anything else is a ConfigError."""
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    if text == "auto":
+        return None
+    raise ConfigError(f"{name}: expected auto, true or false, got {value!r}")
 
 
 def _known_fields() -> dict[str, dataclasses.Field]:
@@ -115,6 +149,8 @@ def parse_config(argv: list[str], prog: str = "python -m train") -> TrainConfig:
     if extra:
         raise ConfigError(f"unknown arguments: {' '.join(extra)}")
     cfg.role_list()  # validate early, before any model is loaded
+    cfg.use_bf16()
+    cfg.use_completion_head()
     return cfg
 
 
@@ -126,4 +162,6 @@ def config_from_dict(values: dict, source: str = "<dict>") -> TrainConfig:
             raise ConfigError(f"{source}: unknown key '{key}'")
     cfg = TrainConfig(**values)
     cfg.role_list()
+    cfg.use_bf16()
+    cfg.use_completion_head()
     return cfg

@@ -67,6 +67,8 @@ def load_base(cfg: TrainConfig):
         )
         if cfg.use_cpu or not torch.cuda.is_available():
             kwargs["device_map"] = {"": "cpu"}
+        else:  # bitsandbytes quantises on the GPU this process trains on (its local rank under accelerate)
+            kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if cfg.load_in_4bit:
         from peft import prepare_model_for_kbit_training
@@ -111,7 +113,7 @@ def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool
         # padding-free without packing cannot enforce max_length in TRL; we truncate ourselves instead.
         max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
         padding_free=cfg.padding_free, packing=cfg.packing,
-        bf16=cfg.bf16, fp16=False, gradient_checkpointing=cfg.gradient_checkpointing,
+        bf16=cfg.use_bf16(), fp16=False, gradient_checkpointing=cfg.gradient_checkpointing,
         use_cpu=cfg.use_cpu, seed=cfg.seed, data_seed=cfg.seed,
         save_strategy="steps" if cfg.save_steps > 0 else "no", save_steps=max(cfg.save_steps, 1),
         save_total_limit=cfg.save_total_limit,
@@ -171,6 +173,59 @@ def read_metadata(adapter_dir: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+def completion_head_trainer():
+    """`SFTTrainer` whose loss runs the LM head only where a token is trained (the completion).
+
+    TRL 1.16 computes log-probs for *every* position through a chunked fp32 LM head; on a CPU that was
+    a third of a step here (SmolLM2: 49k-word vocabulary, prompts ~2/3 of the tokens). This loss runs
+    the decoder, keeps the hidden states whose next token has a label, and applies the LM head (under
+    the same autocast, so bf16 where enabled) and the cross-entropy to those rows only: the same
+    token-summed NLL over `num_items_in_batch`, and the same `entropy` / `mean_token_accuracy`
+    metrics. Anything it does not cover (DDP, label smoothing, DFT loss, custom loss functions, MoE
+    aux loss, `return_outputs`) goes to TRL's own `compute_loss`. On an H100 TRL's Triton head was
+    faster (benchmarks/gpu_train.py), hence `completion_head: auto` = CPU only.
+    """
+    import torch.nn.functional as F
+    from trl import SFTTrainer
+
+    class CompletionHeadSFTTrainer(SFTTrainer):
+        def _own_loss_applies(self, return_outputs: bool) -> bool:
+            return not (return_outputs or self.args.loss_type != "nll" or self.aux_loss_enabled
+                        or self.label_smoother is not None or self.compute_loss_func is not None
+                        or self.accelerator.num_processes > 1)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if not self._own_loss_applies(return_outputs):
+                return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                            num_items_in_batch=num_items_in_batch)
+            mode = "train" if self.model.training else "eval"
+            lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+            body = {k: v for k, v in inputs.items() if k != "labels"}
+            targets = inputs["labels"][:, 1:]
+            keep = targets != -100
+            # Bypassing model.forward also bypasses accelerate's autocast wrapper on it: re-enter it here.
+            with self.accelerator.autocast():
+                hidden = lm.get_decoder()(**body, use_cache=False).last_hidden_state
+                logits = lm.get_output_embeddings()(hidden[:, :-1][keep]).float()
+            nll = F.cross_entropy(logits, targets[keep], reduction="sum")
+            denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = nll / torch.as_tensor(denom, device=nll.device).clamp(min=1)
+            with torch.no_grad():
+                n = keep.sum()
+                logp = torch.log_softmax(logits, dim=-1)
+                entropy = -(logp.exp() * logp).sum(-1).sum()
+                correct = (logits.argmax(-1) == targets[keep]).sum()
+                self._metrics[mode]["entropy"].append((entropy / n).item() if n > 0 else 0.0)
+                self._metrics[mode]["mean_token_accuracy"].append((correct / n).item() if n > 0 else 0.0)
+            if mode == "train":
+                ids = inputs["position_ids"] if "attention_mask" not in inputs else None
+                self._total_train_tokens += int(inputs["attention_mask"].sum()) if ids is None else ids.size(1)
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return loss
+
+    return CompletionHeadSFTTrainer
+
+
 def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
                callbacks: Optional[list] = None) -> tuple[object, dict]:
     """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
@@ -188,7 +243,8 @@ def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
     # breaks both vLLM paths and Trainer's resume: transformers#28531).
     model = get_peft_model(base, lora_config(cfg))
     args = sft_args(cfg, checkpoints, cfg.max_steps, has_eval)
-    trainer = SFTTrainer(
+    trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
+    trainer = trainer_cls(
         model=model, args=args, train_dataset=data["train"],
         eval_dataset=data["validation"] if has_eval else None, processing_class=tokenizer,
         callbacks=list(callbacks or []),
