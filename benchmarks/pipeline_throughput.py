@@ -7,6 +7,10 @@ dialogue); the batched run gives the pipeline all dialogues at once, so each sta
 
     python benchmarks/pipeline_throughput.py --n 64 --out benchmarks/pipeline_throughput.json
 
+`--prompt-style student --adapters <dir>` times the distilled student (compact prompts, one LoRA per
+stage, merged into the base for its stage); `--device cuda` runs on a GPU; `--random-init` uses random
+weights from `--model`'s config (speed only: for a machine that cannot carry the real weights).
+
 `--naive-limit M` times the naive loop on the first M dialogues only (its per-dialogue cost is
 flat, so dialogues/s extrapolates); the report says how many dialogues each side ran.
 """
@@ -60,17 +64,33 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--prompt-style", choices=("teacher", "student"), default="teacher")
+    parser.add_argument("--adapters", default=None, help="role adapters (<dir>/<role>/), used with --prompt-style student")
+    parser.add_argument("--random-init", action="store_true", help="random weights from --model's config (speed only)")
     parser.add_argument("--out", default="benchmarks/pipeline_throughput.json")
     args = parser.parse_args()
 
     dialogues = sample_dialogues(args.n)
-    backend = LocalBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
+    model = args.model
+    if args.random_init:
+        import tempfile
+
+        from benchmarks.gpu_train import random_base
+        from data_prep.models import resolve_model
+
+        model = random_base(resolve_model(args.model), Path(tempfile.mkdtemp()) / "random-base")
+    backend = LocalBackend(model, adapters=args.adapters, dtype=args.dtype, batch_size=args.batch_size,
+                           device=args.device)
     # Core TRACE pipeline, no retrieval (it would time the embedder, not generation), one attempt.
-    config = PipelineConfig(rag=False, max_attempts=1)
+    config = PipelineConfig(rag=False, max_attempts=1, prompt_style=args.prompt_style,
+                            use_adapters=args.adapters is not None)
     pipeline = Pipeline(config, backend)
     pipeline.run(dialogues[:1], progress=False)  # warm-up: grammars compiled, kernels loaded
 
+    switch_before = backend.switch_seconds
     batched_s, batched = timed_run(pipeline, [dialogues])
+    switch_s = backend.switch_seconds - switch_before
     naive_dialogues = dialogues[:args.naive_limit or args.n]
     naive_s, naive = timed_run(pipeline, [[d] for d in naive_dialogues])
 
@@ -78,11 +98,15 @@ def main() -> int:
         "config": config.model_dump(), "stages": config.stages(), "backend": backend.describe(),
         "torch_threads": __import__("torch").get_num_threads(), "cpus": os.cpu_count(),
         "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "random_init": args.random_init,
         "batched": summarise("batched", batched_s, batched),
         "naive": summarise("naive", naive_s, naive),
     }
     report["speedup"] = report["batched"]["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
-    print(f"speedup: {report['speedup']:.2f}x")
+    # Adapter switching (set_adapter + merge + unmerge + restoring the base) in the batched run.
+    report["batched"]["adapter_switch_seconds"] = round(switch_s, 3)
+    report["batched"]["adapter_switch_share"] = switch_s / batched_s
+    print(f"speedup: {report['speedup']:.2f}x; adapter switching {100 * switch_s / batched_s:.2f}% of batched time")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -157,9 +157,12 @@ def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, a
         assert all(m.merged for m in merged.hf_model.modules() if hasattr(m, "lora_A") and "asi" in m.lora_A)
     asi, cae = texts(merged, "asi"), texts(merged, "cae")
     assert asi != base_before and cae != base_before and asi != cae
+    switches, switch_seconds = merged.switches, merged.switch_seconds
     for _ in range(20):  # many stage cycles: bf16 unmerge alone would drift the shared base
         texts(merged, "asi")
         texts(merged, "cae")
+    # one switch per adapter group per generate call, each timed (the pipeline benchmark reports the share)
+    assert merged.switches == switches + 40 and merged.switch_seconds > switch_seconds
     assert texts(merged, None) == base_before
     assert all(torch.equal(weights_before[k], v) for k, v in _base_weights(merged).items())
     if dtype == "fp32":  # in bf16 a merged weight rounds differently from base + LoRA, so only fp32 is exact

@@ -88,6 +88,10 @@ class LocalBackend:
         self._grammars = SchemaGrammars(self.tokenizer, self.hf_model.config.vocab_size)
         # Merging rewrites shared weights, so two threads (e.g. serve) must never generate at once.
         self._lock = threading.RLock()
+        # Time spent switching adapters (set_adapter, merge, unmerge, restoring the base): the
+        # pipeline benchmark reports it as a share of pipeline time.
+        self.switch_seconds = 0.0
+        self.switches = 0
         for role, path in find_adapters(adapters).items():
             self.load_adapter(role, path)
 
@@ -122,12 +126,18 @@ class LocalBackend:
                 return
             if adapter not in self.adapter_paths:
                 raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+            started = time.perf_counter()
             self.hf_model.set_adapter(adapter)
-            with self._merged(adapter) if self.merge_adapters else nullcontext():
+            self.switches += 1
+            if not self.merge_adapters:
+                self.switch_seconds += time.perf_counter() - started
+                yield
+                return
+            with self._merged(adapter, started):
                 yield
 
     @contextmanager
-    def _merged(self, adapter: str) -> Iterator[None]:
+    def _merged(self, adapter: str, started: float) -> Iterator[None]:
         # PEFT's unmerge subtracts the delta it added; in bf16 (W + d) - d != W, so each stage would
         # nudge the shared base and the drift would build up over many stages. We snapshot the base
         # tensors the adapter touches and copy them back after unmerging: exact, and the extra
@@ -136,14 +146,17 @@ class LocalBackend:
                   if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})]
         pristine = [[p.detach().clone() for p in layer.get_base_layer().parameters()] for layer in layers]
         self.hf_model.base_model.merge_adapter([adapter])
+        self.switch_seconds += time.perf_counter() - started
         try:
             yield
         finally:
+            started = time.perf_counter()
             self.hf_model.base_model.unmerge_adapter()
             with torch.no_grad():
                 for layer, saved in zip(layers, pristine):
                     for param, original in zip(layer.get_base_layer().parameters(), saved):
                         param.copy_(original)
+            self.switch_seconds += time.perf_counter() - started
 
     # --- prompts -------------------------------------------------------------------------------
 
