@@ -5,13 +5,18 @@
 The data are `asi` student prompts (the compact prompt the adapter is trained on) built from the real
 ED dev file (``../shared/data/ed_ekman_dev.csv``; the shipped sample is used when it is absent), with
 the gold emotion as the JSON completion. Every variant trains the same LoRA (r16, all-linear) on the
-same rows for one epoch with the same batch size, from a freshly loaded model, and is timed around
+same rows for one epoch with the same batch size and LoRA dropout 0 (PEFT's default), from a freshly
+loaded model, and is timed around
 ``trainer.train()`` only:
 
 - ``trl_defaults``: a minimal hand-written TRL script with TRL's defaults (fp32 on CPU, padded
   batches, gradient checkpointing on), the baseline;
 - ``train_padded``: our recipe with padded batches (isolates gradient checkpointing);
-- ``train``: our default recipe (padding-free batches, no gradient checkpointing);
+- ``train``: our default recipe (padding-free batches, no gradient checkpointing, `bf16: auto`);
+- ``train_fp32``: our default recipe with bf16 forced off (isolates `bf16: auto`, which is on for
+  CPUs with AMX/AVX512-BF16);
+- ``train_trl_head``: our default recipe with TRL's own loss (fp32 LM head over every position)
+  instead of the completion-only LM head (isolates `completion_head`);
 - ``train_packing``: BFD packing into one 1024-token block per step (padding-free as well); fewer,
   fuller optimizer steps than the others.
 
@@ -39,14 +44,15 @@ from train.config import config_from_dict  # noqa: E402
 from train.sft import lora_config, train_role  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"
-VARIANTS = ("trl_defaults", "train_padded", "train", "train_packing")
+VARIANTS = ("trl_defaults", "train_padded", "train_fp32", "train_trl_head", "train", "train_packing")
 
 
 def build_dataset(csv: Path, n: int, root: Path) -> Path:
     """`n` asi rows in the form `python -m distill datasets` writes, saved under root/asi."""
     from datasets import Dataset, DatasetDict
 
-    dialogues = read_csv(csv)[:n]
+    pool = read_csv(csv)
+    dialogues = [pool[i % len(pool)] for i in range(n)]  # cycles a file shorter than n (the shipped sample)
     rows = []
     for d in dialogues:
         prompt = ROLES["asi"].render(RoleInput(dialogue=d), "student")
@@ -122,7 +128,7 @@ def main(argv=None) -> int:
             if name == "trl_defaults":
                 row = run_trl_defaults(model, tokenizer, datasets, args.batch_size, out)
             else:
-                extra = {"train_padded": {"padding_free": False}, "train": {},
+                extra = {"train_padded": {"padding_free": False}, "train": {}, "train_fp32": {"bf16": "false"}, "train_trl_head": {"completion_head": "false"},
                          # One 1024-token block per step holds about as many tokens as a padding-free batch
                          # of 8; more blocks per step make one flattened sequence whose masked attention is
                          # quadratic in its length on CPU (no varlen kernel).
