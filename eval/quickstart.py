@@ -25,10 +25,18 @@ CORE = ("asi", "cae", "srp", "ers")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="run folder; rerunning resumes it")
+    parser.add_argument("--source", default=None,
+                        help="dialogues to run on (any `data_prep dialogues --source`); default: the shipped sample. "
+                             "The real-data experiment passes ../shared/data/ed_ekman_dev.csv")
+    parser.add_argument("--split-ratios", default=None, metavar="TRAIN,VAL,TEST",
+                        help="split of a source without splits (the real-data experiment uses 0.8,0,0.2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of that split")
+    parser.add_argument("--require-gold-emotion", action="store_true",
+                        help="SFT datasets keep only traces whose asi emotion is the gold label (STaR filter)")
     parser.add_argument("--train-limit", type=int, default=48, help="train dialogues the teacher annotates")
     parser.add_argument("--test-limit", type=int, default=16, help="test dialogues every system is scored on")
     parser.add_argument("--max-tokens-budget", type=int, default=6000,
-                        help="training tokens per role (the CPU trains ~50-100 tokens/s)")
+                        help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)")
     parser.add_argument("--judge", action=argparse.BooleanOptionalAction, default=True,
                         help="pairwise judge (the embedded model) of student and base against the teacher")
 
@@ -52,7 +60,10 @@ def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
             {"name": "teacher", "traces": str(out / "teacher-test")},
             {"name": "student", "backend": {**local, "adapters": str(out / "adapters")},
              "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 2}},
-            {"name": "base", "backend": local, "pipeline": {"prompt_style": "teacher", "max_attempts": 2}},
+            # The untuned base with the teacher's prompts is the control. Here the teacher *is* the
+            # untuned embedded model with those prompts and the same decoding, so its test traces are
+            # that system's output: read them rather than generate the same text twice.
+            {"name": "base", "traces": str(out / "teacher-test")},
         ],
         "judge": {"backend": local, "against": "teacher", "aspects": ["empathy", "informativity", "fluency", "consistency"]} if judge else None,
         "ppl": {"model": "smollm2-135m", "context": "response"},
@@ -61,6 +72,21 @@ def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
     path = out / "eval-config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def _check_same_data(out: Path, source: str, split_ratios: str | None, seed: int, default: str) -> None:
+    """A run folder belongs to one source and split: refuse to resume it with different ones."""
+    stamp = out / "quickstart.json"
+    want = {"source": source, "split_ratios": split_ratios, "seed": seed}
+    if stamp.is_file():
+        have = json.loads(stamp.read_text())
+        if have != want:
+            diff = ", ".join(f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v)
+            raise SystemExit(f"quickstart: {out} was made with other data ({diff}); pass a new --out")
+    elif (out / "dialogues").exists() and want != {"source": default, "split_ratios": None, "seed": 0}:
+        raise SystemExit(f"quickstart: {out} holds dialogues from an unknown source; pass a new --out")
+    else:
+        stamp.write_text(json.dumps(want, indent=2))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,14 +98,18 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    source = str(Path(args.source).resolve()) if args.source else str(SAMPLE_PATH)
+    _check_same_data(out, source, args.split_ratios, args.seed, default=str(SAMPLE_PATH))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    t = _stage(1, "prepare the shipped sample")
+    t = _stage(1, "prepare the dialogues" + ("" if args.source else " (the shipped sample)"))
     if (out / "dialogues" / "dataset_dict.json").is_file():
         print(f"reusing {out / 'dialogues'}")
     else:
-        _check(data_main(["dialogues", "--source", str(SAMPLE_PATH), "--out", str(out / "dialogues")]), "dialogues")
+        ratios = ["--split-ratios", args.split_ratios] if args.split_ratios else []
+        _check(data_main(["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed),
+                          *ratios]), "dialogues")
     timings["prepare"] = time.perf_counter() - t
 
     t = _stage(2, "exemplar index over the train split")
@@ -102,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"reusing {out / 'datasets'}")
     else:
         _check(distill_main(["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets"),
-                             "--roles", ",".join(CORE)]), "datasets")
+                             "--roles", ",".join(CORE),
+                             *(["--require-gold-emotion"] if args.require_gold_emotion else [])]), "datasets")
     timings["datasets"] = time.perf_counter() - t
 
     t = _stage(5, "LoRA adapters, one per role")

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
+from eval.compare import load_config
 from distill.roles import CORE_ROLES, PROMPT_VERSION
 from distill.store import TraceStore
 from distill.trace import Trace
@@ -206,3 +207,13 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert len(numbers) > 50
     missing = [n for n in numbers if n not in _json_numbers(report)]
     assert not missing, f"numbers in report.md not in report.json: {missing[:5]}"
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_eval_configs_validate(path):
+    """Every shipped compare config parses, and each system is a trace run or a backend, never neither."""
+    config = load_config(str(path))
+    assert config.systems
+    for system in config.systems:
+        assert (system.traces is None) != (system.backend is None)

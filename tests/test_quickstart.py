@@ -32,3 +32,34 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     for stage in ("dialogues", "index", "datasets", "adapters"):
         assert f"reusing {out / stage}" in second
     assert "wrote 0 traces" in second  # the trace store skipped every finished dialogue
+
+
+def test_run_folder_of_other_data_is_refused(tmp_path):
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "quickstart.json").write_text(json.dumps({"source": "/data/other.csv", "split_ratios": "0.8,0,0.2", "seed": 0}))
+    with pytest.raises(SystemExit, match=r"made with other data \(source '/data/other.csv' -> .*ed_sample.csv'"):
+        main(["--out", str(out), *SMALL])
+    assert not (out / "dialogues").exists()  # refused before any stage ran
+
+
+def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
+    """The real-data experiment is the quickstart with --source/--split-ratios/--seed: they must be used."""
+    import data_prep.__main__ as data_prep_main
+
+    seen = []
+
+    def fake_data_main(argv):
+        seen.append(argv)
+        raise SystemExit("stop after the first stage")
+
+    monkeypatch.setattr(data_prep_main, "main", fake_data_main)
+    src = tmp_path / "ed.csv"
+    src.write_text("utterances,prompt,emotion_id,gold_response\n")
+    with pytest.raises(SystemExit, match="stop after the first stage"):
+        main(["--out", str(tmp_path / "qs"), "--source", str(src), "--split-ratios", "0.8,0,0.2", "--seed", "3", *SMALL])
+    argv = seen[0]
+    assert argv[:2] == ["dialogues", "--source"] and argv[2] == str(src.resolve())
+    assert argv[argv.index("--split-ratios") + 1] == "0.8,0,0.2" and argv[argv.index("--seed") + 1] == "3"
+    stamp = json.loads((tmp_path / "qs" / "quickstart.json").read_text())
+    assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3}
