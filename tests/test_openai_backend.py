@@ -63,6 +63,39 @@ def test_describe_never_contains_the_key(monkeypatch):
     assert "sk-test-do-not-leak" not in str(backend.describe()) and backend.describe()["api_key_env"] == "TD_SECRET_KEY"
 
 
+def test_rate_limits_gate_every_request_by_count_and_by_tokens(monkeypatch):
+    """requests_per_minute / tokens_per_minute: each call waits on both limiters, tokens as estimated."""
+    import distill.backends.openai_backend as ob
+
+    log: list[tuple] = []
+
+    class RecordingLimiter:
+        def __init__(self, max_rate, time_period):
+            self.name = "rpm" if max_rate == 30 else "tpm"
+            log.append(("new", self.name, max_rate, time_period))
+
+        async def acquire(self, amount=1):
+            log.append(("acquire", self.name, amount))
+
+    async def fake_call(self, client, req, model, events):
+        log.append(("call", req.messages[0]["content"]))
+        return '{"ok": true}', (7, 3)
+
+    monkeypatch.setattr(ob, "AsyncLimiter", RecordingLimiter)
+    monkeypatch.setattr(ob.OpenAIBackend, "_call", fake_call)
+    backend = OpenAIBackend(model="local-test", base_url="http://127.0.0.1:9/v1", requests_per_minute=30,
+                            tokens_per_minute=500, max_concurrency=1)
+    requests = [GenerationRequest(messages=[{"role": "user", "content": "x" * 400}], max_new_tokens=50),
+                GenerationRequest(messages=[{"role": "user", "content": "short"}], max_new_tokens=4000)]
+    results = backend.generate(requests)
+    assert [r.completion_tokens for r in results] == [3, 3] and not any(r.error for r in results)
+    assert ("new", "rpm", 30, 60) in log and ("new", "tpm", 500, 60) in log
+    calls = [e for e in log if e[0] != "new"]
+    # one request at a time (max_concurrency=1): rpm, then tpm, then the call
+    assert calls == [("acquire", "rpm", 1), ("acquire", "tpm", 400 // 4 + 4 + 50), ("call", "x" * 400),
+                     ("acquire", "rpm", 1), ("acquire", "tpm", 500), ("call", "short")]  # capped at the limit
+
+
 # --- against a tiny server ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
