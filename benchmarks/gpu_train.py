@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks.train_throughput import DEFAULT_DATA, build_dataset  # noqa: E402
+from data_prep.loaders import SAMPLE_PATH  # noqa: E402
 from train.config import config_from_dict  # noqa: E402
 from train.sft import load_base, train_role  # noqa: E402
 
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
     if unknown:
         raise SystemExit(f"gpu_train: unknown variant(s) {unknown} (known: {', '.join(VARIANTS)})")
-    data = args.data if args.data.is_file() else Path(__file__).resolve().parents[1] / "data_prep" / "sample" / "ed_sample.csv"
+    data = args.data if args.data.is_file() else SAMPLE_PATH
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model

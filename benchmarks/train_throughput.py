@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from data_prep.loaders import read_csv  # noqa: E402
+from data_prep.loaders import SAMPLE_PATH, read_csv  # noqa: E402
 from distill.roles import ROLES, RoleInput  # noqa: E402
 from train.config import config_from_dict  # noqa: E402
 from train.sft import lora_config, train_role  # noqa: E402
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
 
     from data_prep.models import resolve_model
 
-    data = args.data if args.data.is_file() else Path(__file__).resolve().parents[1] / "data_prep" / "sample" / "ed_sample.csv"
+    data = args.data if args.data.is_file() else SAMPLE_PATH
     path = resolve_model("smollm2-135m")
     tokenizer = AutoTokenizer.from_pretrained(path)
     results = {}

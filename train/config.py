@@ -76,7 +76,8 @@ class TrainConfig:
             return "all-linear"
         return [m.strip() for m in self.target_modules.split(",") if m.strip()]
 
-    def _device(self) -> str:
+    def device(self) -> str:
+        """cpu or cuda: where this config trains."""
         import torch
 
         return "cpu" if self.use_cpu or not torch.cuda.is_available() else "cuda"
@@ -84,7 +85,7 @@ class TrainConfig:
     def use_completion_head(self) -> bool:
         """Resolve `completion_head` (auto/true/false, or a YAML bool): auto is on for CPU training."""
         value = _tristate(self.completion_head, "completion_head")
-        return self._device() == "cpu" if value is None else value
+        return self.device() == "cpu" if value is None else value
 
     def use_bf16(self) -> bool:
         """Resolve `bf16` (auto/true/false, or a YAML bool) against this machine."""
@@ -95,7 +96,7 @@ class TrainConfig:
 
         from distill.backends.local import resolve_dtype
 
-        return resolve_dtype("auto", self._device()) == torch.bfloat16
+        return resolve_dtype("auto", self.device()) == torch.bfloat16
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -65,7 +65,7 @@ def load_base(cfg: TrainConfig):
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
         )
-        if cfg.use_cpu or not torch.cuda.is_available():
+        if cfg.device() == "cpu":
             kwargs["device_map"] = {"": "cpu"}
         else:  # bitsandbytes quantises on the GPU this process trains on (its local rank under accelerate)
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
@@ -203,23 +203,25 @@ def completion_head_trainer():
             body = {k: v for k, v in inputs.items() if k != "labels"}
             targets = inputs["labels"][:, 1:]
             keep = targets != -100
+            gold = targets[keep]
             # Bypassing model.forward also bypasses accelerate's autocast wrapper on it: re-enter it here.
             with self.accelerator.autocast():
                 hidden = lm.get_decoder()(**body, use_cache=False).last_hidden_state
                 logits = lm.get_output_embeddings()(hidden[:, :-1][keep]).float()
-            nll = F.cross_entropy(logits, targets[keep], reduction="sum")
+            nll = F.cross_entropy(logits, gold, reduction="sum")
             denom = keep.sum() if num_items_in_batch is None else num_items_in_batch
             loss = nll / torch.as_tensor(denom, device=nll.device).clamp(min=1)
             with torch.no_grad():
                 n = keep.sum()
                 logp = torch.log_softmax(logits, dim=-1)
                 entropy = -(logp.exp() * logp).sum(-1).sum()
-                correct = (logits.argmax(-1) == targets[keep]).sum()
+                correct = (logits.argmax(-1) == gold).sum()
                 self._metrics[mode]["entropy"].append((entropy / n).item() if n > 0 else 0.0)
                 self._metrics[mode]["mean_token_accuracy"].append((correct / n).item() if n > 0 else 0.0)
             if mode == "train":
-                ids = inputs["position_ids"] if "attention_mask" not in inputs else None
-                self._total_train_tokens += int(inputs["attention_mask"].sum()) if ids is None else ids.size(1)
+                # Counted as TRL counts them: attended tokens, or the flattened length when padding-free.
+                mask = inputs.get("attention_mask")
+                self._total_train_tokens += int(mask.sum()) if mask is not None else inputs["position_ids"].size(1)
             self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
             return loss
 

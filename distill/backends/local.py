@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from tqdm import tqdm
@@ -126,18 +126,28 @@ class LocalBackend:
                 return
             if adapter not in self.adapter_paths:
                 raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
-            started = time.perf_counter()
-            self.hf_model.set_adapter(adapter)
-            self.switches += 1
-            if not self.merge_adapters:
-                self.switch_seconds += time.perf_counter() - started
+            with self._switching():
+                self.hf_model.set_adapter(adapter)
+                self.switches += 1
+                restore = self._merge(adapter) if self.merge_adapters else None
+            try:
                 yield
-                return
-            with self._merged(adapter, started):
-                yield
+            finally:
+                if restore is not None:
+                    with self._switching():
+                        restore()
 
     @contextmanager
-    def _merged(self, adapter: str, started: float) -> Iterator[None]:
+    def _switching(self) -> Iterator[None]:
+        """Add the block's wall time to `switch_seconds`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.switch_seconds += time.perf_counter() - started
+
+    def _merge(self, adapter: str) -> Callable[[], None]:
+        """Merge `adapter` into the base; returns the function that puts the base back exactly."""
         # PEFT's unmerge subtracts the delta it added; in bf16 (W + d) - d != W, so each stage would
         # nudge the shared base and the drift would build up over many stages. We snapshot the base
         # tensors the adapter touches and copy them back after unmerging: exact, and the extra
@@ -146,17 +156,15 @@ class LocalBackend:
                   if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})]
         pristine = [[p.detach().clone() for p in layer.get_base_layer().parameters()] for layer in layers]
         self.hf_model.base_model.merge_adapter([adapter])
-        self.switch_seconds += time.perf_counter() - started
-        try:
-            yield
-        finally:
-            started = time.perf_counter()
+
+        def restore() -> None:
             self.hf_model.base_model.unmerge_adapter()
             with torch.no_grad():
                 for layer, saved in zip(layers, pristine):
                     for param, original in zip(layer.get_base_layer().parameters(), saved):
                         param.copy_(original)
-            self.switch_seconds += time.perf_counter() - started
+
+        return restore
 
     # --- prompts -------------------------------------------------------------------------------
 
