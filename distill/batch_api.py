@@ -30,6 +30,7 @@ from distill.backends.base import GenerationRequest, GenerationResult
 from distill.backends.openai_backend import OpenAIBackend
 from distill.pipeline import Pipeline
 from distill.pricing import estimate_cost
+from distill.roles import prompt_version
 from distill.store import TraceStore
 
 BATCH_DIR = "batch"
@@ -175,7 +176,7 @@ def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Opti
     # The same identity as `distill generate` writes, so a batch run and a synchronous run of one
     # teacher can share (and resume) a run directory.
     store.claim({"pipeline": pipeline.config.key_dict(), "backend_name": api.name, "model": api.model,
-                 "prompt_version": _prompt_version(), "backend": api.describe(), "source": {"via": "batch_api"}})
+                 "prompt_version": prompt_version(pipeline.config.prompt_style), "backend": api.describe(), "source": {"via": "batch_api"}})
     try:
         pipeline.run_into(store, dialogues, chunk_size=max(1, len(dialogues)))
     except NeedsBatch as needed:
@@ -183,10 +184,6 @@ def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Opti
     return None
 
 
-def _prompt_version() -> str:
-    from distill.roles import PROMPT_VERSION
-
-    return PROMPT_VERSION
 
 
 def _state_path(run_dir: Path) -> Path:

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from distill.config import PipelineConfig
-from distill.roles import PROMPT_VERSION
+from distill.roles import prompt_version
 
 # Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
 _SWITCHES = ("use_asi", "use_cae", "use_srp", "perspective", "phase", "plan", "reflection", "rag",
@@ -129,7 +129,7 @@ def _generate(args: argparse.Namespace) -> int:
     backend = build_backend(args.config, data["backend"], args)
     store.claim({
         "pipeline": config.key_dict(), "backend_name": backend.name, "model": backend.model,
-        "prompt_version": PROMPT_VERSION, "backend": backend.describe(),
+        "prompt_version": prompt_version(config.prompt_style), "backend": backend.describe(),
         "source": {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index},
     })
     pipeline = Pipeline(config, backend, index=index)

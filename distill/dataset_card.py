@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from distill.roles import PROMPT_VERSION, ROLES
+from distill.roles import ROLES, STUDENT_PROMPT_VERSION
 from distill.trace import Trace
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ tags: [trace-distill, sft, conversational, prompt-completion]
 # trace-distill SFT dataset: `{role}` ({spec.title})
 
 One row per dialogue in TRL's conversational prompt-completion form: `prompt` is the role's compact
-student prompt (student renderer, prompt version `{PROMPT_VERSION}`), `completion` is {target} as
-compact JSON of `{spec.schema.__name__}`. `messages` is prompt + completion for viewers; `dialogue_id`,
+student prompt (student renderer, prompt version `{STUDENT_PROMPT_VERSION}`), `completion` is {target} as
+compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + completion for viewers; `dialogue_id`,
 `conv_id` and `key` (the trace key) link rows back to the trace run. Load with
 `datasets.load_from_disk("<this directory>")`.
 

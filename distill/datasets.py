@@ -3,7 +3,7 @@
 Each role gets a `DatasetDict` (train / validation) in TRL's conversational prompt-completion form:
 `prompt` is the role's *student* prompt rendered from the registry (the exact prompt the student sees at
 inference), `completion` is the teacher's final parsed answer serialised as the compact JSON the student
-must produce. Upstream fields come from the teacher's own final outputs (teacher forcing). Filters drop
+must produce (for classification roles the decision alone: `RoleSpec.student_schema`). Upstream fields come from the teacher's own final outputs (teacher forcing). Filters drop
 failed or schema-invalid answers, optionally wrong-emotion traces and duplicates; every drop is counted.
 The split is by conversation, so no dialogue appears in both train and validation.
 
@@ -160,7 +160,7 @@ def role_row(role: str, trace: Trace, run_roles: set[str], options: DatasetOptio
     except ValidationError:
         return None, "invalid upstream output"
     prompt = spec.render(inp, "student")
-    completion = [{"role": "assistant", "content": answer.model_dump_json()}]
+    completion = [{"role": "assistant", "content": spec.student_target(answer).model_dump_json()}]
     return {"prompt": prompt, "completion": completion, "messages": prompt + completion,
             "dialogue_id": trace.dialogue.id, "conv_id": trace.dialogue.conv_id, "key": trace.key}, None
 

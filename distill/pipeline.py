@@ -24,7 +24,7 @@ from data_prep.retrieval import Exemplar
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
 from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
-from distill.roles import PROMPT_VERSION, ROLES, RoleInput, RoleSpec, build_role_input
+from distill.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.schemas import GRAOutput
 from distill.trace import GoldGuidance, Step, Trace, trace_key
 
@@ -70,7 +70,8 @@ class Pipeline:
     # --- public API ------------------------------------------------------------------------------
 
     def key(self, dialogue: Dialogue) -> str:
-        return trace_key(dialogue, self.config.key_dict(), self.backend.name, self.backend.model, PROMPT_VERSION)
+        return trace_key(dialogue, self.config.key_dict(), self.backend.name, self.backend.model,
+                         prompt_version(self.config.prompt_style))
 
     def run(self, dialogues: Sequence[Dialogue], progress: bool = True) -> list[Trace]:
         """One trace per dialogue, in input order. Never raises for a bad answer: that trace is 'failed'."""
@@ -111,7 +112,7 @@ class Pipeline:
     def _new_run(self, dialogue: Dialogue) -> _DialogueRun:
         trace = Trace(
             key=self.key(dialogue), dialogue=dialogue, backend=self.backend.name, model=self.backend.model,
-            prompt_version=PROMPT_VERSION, prompt_style=self.config.prompt_style, config=self.config.key_dict(),
+            prompt_version=prompt_version(self.config.prompt_style), prompt_style=self.config.prompt_style, config=self.config.key_dict(),
             gold_guidance=GoldGuidance(emotion=self.config.gold_emotion and self._teacher,
                                        response=self.config.gold_response and self._teacher),
             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -175,7 +176,7 @@ class Pipeline:
         if attempt:
             temperature = max(temperature, RETRY_TEMPERATURE)
         return GenerationRequest(
-            messages=messages, schema=spec.schema, temperature=temperature, max_new_tokens=spec.max_new_tokens,
+            messages=messages, schema=spec.schema_for(self.config.prompt_style), temperature=temperature, max_new_tokens=spec.max_new_tokens,
             adapter=spec.name if self.config.use_adapters else None, seed=self.config.seed + attempt,
         )
 
@@ -217,7 +218,7 @@ class Pipeline:
             step.valid, step.parsed, step.error = False, None, f"transport error: {result.error}"
             return None
         try:
-            parsed = parse_output(spec, result.text, self.stages)
+            parsed = parse_output(spec, result.text, self.stages, self.config.prompt_style)
         except OutputRejected as exc:
             step.valid, step.parsed, step.error = False, None, f"invalid output: {exc}"
             step.events.append(f"attempt {attempt + 1}: invalid output: {exc}")

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 from pydantic import BaseModel, ValidationError
 
 from data_prep.dialogues import Dialogue
-from distill.roles import RoleSpec
+from distill.roles import PromptStyle, RoleSpec
 from distill.schemas import CAEOutput, GRAOutput
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
@@ -44,25 +44,30 @@ def _first_error(exc: ValidationError) -> str:
     return f"field '{where}': {err.get('msg', 'invalid')}"
 
 
-def parse_output(spec: RoleSpec, text: str, stages: Sequence[str]) -> BaseModel:
-    """Validate one raw answer against the role's schema (and the GRA's stage names); raise OutputRejected."""
+def parse_output(spec: RoleSpec, text: str, stages: Sequence[str], style: PromptStyle = "teacher") -> BaseModel:
+    """Validate one raw answer against the role's schema for `style` (and the GRA's stage names).
+
+    Returns the role's full schema (a student's decision-only answer is lifted into it); raises
+    OutputRejected.
+    """
+    schema = spec.schema_for(style)
     candidate = _json_candidate(text.strip())
     if not candidate.strip():
         raise OutputRejected("empty output")
     try:
-        parsed = spec.schema.model_validate_json(candidate)
+        parsed = schema.model_validate_json(candidate)
     except ValidationError as exc:
         # A chatty model may add text after the object; retry on the outermost {...} before giving up.
         end = candidate.rfind("}")
         try:
-            parsed = spec.schema.model_validate_json(candidate[:end + 1]) if end > 0 else None
+            parsed = schema.model_validate_json(candidate[:end + 1]) if end > 0 else None
         except ValidationError:
             parsed = None
         if parsed is None:
             raise OutputRejected(_first_error(exc)) from None
     if isinstance(parsed, GRAOutput):
         parsed = _check_gra(parsed, stages)
-    return parsed
+    return spec.from_student(parsed)
 
 
 def _check_gra(out: GRAOutput, stages: Sequence[str]) -> GRAOutput:

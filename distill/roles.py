@@ -20,7 +20,10 @@ from data_prep.taxonomy import (
 )
 from distill import schemas
 
-PROMPT_VERSION = "v1"
+PROMPT_VERSION = "v1"  # the teacher renderer
+# The student renderer and the student's answer format: v2 = classification roles answer with the
+# decision alone (`RoleSpec.student_schema`). Adapters record the version they were trained on.
+STUDENT_PROMPT_VERSION = "v2"
 PromptStyle = Literal["teacher", "student"]
 Messages = list[dict[str, str]]
 
@@ -48,9 +51,38 @@ class RoleSpec:
     task: str  # the teacher's instruction for this role
     uses_exemplars: bool = False
     optional: bool = False
+    # What the student answers, when it is less than `schema`: the decision without the rationale.
+    # A 135M student that writes the teacher's rationale first conditions its label on its own weak
+    # rationale: in the real-data experiment its asi scored 0.41 I-ACC that way and 0.56 trained on
+    # the decision alone (same 465 examples), and the shorter answer is cheaper to train and decode.
+    student_schema: Optional[type[BaseModel]] = None
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
+
+    def schema_for(self, style: PromptStyle) -> type[BaseModel]:
+        """The schema this style answers with: the student's reduced one where the role has one."""
+        return self.student_schema if style == "student" and self.student_schema is not None else self.schema
+
+    def student_target(self, answer: BaseModel) -> BaseModel:
+        """The part of a full (teacher) answer that the student learns to produce."""
+        if self.student_schema is None:
+            return answer
+        return self.student_schema.model_validate(answer.model_dump(include=set(self.student_schema.model_fields)))
+
+    def from_student(self, answer: BaseModel) -> BaseModel:
+        """A student answer in the role's full schema, the rationale it does not write left empty.
+
+        Traces, downstream prompts and eval then read one schema whichever style produced it.
+        """
+        if self.student_schema is None or isinstance(answer, self.schema):
+            return answer
+        missing = {k: "" for k in self.schema.model_fields if k not in self.student_schema.model_fields}
+        return self.schema.model_validate({**missing, **answer.model_dump()})
+
+
+def prompt_version(style: PromptStyle) -> str:
+    return PROMPT_VERSION if style == "teacher" else STUDENT_PROMPT_VERSION
 
 
 def build_role_input(spec: RoleSpec, dialogue: Dialogue, outputs: Mapping[str, Union[BaseModel, dict]],
@@ -141,6 +173,7 @@ ROLES: dict[str, RoleSpec] = {
         "asi", "Affective State Identifier", schemas.ASIOutput, (), 0.0, 96,
         "Identify the seeker's dominant emotion as one of Ekman's six:\n" + _defs(EKMAN_DEFINITIONS)
         + "\nGive a short reasoning that cites cues in the seeker's words, then the emotion.",
+        student_schema=schemas.ASIDecision,
     ),
     "cae": RoleSpec(
         "cae", "Causal Analysis Engine", schemas.CAEOutput, ("asi",), 0.0, 128,
@@ -159,7 +192,7 @@ ROLES: dict[str, RoleSpec] = {
     "srp": RoleSpec(
         "srp", "Strategic Response Planner", schemas.SRPOutput, ("asi", "cae", "perspective", "phase"), 0.0, 96,
         "Choose the communication strategy for the reply:\n" + _defs(STRATEGY_DEFINITIONS)
-        + "\nGive a short reasoning, then the strategy.", uses_exemplars=True,
+        + "\nGive a short reasoning, then the strategy.", uses_exemplars=True, student_schema=schemas.SRPDecision,
     ),
     "plan": RoleSpec(
         "plan", "Pragmatic Planner", schemas.PlanOutput, ("asi", "cae", "phase", "srp"), 0.0, 80,

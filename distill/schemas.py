@@ -27,6 +27,12 @@ class ASIOutput(_Strict):
     emotion: Ekman
 
 
+class ASIDecision(_Strict):
+    """The student's `asi` answer: the decision alone (see `RoleSpec.student_schema`)."""
+
+    emotion: Ekman
+
+
 class CAEOutput(_Strict):
     triggers: list[Annotated[str, Field(max_length=120)]] = Field(min_length=1, max_length=2, description="1-2 spans quoted from the seeker's turns")
     cause: str = Field(max_length=200, description="one-sentence cause summary")
@@ -35,6 +41,12 @@ class CAEOutput(_Strict):
 
 class SRPOutput(_Strict):
     reasoning: str = Field(max_length=240)
+    strategy: Strategy
+
+
+class SRPDecision(_Strict):
+    """The student's `srp` answer: the decision alone."""
+
     strategy: Strategy
 
 

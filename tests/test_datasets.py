@@ -56,10 +56,14 @@ def test_rows_are_student_prompts_with_schema_json_completions(tiny_dialogues):
             assert row["prompt"] == student_prompt(role, trace.dialogue, trace.outputs)
             content = row["completion"][0]["content"]
             assert row["completion"][0]["role"] == "assistant"
-            assert ROLES[role].schema.model_validate_json(content).model_dump() == trace.outputs[role]
-            assert content == json.dumps(trace.outputs[role], separators=(",", ":"), ensure_ascii=False)
+            # the student learns the teacher's answer, for classification roles the decision alone
+            target = {k: v for k, v in trace.outputs[role].items() if k in ROLES[role].schema_for("student").model_fields}
+            assert ROLES[role].schema_for("student").model_validate_json(content).model_dump() == target
+            assert content == json.dumps(target, separators=(",", ":"), ensure_ascii=False)
             assert row["messages"] == row["prompt"] + row["completion"]
             assert (row["dialogue_id"], row["conv_id"], row["key"]) == (trace.dialogue.id, trace.dialogue.conv_id, trace.key)
+    assert json.loads(built["asi"]["train"][0]["completion"][0]["content"]) == {"emotion": traces[0].outputs["asi"]["emotion"]}
+    assert json.loads(built["srp"]["train"][0]["completion"][0]["content"]) == {"strategy": traces[0].outputs["srp"]["strategy"]}
     # teacher forcing: cae reads the teacher's own asi answer
     assert f"emotion: {traces[0].outputs['asi']['emotion']}" in built["cae"]["train"][0]["prompt"][1]["content"]
 
@@ -162,7 +166,7 @@ def test_cli_writes_loadable_datasets_with_cards(tiny_dialogues, tmp_path, capsy
     dd = load_from_disk(str(tmp_path / "sft" / "asi"))
     assert sorted(dd) == ["train", "validation"] and dd["train"].num_rows + dd["validation"].num_rows == 4
     assert not set(dd["train"]["conv_id"]) & set(dd["validation"]["conv_id"])
-    assert ROLES["asi"].schema.model_validate_json(dd["train"][0]["completion"][0]["content"])
+    assert ROLES["asi"].schema_for("student").model_validate_json(dd["train"][0]["completion"][0]["content"])
     card = (tmp_path / "sft" / "asi" / "README.md").read_text()
     assert SECRET not in card
     for expected in ('"backend_name": "local"', '"model": "tiny"', f"teacher prompt version(s): {PROMPT_VERSION}",
@@ -250,8 +254,8 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
             trace = traces[row["key"]]
             assert trace.status == "ok"
             assert row["prompt"] == student_prompt(role, trace.dialogue, trace.outputs)
-            answer = ROLES[role].schema.model_validate_json(row["completion"][0]["content"])
-            assert answer.model_dump() == trace.outputs[role]
+            answer = ROLES[role].schema_for("student").model_validate_json(row["completion"][0]["content"])
+            assert ROLES[role].student_target(ROLES[role].schema.model_validate(trace.outputs[role])) == answer
         assert len(rows) == len(ok)  # every complete trace gives one row per role; its dialogue makes it unique
         card = (tmp_path / "sft" / role / "README.md").read_text()
         assert '"model": "smollm2-135m"' in card and backend.model_path in card

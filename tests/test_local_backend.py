@@ -153,12 +153,26 @@ def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, a
     base_before = texts(merged, None)
     assert base_before == texts(plain, None)
     weights_before = _base_weights(merged)
+    assert merged.describe()["merged_cached"] == ["asi", "cae"]  # both fit the cache: a stage swaps weights in
+    lora_layers = [m for m in merged.hf_model.modules() if hasattr(m, "lora_A") and "asi" in m.lora_A]
     with merged.activate("asi"):  # the stage really runs on merged weights, not through the LoRA path
-        assert all(m.merged for m in merged.hf_model.modules() if hasattr(m, "lora_A") and "asi" in m.lora_A)
+        assert all(m.disable_adapters for m in lora_layers)
+        assert all(torch.equal(m.get_base_layer().weight, weights_before[n + ".base_layer.weight"].clone().add_(m.get_delta_weight("asi")))
+                   for n, m in merged.hf_model.named_modules() if m in lora_layers)
     asi, cae = texts(merged, "asi"), texts(merged, "cae")
+    # without the cache each stage merges and restores in place: the same weights, the same text
+    per_stage = LocalBackend(tiny_model_dir, adapters=str(adapter_dir), dtype=dtype, cache_merged_mb=0)
+    assert per_stage.describe()["merged_cached"] == []
+    with per_stage.activate("asi"):
+        assert all(m.merged for m in per_stage.hf_model.modules() if hasattr(m, "lora_A") and "asi" in m.lora_A)
+    assert texts(per_stage, "asi") == asi and texts(per_stage, "cae") == cae
+    per_stage_before = _base_weights(per_stage)
+    for _ in range(5):  # bf16 unmerge alone would drift the shared base
+        texts(per_stage, "asi")
+    assert all(torch.equal(per_stage_before[k], v) for k, v in _base_weights(per_stage).items())
     assert asi != base_before and cae != base_before and asi != cae
     switches, switch_seconds = merged.switches, merged.switch_seconds
-    for _ in range(20):  # many stage cycles: bf16 unmerge alone would drift the shared base
+    for _ in range(20):  # many stage cycles leave the shared base exactly as it was
         texts(merged, "asi")
         texts(merged, "cae")
     # one switch per adapter group per generate call, each timed (the pipeline benchmark reports the share)

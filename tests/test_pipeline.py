@@ -6,6 +6,7 @@ One backend is loaded per module and reused; runs use few dialogues because the 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -27,10 +28,12 @@ class CountingBackend:
     def __init__(self, inner, cap_tokens_when: str | None = None):
         self.inner, self.name, self.model = inner, inner.name, inner.model
         self.calls: list[list[tuple[str, str | None]]] = []  # per call: (role tag, adapter) per request
+        self.requests: list[list] = []  # per call: the requests themselves
         self.cap_tokens_when = cap_tokens_when  # requests whose prompt holds this text get 6 new tokens
 
     def generate(self, requests, progress=None):
         self.calls.append([(_role_of(r), r.adapter) for r in requests])
+        self.requests.append(list(requests))
         if self.cap_tokens_when:
             for r in requests:
                 if any(self.cap_tokens_when in m["content"] for m in r.messages):
@@ -202,6 +205,10 @@ def test_adapters_route_per_stage(backend, tiny_dialogues, tmp_path, smollm_path
         ers_a = [s.raw for s in ta.steps if s.role == "ers"]
         ers_b = [s.raw for s in tb.steps if s.role == "ers"]
         assert ers_a != ers_b
+    # An adapter that `python -m train` made for another student answer format is flagged on load.
+    (tmp_path / "neutral" / "trace_distill_adapter.json").write_text(json.dumps({"prompt_version": "v1"}))
+    with pytest.warns(UserWarning, match="trained on student prompt version v1"):
+        plain.load_adapter("old", str(tmp_path / "neutral"))
 
 
 def test_run_into_resumes_without_repeat_calls(backend, tiny_dialogues, tmp_path):
@@ -244,3 +251,29 @@ def test_parse_output_rules():
         parse_output(gra, '{"checks": [{"stage": "plan", "passed": false}], "earliest_failure": "plan"}', ["asi", "ers"])
     audit = parse_output(gra, '{"checks": [{"stage": "asi", "passed": true}], "earliest_failure": "none"}', ["asi", "ers"])
     assert audit.earliest_failure is None
+
+
+def test_student_answers_the_decision_alone_and_traces_keep_one_schema():
+    asi = ROLES["asi"]
+    # a student answers with the decision; the trace holds the role's full schema, rationale empty
+    lifted = parse_output(asi, '{"emotion": "fear"}', ["asi"], style="student")
+    assert isinstance(lifted, asi.schema) and lifted.model_dump() == {"reasoning": "", "emotion": "fear"}
+    with pytest.raises(ValueError, match="reasoning"):
+        parse_output(asi, '{"emotion": "fear"}', ["asi"])  # the teacher must still reason
+    with pytest.raises(ValueError):
+        parse_output(asi, '{"reasoning": "x", "emotion": "fear"}', ["asi"], style="student")  # extra key
+    assert asi.student_target(asi.schema(reasoning="cues", emotion="fear")).model_dump() == {"emotion": "fear"}
+    cae = ROLES["cae"]  # roles without a student schema answer the same in both styles
+    assert cae.schema_for("student") is cae.schema_for("teacher") is cae.schema
+
+
+def test_student_requests_carry_the_student_schema(backend, tiny_dialogues):
+    counting = CountingBackend(backend)
+    config = PipelineConfig(prompt_style="student", rag=False, max_attempts=1)
+    [trace] = Pipeline(config, counting).run(tiny_dialogues[:1], progress=False)
+    sent = {r.messages[0]["content"]: r.schema for call in counting.requests for r in call}
+    assert sent["[asi]"] is ROLES["asi"].student_schema and sent["[srp]"] is ROLES["srp"].student_schema
+    assert sent["[cae]"] is ROLES["cae"].schema
+    assert trace.prompt_version == "v2"
+    if trace.status == "ok":
+        assert trace.outputs["asi"]["reasoning"] == "" and trace.outputs["srp"]["reasoning"] == ""

@@ -18,13 +18,13 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from distill.roles import PROMPT_VERSION, ROLES, RoleInput
+from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
 from train.sft import METADATA_FILE, train_roles
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {
-    "asi": lambda d: {"reasoning": "the seeker's words", "emotion": d.emotion},
+    "asi": lambda d: {"emotion": d.emotion},
     "cae": lambda d: {"triggers": [d.turns[-1].text[:30]], "cause": d.situation, "category": "loss"},
 }
 
@@ -104,7 +104,7 @@ def test_two_roles_from_one_load_train_lora_only(two_roles, smollm_path):
         saved = out / meta["role"]
         assert (saved / "adapter_config.json").is_file() and (saved / "adapter_model.safetensors").is_file()
         stored = json.loads((saved / METADATA_FILE).read_text())
-        assert stored["prompt_version"] == PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
+        assert stored["prompt_version"] == STUDENT_PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
         assert stored["global_step"] == 3 and stored["world_size"] == 1 and stored["dataset_fingerprint"]
         assert stored["tokens"]["completion_tokens"] > 0 and stored["train_seconds"] > 0
         assert "modules_to_save" not in json.dumps(json.loads((saved / "adapter_config.json").read_text())

@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import resolve_model
-from distill.roles import PROMPT_VERSION
+from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, TrainConfig
 
 METADATA_FILE = "trace_distill_adapter.json"
@@ -150,7 +150,7 @@ def adapter_metadata(cfg: TrainConfig, role: str, base_path: str, data: DatasetD
     """What `trace_distill_adapter.json` records: enough to tell which data, prompts and base made an adapter."""
     return {
         "role": role, "base_model": cfg.model, "base_model_path": base_path,
-        "prompt_version": PROMPT_VERSION, "dataset_dir": str(Path(cfg.datasets) / role),
+        "prompt_version": STUDENT_PROMPT_VERSION, "dataset_dir": str(Path(cfg.datasets) / role),
         "dataset_fingerprint": data["train"]._fingerprint, "train_config": cfg.to_dict(),
         "lora": {"r": cfg.r, "alpha": cfg.alpha, "dropout": cfg.dropout, "target_modules": cfg.target_modules},
         "world_size": trainer.args.world_size, "global_step": trainer.state.global_step,

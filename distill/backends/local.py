@@ -6,14 +6,18 @@ same base model with each role's adapter switched in for its stage). Requests ar
 padding, generated in left-padded chunks of `batch_size`, and returned in the caller's order.
 
 Adapters live in one `PeftModel` over the single base model. For a stage the active adapter is
-merged into the base weights (unmerged LoRA generation runs about 2x slower on CPU) and the base
-weights are restored exactly afterwards, see `_merged`.
+merged into the base weights (unmerged LoRA generation runs about 2x slower on CPU). When the merged
+weights of every adapter fit in `cache_merged_mb`, each adapter's merged weights are computed once,
+on load, and a stage swaps them in and out by reference (`_swap`); otherwise a stage merges, then
+restores the base exactly (`_merge`).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -60,6 +64,19 @@ def find_adapters(adapters: str | dict[str, str] | None) -> dict[str, str]:
     return found
 
 
+def _check_adapter_version(name: str, path: Path) -> None:
+    """Warn when an adapter trained by `python -m train` learned another student answer format."""
+    from distill.roles import STUDENT_PROMPT_VERSION
+
+    meta = path / "trace_distill_adapter.json"
+    if not meta.is_file():
+        return  # an adapter from elsewhere: nothing recorded to check
+    trained = json.loads(meta.read_text()).get("prompt_version")
+    if trained != STUDENT_PROMPT_VERSION:
+        warnings.warn(f"adapter '{name}' ({path}) was trained on student prompt version {trained}, this version "
+                      f"expects {STUDENT_PROMPT_VERSION}: rebuild its dataset and retrain it", stacklevel=3)
+
+
 class LocalBackend:
     """In-process transformers generation; `hf_model` and `tokenizer` are shared with eval and serve."""
 
@@ -67,7 +84,7 @@ class LocalBackend:
 
     def __init__(self, model: str = "smollm2-135m", adapters: str | dict[str, str] | None = None,
                  dtype: str = "auto", batch_size: int = 16, max_input_tokens: int = 2048,
-                 merge_adapters: bool = True, device: str = "cpu"):
+                 merge_adapters: bool = True, device: str = "cpu", cache_merged_mb: int = 2048):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if batch_size < 1 or max_input_tokens < 16:
@@ -79,6 +96,12 @@ class LocalBackend:
         self.batch_size = batch_size
         self.max_input_tokens = max_input_tokens
         self.merge_adapters = merge_adapters
+        # Merged weights kept per adapter (layer, merged weight) while they fit in cache_merged_mb;
+        # the base's own weight tensors are kept by reference to swap back.
+        self.cache_merged_mb = cache_merged_mb
+        self._merged_cache: dict[str, list[tuple[torch.nn.Module, torch.Tensor]]] = {}
+        self._pristine: dict[torch.nn.Module, torch.Tensor] = {}
+        self.prepare_seconds = 0.0  # time spent building merged weights on load (not per stage)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
         self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
@@ -107,6 +130,7 @@ class LocalBackend:
 
         if not (Path(path) / "adapter_config.json").is_file():
             raise ValueError(f"adapter '{name}': {path} has no adapter_config.json")
+        _check_adapter_version(name, Path(path))
         with self._lock:
             if isinstance(self.hf_model, PeftModel):
                 self.hf_model.load_adapter(path, adapter_name=name)
@@ -114,6 +138,29 @@ class LocalBackend:
                 self.hf_model = PeftModel.from_pretrained(self.hf_model, path, adapter_name=name)
             self.hf_model.eval()
             self.adapter_paths[name] = str(path)
+            if self.merge_adapters:
+                self._cache_merged(name)
+
+    def _cache_merged(self, adapter: str) -> None:
+        """Compute `adapter`'s merged weights once, if plain LoRA on plain Linear layers and within budget."""
+        started = time.perf_counter()
+        layers = [m for m in self.hf_model.modules() if adapter in getattr(m, "lora_A", {})]
+        plain = all(type(m.get_base_layer()) is torch.nn.Linear and not getattr(m, "lora_bias", {}).get(adapter)
+                    and adapter not in getattr(m, "lora_variant", {}) for m in layers)
+        embedding = any(adapter in getattr(m, "lora_embedding_A", {}) for m in self.hf_model.modules())
+        size_mb = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size() for m in layers) / 2**20
+        used_mb = sum(w.numel() * w.element_size() for pairs in self._merged_cache.values() for _, w in pairs) / 2**20
+        if not layers or not plain or embedding or used_mb + size_mb > self.cache_merged_mb:
+            return  # this adapter merges per stage instead
+        with torch.no_grad():
+            pairs = []
+            for m in layers:
+                base = m.get_base_layer()
+                self._pristine.setdefault(base, base.weight.data)
+                # clone + in-place add rounds exactly as PEFT's merge does (the delta may be fp32 over a bf16 base)
+                pairs.append((base, self._pristine[base].clone().add_(m.get_delta_weight(adapter))))
+        self._merged_cache[adapter] = pairs
+        self.prepare_seconds += time.perf_counter() - started
 
     @contextmanager
     def activate(self, adapter: Optional[str]) -> Iterator[None]:
@@ -126,6 +173,17 @@ class LocalBackend:
                 return
             if adapter not in self.adapter_paths:
                 raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+            if adapter in self._merged_cache:
+                with self.hf_model.disable_adapter():  # the LoRA path is off: the merged weights carry it
+                    with self._switching():
+                        self.switches += 1
+                        restore = self._swap(adapter)
+                    try:
+                        yield
+                    finally:
+                        with self._switching():
+                            restore()
+                return
             with self._switching():
                 self.hf_model.set_adapter(adapter)
                 self.switches += 1
@@ -145,6 +203,18 @@ class LocalBackend:
             yield
         finally:
             self.switch_seconds += time.perf_counter() - started
+
+    def _swap(self, adapter: str) -> Callable[[], None]:
+        """Point each targeted layer at `adapter`'s cached merged weight; returns the swap back."""
+        pairs = self._merged_cache[adapter]
+        for base, merged in pairs:
+            base.weight.data = merged
+
+        def restore() -> None:
+            for base, _ in pairs:
+                base.weight.data = self._pristine[base]
+
+        return restore
 
     def _merge(self, adapter: str) -> Callable[[], None]:
         """Merge `adapter` into the base; returns the function that puts the base back exactly."""
@@ -273,5 +343,6 @@ class LocalBackend:
             "backend": self.name, "model": self.model, "model_path": self.model_path, "device": self.device,
             "dtype": str(self.torch_dtype).removeprefix("torch."), "batch_size": self.batch_size,
             "max_input_tokens": self.max_input_tokens, "merge_adapters": self.merge_adapters,
+            "merged_cached": sorted(self._merged_cache),
             "adapters": dict(self.adapter_paths),
         }
