@@ -5,8 +5,9 @@
 6. teacher vs student vs untuned base on the test split   7. summary table + report.md path
 
 Each stage calls the same command a user would run by hand, in this process. A rerun reuses
-finished stages (the trace store skips finished dialogues, datasets and adapters that exist are
-kept) and says so, so Ctrl-C or a kill leaves a run the next invocation resumes.
+finished stages and says so: the trace store skips finished dialogues, datasets are kept while the
+traces they came from are unchanged, and an adapter is kept while its dataset and token budget are.
+So Ctrl-C or a kill leaves a run the next invocation resumes, and a larger --train-limit extends one.
 """
 
 from __future__ import annotations
@@ -89,6 +90,37 @@ def _check_same_data(out: Path, source: str, split_ratios: str | None, seed: int
         stamp.write_text(json.dumps(want, indent=2))
 
 
+STAMP = "quickstart-inputs.json"
+
+
+def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
+    """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
+    from distill.roles import STUDENT_PROMPT_VERSION
+
+    traces = out / "teacher-train" / "traces.jsonl"
+    return {"traces_bytes": traces.stat().st_size if traces.is_file() else 0,
+            "require_gold_emotion": require_gold_emotion, "student_prompt_version": STUDENT_PROMPT_VERSION}
+
+
+def _adapter_stale(out: Path, role: str, max_tokens_budget: int) -> str | None:
+    """Why `role`'s adapter must be (re)trained, or None when it was trained on today's dataset and budget."""
+    from datasets import load_from_disk
+
+    from distill.roles import STUDENT_PROMPT_VERSION
+
+    meta_file = out / "adapters" / role / "trace_distill_adapter.json"
+    if not meta_file.is_file():
+        return "not trained yet"
+    meta = json.loads(meta_file.read_text())
+    if meta.get("dataset_fingerprint") != load_from_disk(str(out / "datasets" / role))["train"]._fingerprint:
+        return "its dataset changed"
+    if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
+        return f"it was trained for student prompt version {meta.get('prompt_version')}"
+    if (meta.get("train_config") or {}).get("max_tokens_budget") != max_tokens_budget:
+        return "--max-tokens-budget changed"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from data_prep.__main__ import main as data_main
     from data_prep.loaders import SAMPLE_PATH
@@ -128,19 +160,29 @@ def run(args: argparse.Namespace) -> int:
     timings["traces"] = time.perf_counter() - t
 
     t = _stage(4, "per-role SFT datasets")
-    if all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE):
+    made_from = _datasets_inputs(out, args.require_gold_emotion)
+    stamp = out / "datasets" / STAMP
+    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE)
+    if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
         print(f"reusing {out / 'datasets'}")
     else:
+        if built:
+            print("rebuilding the datasets: the traces or the dataset options changed since they were built")
         _check(distill_main(["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets"),
                              "--roles", ",".join(CORE),
                              *(["--require-gold-emotion"] if args.require_gold_emotion else [])]), "datasets")
+        stamp.write_text(json.dumps(made_from, indent=2))
     timings["datasets"] = time.perf_counter() - t
 
     t = _stage(5, "LoRA adapters, one per role")
-    todo = [r for r in CORE if not (out / "adapters" / r / "trace_distill_adapter.json").is_file()]
+    stale = {r: why for r in CORE if (why := _adapter_stale(out, r, args.max_tokens_budget))}
+    todo = list(stale)
     if not todo:
         print(f"reusing {out / 'adapters'}")
     else:
+        for role, why in stale.items():
+            if why != "not trained yet":
+                print(f"retraining {role}: {why}")
         print(f"training {', '.join(todo)}" + (f" (reusing {', '.join(r for r in CORE if r not in todo)})" if len(todo) < 4 else ""))
         _check(train_main(["--config", str(CONFIGS / "train" / "all-roles.yaml"), "--datasets", str(out / "datasets"),
                            "--output_dir", str(out / "adapters"), "--roles", ",".join(todo),

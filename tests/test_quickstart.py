@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from eval.quickstart import main
+from distill.roles import STUDENT_PROMPT_VERSION
+from eval.quickstart import CORE as ROLES, _adapter_stale, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]
 
@@ -32,6 +33,40 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     for stage in ("dialogues", "index", "datasets", "adapters"):
         assert f"reusing {out / stage}" in second
     assert "wrote 0 traces" in second  # the trace store skipped every finished dialogue
+
+    # More train dialogues extend the run: one new trace, then datasets and adapters are rebuilt from it.
+    before = {r: json.loads((out / "adapters" / r / "trace_distill_adapter.json").read_text()) for r in ROLES}
+    larger = [a if a != "4" else "5" for a in SMALL]
+    assert main(["--out", str(out), *larger]) == 0
+    third = capsys.readouterr().out
+    assert "wrote 1 traces" in third and "rebuilding the datasets" in third
+    for role, old in before.items():
+        new = json.loads((out / "adapters" / role / "trace_distill_adapter.json").read_text())
+        # a role retrains exactly when its rows changed (a failed new trace leaves them as they were)
+        changed = new["dataset_fingerprint"] != old["dataset_fingerprint"]
+        assert changed == (f"retraining {role}: its dataset changed" in third), role
+
+
+def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    def save(rows):
+        DatasetDict(train=Dataset.from_dict({"x": rows})).save_to_disk(str(tmp_path / "datasets" / "asi"))
+        return load_from_disk(str(tmp_path / "datasets" / "asi"))["train"]._fingerprint
+
+    assert _adapter_stale(tmp_path, "asi", 300) == "not trained yet"
+    meta = {"dataset_fingerprint": save([1, 2]), "prompt_version": STUDENT_PROMPT_VERSION,
+            "train_config": {"max_tokens_budget": 300}}
+    (tmp_path / "adapters" / "asi").mkdir(parents=True)
+    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
+    assert _adapter_stale(tmp_path, "asi", 300) is None
+    assert _adapter_stale(tmp_path, "asi", 600) == "--max-tokens-budget changed"
+    save([1, 2, 3])
+    assert _adapter_stale(tmp_path, "asi", 300) == "its dataset changed"
+    save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
+    assert _adapter_stale(tmp_path, "asi", 300) is None
+    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps({**meta, "prompt_version": "v1"}))
+    assert _adapter_stale(tmp_path, "asi", 300) == "it was trained for student prompt version v1"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):
