@@ -13,6 +13,8 @@ weights from `--model`'s config (speed only: for a machine that cannot carry the
 
 `--naive-limit M` times the naive loop on the first M dialogues only (its per-dialogue cost is
 flat, so dialogues/s extrapolates); the report says how many dialogues each side ran.
+`--compare-batch-sizes 16,32` also times the batched run at those batch sizes, against the same naive
+loop (which sends one request at a time whatever the batch size).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--compare-batch-sizes", default="", help="comma-separated batch sizes also timed (batched run only)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--prompt-style", choices=("teacher", "student"), default="teacher")
     parser.add_argument("--adapters", default=None, help="role adapters (<dir>/<role>/), used with --prompt-style student")
@@ -92,7 +95,15 @@ def main() -> int:
     batched_s, batched = timed_run(pipeline, [dialogues])
     switch_s = backend.switch_seconds - switch_before
     naive_dialogues = dialogues[:args.naive_limit or args.n]
+    switch_before = backend.switch_seconds
     naive_s, naive = timed_run(pipeline, [[d] for d in naive_dialogues])
+    naive_switch_s = backend.switch_seconds - switch_before
+    others = {}
+    for size in [int(x) for x in args.compare_batch_sizes.split(",") if x.strip()]:
+        backend.batch_size = size
+        seconds, traces = timed_run(pipeline, [dialogues])
+        others[size] = summarise(f"batched, batch size {size}", seconds, traces)
+    backend.batch_size = args.batch_size
 
     report = {
         "config": config.model_dump(), "stages": config.stages(), "backend": backend.describe(),
@@ -103,6 +114,13 @@ def main() -> int:
         "naive": summarise("naive", naive_s, naive),
     }
     report["speedup"] = report["batched"]["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
+    report["naive"]["adapter_switch_seconds"] = round(naive_switch_s, 3)
+    # Merged weights built once when the adapters load (the local backend's cache), not per stage.
+    report["adapter_prepare_seconds"] = round(getattr(backend, "prepare_seconds", 0.0), 3)
+    for size, run in others.items():
+        run["speedup"] = run["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
+        print(f"batch size {size}: speedup {run['speedup']:.2f}x")
+    report["other_batch_sizes"] = others
     # Adapter switching (set_adapter + merge + unmerge + restoring the base) in the batched run.
     report["batched"]["adapter_switch_seconds"] = round(switch_s, 3)
     report["batched"]["adapter_switch_share"] = switch_s / batched_s

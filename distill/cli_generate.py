@@ -157,7 +157,9 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
             bar.update(1)
             bar.set_postfix(done=already + counts["ok"] + counts["failed"], failed=counts["failed"])
 
-        summary = pipeline.run_into(store, dialogues, chunk_size=chunk_size, on_trace=on_trace)
+        # progress=True adds a bar per stage under this one: a chunk takes minutes on a CPU, and
+        # the dialogue count only moves when a whole chunk is stored.
+        summary = pipeline.run_into(store, dialogues, chunk_size=chunk_size, on_trace=on_trace, progress=True)
     print(f"wrote {summary.written} traces ({summary.failed} failed), skipped {summary.skipped} already in "
           f"{store.path}; store holds {len(store)}")
     return 0

@@ -84,6 +84,7 @@ def test_generate_survives_sigkill_and_resumes_without_repeats(tmp_path, dataset
     assert match, stdout
     assert int(match.group(3)) == stored and int(match.group(1)) == N_DIALOGUES - stored
     assert "traces:" in stderr and "failed=" in stderr  # the progress bar with its counts
+    assert "asi (iteration 0, attempt 1)" in stderr  # and a bar per stage while a chunk runs
     found, problems = TraceStore(out).read()
     assert problems == []
     assert sorted(t.dialogue.id for t in found) == sorted(f"tiny{i}#1" for i in range(N_DIALOGUES))
