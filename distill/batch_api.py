@@ -184,8 +184,6 @@ def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Opti
     return None
 
 
-
-
 def _state_path(run_dir: Path) -> Path:
     return run_dir / BATCH_DIR / "state.json"
 

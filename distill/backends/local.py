@@ -173,27 +173,22 @@ class LocalBackend:
                 return
             if adapter not in self.adapter_paths:
                 raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
-            if adapter in self._merged_cache:
-                with self.hf_model.disable_adapter():  # the LoRA path is off: the merged weights carry it
-                    with self._switching():
-                        self.switches += 1
+            cached = adapter in self._merged_cache
+            # With cached merged weights the LoRA path is off: the swapped-in weights carry the adapter.
+            with self.hf_model.disable_adapter() if cached else nullcontext():
+                with self._switching():
+                    self.switches += 1
+                    if cached:
                         restore = self._swap(adapter)
-                    try:
-                        yield
-                    finally:
+                    else:
+                        self.hf_model.set_adapter(adapter)
+                        restore = self._merge(adapter) if self.merge_adapters else None
+                try:
+                    yield
+                finally:
+                    if restore is not None:
                         with self._switching():
                             restore()
-                return
-            with self._switching():
-                self.hf_model.set_adapter(adapter)
-                self.switches += 1
-                restore = self._merge(adapter) if self.merge_adapters else None
-            try:
-                yield
-            finally:
-                if restore is not None:
-                    with self._switching():
-                        restore()
 
     @contextmanager
     def _switching(self) -> Iterator[None]:
