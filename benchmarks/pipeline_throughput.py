@@ -14,7 +14,9 @@ weights from `--model`'s config (speed only: for a machine that cannot carry the
 `--naive-limit M` times the naive loop on the first M dialogues only (its per-dialogue cost is
 flat, so dialogues/s extrapolates); the report says how many dialogues each side ran.
 `--compare-batch-sizes 16,32` also times the batched run at those batch sizes, against the same naive
-loop (which sends one request at a time whatever the batch size).
+loop (which sends one request at a time whatever the batch size). `--compare-lockstep` also times
+the batched run with the local backend's continuous batching off (left-padded `model.generate`
+chunks that run until their longest answer ends), against the same naive loop.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main() -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--compare-batch-sizes", default="", help="comma-separated batch sizes also timed (batched run only)")
+    parser.add_argument("--compare-lockstep", action="store_true",
+                        help="also time the batched run with lockstep model.generate chunks instead of continuous batching")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--prompt-style", choices=("teacher", "student"), default="teacher")
     parser.add_argument("--adapters", default=None, help="role adapters (<dir>/<role>/), used with --prompt-style student")
@@ -104,6 +108,11 @@ def main() -> int:
         seconds, traces = timed_run(pipeline, [dialogues])
         others[size] = summarise(f"batched, batch size {size}", seconds, traces)
     backend.batch_size = args.batch_size
+    if args.compare_lockstep and backend.continuous:
+        backend.continuous = False
+        seconds, traces = timed_run(pipeline, [dialogues])
+        others["lockstep"] = summarise(f"batched, lockstep chunks of {args.batch_size}", seconds, traces)
+        backend.continuous = True
 
     report = {
         "config": config.model_dump(), "stages": config.stages(), "backend": backend.describe(),
@@ -119,8 +128,10 @@ def main() -> int:
     report["adapter_prepare_seconds"] = round(getattr(backend, "prepare_seconds", 0.0), 3)
     for size, run in others.items():
         run["speedup"] = run["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
-        print(f"batch size {size}: speedup {run['speedup']:.2f}x")
-    report["other_batch_sizes"] = others
+        print(f"{size if size == 'lockstep' else f'batch size {size}'}: speedup {run['speedup']:.2f}x")
+    report["other_batch_sizes"] = {k: v for k, v in others.items() if k != "lockstep"}
+    if "lockstep" in others:
+        report["lockstep"] = others["lockstep"]
     # Adapter switching (set_adapter + merge + unmerge + restoring the base) in the batched run.
     report["batched"]["adapter_switch_seconds"] = round(switch_s, 3)
     report["batched"]["adapter_switch_share"] = switch_s / batched_s

@@ -117,6 +117,60 @@ def test_overlong_input_is_truncated_not_fatal(tiny_model_dir):
     assert SYSTEM["content"] in backend.tokenizer.decode(ids) and "fence went too." in backend.tokenizer.decode(ids)
 
 
+def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monkeypatch):
+    """Refilled slots, batched prefills and buffer compaction give the text of plain `generate`, row by row."""
+    from distill.backends import continuous as cb
+
+    shifts = []
+    shift_left = cb._Pool.shift_left
+    monkeypatch.setattr(cb._Pool, "shift_left", lambda pool, by: (shifts.append(by), shift_left(pool, by)))
+    continuous = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=3)
+    lockstep = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=1, continuous=False)
+    assert continuous.describe()["continuous"] and not lockstep.describe()["continuous"]
+    # 14 prompts of many lengths through 3 slots: rows finish at different steps and are refilled
+    # (some in groups), and ~14*40/3 steps overflow the buffer's longest + 2*40 + 1 columns, so
+    # columns are compacted several times.
+    prompts = [_messages("tell me " * (1 + (7 * i) % 23) + f"story {i}") for i in range(14)]
+    for schema in (None, schemas.PlanOutput):
+        reqs = [GenerationRequest(m, schema=schema, max_new_tokens=40) for m in prompts]
+        got, want = continuous.generate(reqs), lockstep.generate(reqs)
+        assert [r.text for r in got] == [r.text for r in want]
+        assert [r.completion_tokens for r in got] == [r.completion_tokens for r in want]
+        if schema is not None:  # the grammar ends answers at different steps (the random model never stops)
+            assert len({r.completion_tokens for r in got}) > 1
+        assert all(r.latency_s > 0 and r.prompt_tokens == len(continuous.encode(m)[0]) for r, m in zip(got, prompts))
+        if schema is not None:
+            for r in got:
+                if not r.events:  # not cut at max_new_tokens
+                    schema.model_validate_json(r.text)
+    assert shifts and all(by > 0 for by in shifts)
+
+
+def test_decode_attention_equals_sdpa():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from distill.backends.attention import MIN_ROWS, decode_attention
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups, is_causal = 3, True
+
+    torch.manual_seed(0)
+    rows, cols = MIN_ROWS + 2, 37
+    q = torch.randn(rows, 9, 1, 16)
+    k, v = torch.randn(rows, 3, cols, 16), torch.randn(rows, 3, cols, 16)
+    mask = torch.rand(rows, 1, 1, cols) > 0.3
+    mask[:, :, :, -1] = True  # every row attends to its own token
+    want, _ = sdpa_attention_forward(Attn(), q, k, v, mask, scaling=0.25)
+    got, _ = decode_attention(Attn(), q, k, v, mask, scaling=0.25)
+    assert got.shape == want.shape == (rows, 1, 9, 16)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # float masks (additive) and a single row (handed to sdpa) agree too
+    additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(decode_attention(Attn(), q, k, v, additive, scaling=0.25)[0], want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(decode_attention(Attn(), q[:1], k[:1], v[:1], mask[:1], scaling=0.25)[0], want[:1],
+                               rtol=1e-5, atol=1e-5)
+
+
 def _save_random_lora(model_dir: str, out_dir, seed: int) -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

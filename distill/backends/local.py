@@ -26,8 +26,10 @@ import torch
 from tqdm import tqdm
 
 from data_prep.models import resolve_model
+from distill.backends.attention import use_decode_attention
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
+from distill.backends.continuous import decode as continuous_decode, supports as continuous_supports
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
            "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -84,7 +86,8 @@ class LocalBackend:
 
     def __init__(self, model: str = "smollm2-135m", adapters: str | dict[str, str] | None = None,
                  dtype: str = "auto", batch_size: int = 16, max_input_tokens: int = 2048,
-                 merge_adapters: bool = True, device: str = "cpu", cache_merged_mb: int = 2048):
+                 merge_adapters: bool = True, device: str = "cpu", cache_merged_mb: int = 2048,
+                 continuous: bool = True):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if batch_size < 1 or max_input_tokens < 16:
@@ -105,10 +108,15 @@ class LocalBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
         self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
+        # One-token decode steps use two matmuls instead of CPU sdpa (distill.backends.attention).
+        self.decode_attention = use_decode_attention(self.hf_model)
         self.adapter_paths: dict[str, str] = {}
         self._eos_ids = self._stop_token_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
         self._grammars = SchemaGrammars(self.tokenizer, self.hf_model.config.vocab_size)
+        # Continuous batching (distill.backends.continuous) where the architecture allows it, else
+        # lockstep chunks through `model.generate`.
+        self.continuous = continuous and continuous_supports(self.hf_model.config)
         # Merging rewrites shared weights, so two threads (e.g. serve) must never generate at once.
         self._lock = threading.RLock()
         # Time spent switching adapters (set_adapter, merge, unmerge, restoring the base): the
@@ -276,6 +284,9 @@ class LocalBackend:
             for key in sorted(groups, key=lambda k: tuple(map(str, k))):
                 idxs = sorted(groups[key], key=lambda i: len(encoded[i][0]))
                 with self.activate(requests[idxs[0]].adapter):
+                    if self.continuous:
+                        self._generate_continuous(requests, encoded, idxs, results, bar, progress)
+                        continue
                     for start in range(0, len(idxs), self.batch_size):
                         chunk = idxs[start:start + self.batch_size]
                         outs = self._generate_chunk([requests[i] for i in chunk], [encoded[i][0] for i in chunk])
@@ -286,6 +297,28 @@ class LocalBackend:
                         if progress is not None:
                             progress(len(chunk))
         return results  # type: ignore[return-value]
+
+    def _generate_continuous(self, requests: Sequence[GenerationRequest], encoded: list[tuple[list[int], list[str]]],
+                             idxs: list[int], results: list[Optional[GenerationResult]], bar: Any,
+                             progress: Optional[ProgressFn]) -> None:
+        """One group (same adapter, schema, temperature, length) through the continuous decoder."""
+        first = requests[idxs[0]]
+        prompts = [encoded[i][0] for i in idxs]
+
+        def finished(done: Any) -> None:
+            i = idxs[done.request]
+            out = self._result(done.tokens, len(prompts[done.request]), first.max_new_tokens, done.seconds)
+            out.events = encoded[i][1] + out.events
+            results[i] = out
+            bar.update(1)
+            if progress is not None:
+                progress(1)
+
+        continuous_decode(self.hf_model, prompts, rows=self.batch_size, max_new_tokens=first.max_new_tokens,
+                          temperature=first.temperature, stop_ids=self._eos_ids,
+                          grammar=self._grammars.compiled(first.schema) if first.schema is not None else None,
+                          vocab_size=self.hf_model.config.vocab_size, seed=first.seed, device=self.device,
+                          on_finish=finished)
 
     def _generate_chunk(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[GenerationResult]:
         """One left-padded `generate` over requests that share adapter, schema, temperature and length."""
@@ -338,6 +371,7 @@ class LocalBackend:
             "backend": self.name, "model": self.model, "model_path": self.model_path, "device": self.device,
             "dtype": str(self.torch_dtype).removeprefix("torch."), "batch_size": self.batch_size,
             "max_input_tokens": self.max_input_tokens, "merge_adapters": self.merge_adapters,
-            "merged_cached": sorted(self._merged_cache),
+            "merged_cached": sorted(self._merged_cache), "continuous": self.continuous,
+            "decode_attention": self.decode_attention,
             "adapters": dict(self.adapter_paths),
         }
