@@ -121,22 +121,26 @@ def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monke
     """Refilled slots, batched prefills and buffer compaction give the text of plain `generate`, row by row."""
     from distill.backends import continuous as cb
 
-    shifts = []
-    shift_left = cb._Pool.shift_left
+    shifts, shared = [], []
+    shift_left, common_prefix = cb._Pool.shift_left, cb._common_prefix
     monkeypatch.setattr(cb._Pool, "shift_left", lambda pool, by: (shifts.append(by), shift_left(pool, by)))
+    monkeypatch.setattr(cb, "_common_prefix", lambda prompts: shared.append(common_prefix(prompts)) or shared[-1])
     continuous = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=3)
     lockstep = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=1, continuous=False)
     assert continuous.describe()["continuous"] and not lockstep.describe()["continuous"]
     # 14 prompts of many lengths through 3 slots: rows finish at different steps and are refilled
     # (some in groups), and ~14*40/3 steps overflow the buffer's longest + 2*40 + 1 columns, so
     # columns are compacted several times.
-    prompts = [_messages("tell me " * (1 + (7 * i) % 23) + f"story {i}") for i in range(14)]
-    for schema in (None, schemas.PlanOutput):
+    # Half the calls share long instructions, as a teacher role's prompts do: the prefix is prefilled once.
+    instructions = {"role": "system", "content": "You label the feeling in a short conversation. " * 6}
+    plain = [_messages("tell me " * (1 + (7 * i) % 23) + f"story {i}") for i in range(14)]
+    instructed = [[instructions, *m[1:]] for m in plain]
+    for prompts, schema in [(plain, None), (plain, schemas.PlanOutput), (instructed, schemas.PlanOutput)]:
         reqs = [GenerationRequest(m, schema=schema, max_new_tokens=40) for m in prompts]
         got, want = continuous.generate(reqs), lockstep.generate(reqs)
         assert [r.text for r in got] == [r.text for r in want]
         assert [r.completion_tokens for r in got] == [r.completion_tokens for r in want]
-        if schema is not None:  # the grammar ends answers at different steps (the random model never stops)
+        if schema is not None and prompts is plain:  # the grammar ends these at different steps (the random model never stops)
             assert len({r.completion_tokens for r in got}) > 1
         assert all(r.latency_s > 0 and r.prompt_tokens == len(continuous.encode(m)[0]) for r, m in zip(got, prompts))
         if schema is not None:
@@ -144,6 +148,7 @@ def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monke
                 if not r.events:  # not cut at max_new_tokens
                     schema.model_validate_json(r.text)
     assert shifts and all(by > 0 for by in shifts)
+    assert max(shared) > 32 and min(len(continuous.encode(m)[0]) for m in instructed) > max(shared)
 
 
 def test_decode_attention_equals_sdpa():
