@@ -149,7 +149,9 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
     stored = store.keys()
     already = sum(1 for d in dialogues if pipeline.key(d) in stored)
     counts = {"ok": 0, "failed": 0}
-    with tqdm(total=len(dialogues), initial=already, desc="traces", unit="dialogue") as bar:
+    # A whole chunk lands at once, so tqdm's default (recent-rate) smoothing swings the ETA wildly;
+    # smoothing=0 estimates from the run's average rate.
+    with tqdm(total=len(dialogues), initial=already, desc="traces", unit="dialogue", smoothing=0) as bar:
         bar.set_postfix(done=already, failed=0)
 
         def on_trace(trace) -> None:

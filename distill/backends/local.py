@@ -2,8 +2,10 @@
 
 Used both as a teacher (a base model prompted with the full instructions) and as the student (the
 same base model with each role's adapter switched in for its stage). Requests are grouped by
-(adapter, schema, temperature, max_new_tokens), sorted by prompt length so batches carry little
-padding, generated in left-padded chunks of `batch_size`, and returned in the caller's order.
+(adapter, schema, temperature, max_new_tokens) and sorted by prompt length. Each group then runs
+through continuous batching over `batch_size` slots (`distill.backends.continuous`: a finished row is
+refilled at once) or, where the architecture does not allow it or `continuous=False`, through
+left-padded `model.generate` chunks. Results come back in the caller's order.
 
 Adapters live in one `PeftModel` over the single base model. For a stage the active adapter is
 merged into the base weights (unmerged LoRA generation runs about 2x slower on CPU). When the merged
