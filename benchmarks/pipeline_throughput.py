@@ -108,10 +108,11 @@ def main() -> int:
         seconds, traces = timed_run(pipeline, [dialogues])
         others[size] = summarise(f"batched, batch size {size}", seconds, traces)
     backend.batch_size = args.batch_size
+    lockstep = None
     if args.compare_lockstep and backend.continuous:
         backend.continuous = False
         seconds, traces = timed_run(pipeline, [dialogues])
-        others["lockstep"] = summarise(f"batched, lockstep chunks of {args.batch_size}", seconds, traces)
+        lockstep = summarise(f"batched, lockstep chunks of {args.batch_size}", seconds, traces)
         backend.continuous = True
 
     report = {
@@ -126,12 +127,13 @@ def main() -> int:
     report["naive"]["adapter_switch_seconds"] = round(naive_switch_s, 3)
     # Merged weights built once when the adapters load (the local backend's cache), not per stage.
     report["adapter_prepare_seconds"] = round(getattr(backend, "prepare_seconds", 0.0), 3)
-    for size, run in others.items():
-        run["speedup"] = run["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
-        print(f"{size if size == 'lockstep' else f'batch size {size}'}: speedup {run['speedup']:.2f}x")
-    report["other_batch_sizes"] = {k: v for k, v in others.items() if k != "lockstep"}
-    if "lockstep" in others:
-        report["lockstep"] = others["lockstep"]
+    for label, run in [*((f"batch size {size}", run) for size, run in others.items()), ("lockstep", lockstep)]:
+        if run is not None:
+            run["speedup"] = run["dialogues_per_s"] / report["naive"]["dialogues_per_s"]
+            print(f"{label}: speedup {run['speedup']:.2f}x")
+    report["other_batch_sizes"] = others
+    if lockstep is not None:
+        report["lockstep"] = lockstep
     # Adapter switching (set_adapter + merge + unmerge + restoring the base) in the batched run.
     report["batched"]["adapter_switch_seconds"] = round(switch_s, 3)
     report["batched"]["adapter_switch_share"] = switch_s / batched_s

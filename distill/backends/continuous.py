@@ -94,8 +94,6 @@ class _Pool:
 
     def shift_left(self, by: int) -> None:
         """Drop the first `by` columns (no busy slot uses them)."""
-        if by <= 0:
-            return
         keep = self.n - by
         for buf in (*self.keys, *self.values):
             buf[:, :, :keep] = buf[:, :, by:self.n].clone()
@@ -123,7 +121,6 @@ def _common_prefix(prompts: Sequence[list[int]]) -> int:
 class _Row:
     request: int  # index into the caller's lists
     prompt_len: int
-    start: int  # first pool column of its prompt
     matcher: Any
     tokens: list[int] = field(default_factory=list)
     seconds: float = 0.0
@@ -138,7 +135,8 @@ class Finished:
 
 def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_tokens: int, temperature: float,
            stop_ids: Sequence[int], grammar: Any = None, vocab_size: int, seed: Optional[int] = None,
-           device: str = "cpu", prefill_tokens: int = 2048, min_shared_prefix: int = 32, on_finish: Optional[Callable[[Finished], None]] = None) -> list[Finished]:
+           device: str = "cpu", prefill_tokens: int = 2048, min_shared_prefix: int = 32,
+           on_finish: Optional[Callable[[Finished], None]] = None) -> list[Finished]:
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
@@ -238,7 +236,7 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
                 pool.place(slot, cache, j, shared, len(suffixes[j]))
                 matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
                 length = len(prompts[request])
-                slots[slot] = _Row(request, length, pool.n - length, matcher)
+                slots[slot] = _Row(request, length, matcher)
             tokens = choose(head(hidden[:, -1].contiguous()), targets)
             share = (time.perf_counter() - started + carried) / len(take)
             carried = 0.0
@@ -263,15 +261,13 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
                 slots = [slots[s] for s in busy]
                 busy = list(range(len(slots)))
             if pool.n >= pool.capacity:
-                # Every busy row started after column `lo`; keep the write column at or past the
-                # longest prompt so any queued request still fits in front of it.
-                lo = min(slots[s].start for s in busy)
+                # No busy row uses a column before `lo` (idle rows' masks are clear); keep the write
+                # column at or past the longest prompt so any queued request still fits in front of it.
+                lo = int(pool.mask.any(dim=0).nonzero()[0])
                 by = min(lo, pool.n - longest)
                 if by <= 0:  # cannot happen: a busy row spans at most longest + max_new_tokens columns
                     raise RuntimeError(f"continuous batching: no free column (n={pool.n}, lo={lo}, longest={longest})")
                 pool.shift_left(by)
-                for s in busy:
-                    slots[s].start -= by
             started = time.perf_counter()
             col = pool.n
             pool.mask[busy, col] = True
