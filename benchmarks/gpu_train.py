@@ -20,7 +20,6 @@ import json
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -52,8 +51,18 @@ def random_base(config_dir: str, out: Path) -> str:
 
 
 def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: int) -> dict:
-    cfg = config_from_dict({"model": model, "datasets": str(datasets), "output_dir": str(out), "roles": "asi",
-                            "batch_size": batch_size, "logging_steps": 10, **VARIANTS[name]}, source="gpu_train")
+    cfg = config_from_dict(
+        {
+            "model": model,
+            "datasets": str(datasets),
+            "output_dir": str(out),
+            "roles": "asi",
+            "batch_size": batch_size,
+            "logging_steps": 10,
+            **VARIANTS[name],
+        },
+        source="gpu_train",
+    )
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base, tokenizer, base_path = load_base(cfg)
@@ -69,10 +78,16 @@ def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: in
     plain = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.bfloat16).to("cuda")
     loads = isinstance(PeftModel.from_pretrained(plain, str(out / "asi")), PeftModel)
     del plain
-    return {"seconds": meta["train_seconds"], "tokens": meta["tokens"]["tokens"],
-            "tokens_per_s": round(meta["tokens"]["tokens"] / meta["train_seconds"], 1),
-            "peak_cuda_mib": round(peak, 1), "loss": meta["train_loss"], "steps": meta["global_step"],
-            "adapter_loads": loads, "quantized_4bit": meta["quantized_4bit"]}
+    return {
+        "seconds": meta["train_seconds"],
+        "tokens": meta["tokens"]["tokens"],
+        "tokens_per_s": round(meta["tokens"]["tokens"] / meta["train_seconds"], 1),
+        "peak_cuda_mib": round(peak, 1),
+        "loss": meta["train_loss"],
+        "steps": meta["global_step"],
+        "adapter_loads": loads,
+        "quantized_4bit": meta["quantized_4bit"],
+    }
 
 
 def main(argv=None) -> int:
@@ -102,12 +117,21 @@ def main(argv=None) -> int:
         for name in args.variants.split(","):
             results[name] = run_variant(name, model, datasets, Path(tmp) / name, args.batch_size)
             print(f"{name}: {json.dumps(results[name])}", flush=True)
-    report = {"model": args.model, "random_init": args.random_init, "data": str(data), "examples": args.examples,
-              "batch_size": args.batch_size, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "machine": platform.machine(), "variants": results}
+    report = {
+        "model": args.model,
+        "random_init": args.random_init,
+        "data": str(data),
+        "examples": args.examples,
+        "batch_size": args.batch_size,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "variants": results,
+    }
     if "lora_fp32" in results:
-        report["speedup_vs_lora_fp32"] = {k: round(v["tokens_per_s"] / results["lora_fp32"]["tokens_per_s"], 2)
-                                          for k, v in results.items()}
+        report["speedup_vs_lora_fp32"] = {
+            k: round(v["tokens_per_s"] / results["lora_fp32"]["tokens_per_s"], 2) for k, v in results.items()
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

@@ -57,8 +57,14 @@ def summarise(label: str, seconds: float, traces) -> dict:
     ok = sum(t.status == "ok" for t in traces)
     tokens = sum(s.completion_tokens for t in traces for s in t.steps)
     print(f"{label}: {len(traces)} dialogues in {seconds:.1f}s = {len(traces) / seconds:.3f} dialogues/s ({ok} ok)")
-    return {"dialogues": len(traces), "seconds": round(seconds, 2), "dialogues_per_s": len(traces) / seconds,
-            "ok": ok, "completion_tokens": tokens, "requests": sum(len(t.steps) for t in traces)}
+    return {
+        "dialogues": len(traces),
+        "seconds": round(seconds, 2),
+        "dialogues_per_s": len(traces) / seconds,
+        "ok": ok,
+        "completion_tokens": tokens,
+        "requests": sum(len(t.steps) for t in traces),
+    }
 
 
 def main() -> int:
@@ -68,12 +74,19 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--compare-batch-sizes", default="", help="comma-separated batch sizes also timed (batched run only)")
-    parser.add_argument("--compare-lockstep", action="store_true",
-                        help="also time the batched run with lockstep model.generate chunks instead of continuous batching")
+    parser.add_argument(
+        "--compare-batch-sizes", default="", help="comma-separated batch sizes also timed (batched run only)"
+    )
+    parser.add_argument(
+        "--compare-lockstep",
+        action="store_true",
+        help="also time the batched run with lockstep model.generate chunks instead of continuous batching",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--prompt-style", choices=("teacher", "student"), default="teacher")
-    parser.add_argument("--adapters", default=None, help="role adapters (<dir>/<role>/), used with --prompt-style student")
+    parser.add_argument(
+        "--adapters", default=None, help="role adapters (<dir>/<role>/), used with --prompt-style student"
+    )
     parser.add_argument("--random-init", action="store_true", help="random weights from --model's config (speed only)")
     parser.add_argument("--out", default="benchmarks/pipeline_throughput.json")
     args = parser.parse_args()
@@ -87,18 +100,20 @@ def main() -> int:
         from data_prep.models import resolve_model
 
         model = random_base(resolve_model(args.model), Path(tempfile.mkdtemp()) / "random-base")
-    backend = LocalBackend(model, adapters=args.adapters, dtype=args.dtype, batch_size=args.batch_size,
-                           device=args.device)
+    backend = LocalBackend(
+        model, adapters=args.adapters, dtype=args.dtype, batch_size=args.batch_size, device=args.device
+    )
     # Core TRACE pipeline, no retrieval (it would time the embedder, not generation), one attempt.
-    config = PipelineConfig(rag=False, max_attempts=1, prompt_style=args.prompt_style,
-                            use_adapters=args.adapters is not None)
+    config = PipelineConfig(
+        rag=False, max_attempts=1, prompt_style=args.prompt_style, use_adapters=args.adapters is not None
+    )
     pipeline = Pipeline(config, backend)
     pipeline.run(dialogues[:1], progress=False)  # warm-up: grammars compiled, kernels loaded
 
     switch_before = backend.switch_seconds
     batched_s, batched = timed_run(pipeline, [dialogues])
     switch_s = backend.switch_seconds - switch_before
-    naive_dialogues = dialogues[:args.naive_limit or args.n]
+    naive_dialogues = dialogues[: args.naive_limit or args.n]
     switch_before = backend.switch_seconds
     naive_s, naive = timed_run(pipeline, [[d] for d in naive_dialogues])
     naive_switch_s = backend.switch_seconds - switch_before
@@ -116,9 +131,13 @@ def main() -> int:
         backend.continuous = True
 
     report = {
-        "config": config.model_dump(), "stages": config.stages(), "backend": backend.describe(),
-        "torch_threads": __import__("torch").get_num_threads(), "cpus": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "config": config.model_dump(),
+        "stages": config.stages(),
+        "backend": backend.describe(),
+        "torch_threads": __import__("torch").get_num_threads(),
+        "cpus": os.cpu_count(),
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
         "random_init": args.random_init,
         "batched": summarise("batched", batched_s, batched),
         "naive": summarise("naive", naive_s, naive),

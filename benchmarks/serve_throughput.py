@@ -35,7 +35,10 @@ from distill.roles import ROLES, RoleInput  # noqa: E402
 
 
 def _format(schema) -> dict:
-    return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": False}}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema(), "strict": False},
+    }
 
 
 async def load_test(url: str, model: str, bodies: list[dict], concurrency: int) -> dict:
@@ -45,6 +48,7 @@ async def load_test(url: str, model: str, bodies: list[dict], concurrency: int) 
         queue.put_nowait(body)
     tokens = 0
     async with httpx.AsyncClient(base_url=url, timeout=1800) as client:
+
         async def worker() -> None:
             nonlocal tokens
             while not queue.empty():
@@ -56,24 +60,40 @@ async def load_test(url: str, model: str, bodies: list[dict], concurrency: int) 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
-    return {"concurrency": concurrency, "requests": len(bodies), "wall_s": round(wall, 2),
-            "requests_per_s": round(len(bodies) / wall, 3), "completion_tokens_per_s": round(tokens / wall, 2)}
+    return {
+        "concurrency": concurrency,
+        "requests": len(bodies),
+        "wall_s": round(wall, 2),
+        "requests_per_s": round(len(bodies) / wall, 3),
+        "completion_tokens_per_s": round(tokens / wall, 2),
+    }
 
 
 def warm_up(url: str, model: str, dialogue) -> None:
     """One short request per core role, so no measurement pays for first-use grammar compilation."""
     for role in ("asi", "cae", "srp", "ers"):
         spec = ROLES[role]
-        body = {"model": model, "messages": spec.render(RoleInput(dialogue=dialogue), "student"), "temperature": 0.0,
-                "max_tokens": 2, "response_format": _format(spec.schema)}
+        body = {
+            "model": model,
+            "messages": spec.render(RoleInput(dialogue=dialogue), "student"),
+            "temperature": 0.0,
+            "max_tokens": 2,
+            "response_format": _format(spec.schema),
+        }
         httpx.post(url + "/v1/chat/completions", json=body, timeout=1800).raise_for_status()
 
 
 def asi_bodies(dialogues, n: int) -> list[dict]:
     spec = ROLES["asi"]
-    return [{"messages": spec.render(RoleInput(dialogue=dialogues[i % len(dialogues)]), "student"),
-             "temperature": 0.0, "max_tokens": spec.max_new_tokens, "response_format": _format(spec.schema)}
-            for i in range(n)]
+    return [
+        {
+            "messages": spec.render(RoleInput(dialogue=dialogues[i % len(dialogues)]), "student"),
+            "temperature": 0.0,
+            "max_tokens": spec.max_new_tokens,
+            "response_format": _format(spec.schema),
+        }
+        for i in range(n)
+    ]
 
 
 def pipeline_run(url: str, model: str, dialogues, concurrency: int) -> tuple[dict, list[dict]]:
@@ -82,18 +102,37 @@ def pipeline_run(url: str, model: str, dialogues, concurrency: int) -> tuple[dic
     from distill.config import PipelineConfig
     from distill.pipeline import Pipeline
 
-    backend = OpenAIBackend(model=model, base_url=url + "/v1", max_concurrency=concurrency, timeout_s=1800, strict_schema=False)
+    backend = OpenAIBackend(
+        model=model, base_url=url + "/v1", max_concurrency=concurrency, timeout_s=1800, strict_schema=False
+    )
     config = PipelineConfig(rag=False, prompt_style="student", max_attempts=1)
     started = time.perf_counter()
     traces = Pipeline(config, backend).run(dialogues, progress=False)
     wall = time.perf_counter() - started
     steps = [s for t in traces for s in t.steps]
     tokens = sum(s.completion_tokens for s in steps)
-    bodies = [{"messages": s.messages, "temperature": ROLES[s.role].temperature, "max_tokens": ROLES[s.role].max_new_tokens,
-               "seed": config.seed, "response_format": _format(ROLES[s.role].schema)} for s in steps]
-    return ({"concurrency": concurrency, "dialogues": len(dialogues), "requests": len(steps), "wall_s": round(wall, 2),
-             "requests_per_s": round(len(steps) / wall, 3), "completion_tokens_per_s": round(tokens / wall, 2),
-             "ok_traces": sum(t.status == "ok" for t in traces)}, bodies)
+    bodies = [
+        {
+            "messages": s.messages,
+            "temperature": ROLES[s.role].temperature,
+            "max_tokens": ROLES[s.role].max_new_tokens,
+            "seed": config.seed,
+            "response_format": _format(ROLES[s.role].schema),
+        }
+        for s in steps
+    ]
+    return (
+        {
+            "concurrency": concurrency,
+            "dialogues": len(dialogues),
+            "requests": len(steps),
+            "wall_s": round(wall, 2),
+            "requests_per_s": round(len(steps) / wall, 3),
+            "completion_tokens_per_s": round(tokens / wall, 2),
+            "ok_traces": sum(t.status == "ok" for t in traces),
+        },
+        bodies,
+    )
 
 
 def main() -> int:
@@ -116,7 +155,10 @@ def main() -> int:
         model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
         warm_up(server.url, model, dialogues[0])
         levels = [int(x) for x in args.levels.split(",")]
-        load = [asyncio.run(load_test(server.url, model, asi_bodies(dialogues, c * args.requests_per_client), c)) for c in levels]
+        load = [
+            asyncio.run(load_test(server.url, model, asi_bodies(dialogues, c * args.requests_per_client), c))
+            for c in levels
+        ]
         for row in load:
             print("load", row, flush=True)
         piped, bodies = pipeline_run(server.url, model, dialogues, args.dialogues)
@@ -127,11 +169,20 @@ def main() -> int:
     finally:
         server.stop()
     ratio = piped["completion_tokens_per_s"] / direct["completion_tokens_per_s"]
-    report = {"model": args.model, "max_batch": args.max_batch, "platform": platform.platform(),
-              "load_test": load, "concurrency_check": {"pipeline": piped, "direct": direct,
-                                                      "pipeline_over_direct": round(ratio, 3), "target": 0.9},
-              "server": {k: metrics[k] for k in ("batches", "requests", "largest_batch", "busy_s")},
-              "command": " ".join(sys.argv)}
+    report = {
+        "model": args.model,
+        "max_batch": args.max_batch,
+        "platform": platform.platform(),
+        "load_test": load,
+        "concurrency_check": {
+            "pipeline": piped,
+            "direct": direct,
+            "pipeline_over_direct": round(ratio, 3),
+            "target": 0.9,
+        },
+        "server": {k: metrics[k] for k in ("batches", "requests", "largest_batch", "busy_s")},
+        "command": " ".join(sys.argv),
+    }
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"pipeline / direct = {ratio:.3f} (target >= 0.9); wrote {out}")
     return 0

@@ -56,8 +56,9 @@ def build_dataset(csv: Path, n: int, root: Path) -> Path:
     rows = []
     for d in dialogues:
         prompt = ROLES["asi"].render(RoleInput(dialogue=d), "student")
-        target = json.dumps({"reasoning": f"The seeker describes: {d.situation[:80]}", "emotion": d.emotion},
-                            separators=(",", ":"))
+        target = json.dumps(
+            {"reasoning": f"The seeker describes: {d.situation[:80]}", "emotion": d.emotion}, separators=(",", ":")
+        )
         rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": target}]})
     DatasetDict(train=Dataset.from_list(rows)).save_to_disk(str(root / "asi"))
     return root
@@ -71,28 +72,61 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
 
     cfg = config_from_dict({"r": 16, "alpha": 32}, source="benchmark")
     peft_model = get_peft_model(model, lora_config(cfg))
-    args = SFTConfig(output_dir=str(out), per_device_train_batch_size=batch_size, num_train_epochs=1,
-                     use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1)
-    trainer = SFTTrainer(model=peft_model, args=args, train_dataset=load_from_disk(str(datasets / "asi"))["train"],
-                         processing_class=tokenizer)
+    args = SFTConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=batch_size,
+        num_train_epochs=1,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+    )
+    trainer = SFTTrainer(
+        model=peft_model,
+        args=args,
+        train_dataset=load_from_disk(str(datasets / "asi"))["train"],
+        processing_class=tokenizer,
+    )
     tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "tokens": tokens, "examples": len(trainer.train_dataset),
-            "gradient_checkpointing": bool(args.gradient_checkpointing), "padding_free": False,
-            "loss": trainer.state.log_history[-1].get("train_loss")}
+    return {
+        "seconds": seconds,
+        "tokens": tokens,
+        "examples": len(trainer.train_dataset),
+        "gradient_checkpointing": bool(args.gradient_checkpointing),
+        "padding_free": False,
+        "loss": trainer.state.log_history[-1].get("train_loss"),
+    }
 
 
 def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overrides: dict) -> dict:
-    values = {"datasets": str(datasets), "output_dir": str(out), "roles": "asi", "batch_size": batch_size,
-              "use_cpu": True, "num_threads": torch.get_num_threads(), "r": 16, "alpha": 32, "logging_steps": 1, "learning_rate": 2e-5, "warmup_ratio": 0.0,
-              **overrides}
+    values = {
+        "datasets": str(datasets),
+        "output_dir": str(out),
+        "roles": "asi",
+        "batch_size": batch_size,
+        "use_cpu": True,
+        "num_threads": torch.get_num_threads(),
+        "r": 16,
+        "alpha": 32,
+        "logging_steps": 1,
+        "learning_rate": 2e-5,
+        "warmup_ratio": 0.0,
+        **overrides,
+    }
     cfg = config_from_dict(values, source="benchmark")
     _, meta = train_role(model, tokenizer, "", cfg, "asi")
-    return {"seconds": meta["train_seconds"], "tokens": meta["tokens"]["tokens"], "examples": meta["tokens"]["examples"],
-            "gradient_checkpointing": cfg.gradient_checkpointing, "padding_free": cfg.padding_free or cfg.packing,
-            "loss": meta["train_loss"]}
+    return {
+        "seconds": meta["train_seconds"],
+        "tokens": meta["tokens"]["tokens"],
+        "examples": meta["tokens"]["examples"],
+        "gradient_checkpointing": cfg.gradient_checkpointing,
+        "padding_free": cfg.padding_free or cfg.packing,
+        "loss": meta["train_loss"],
+    }
 
 
 def main(argv=None) -> int:
@@ -128,24 +162,38 @@ def main(argv=None) -> int:
             if name == "trl_defaults":
                 row = run_trl_defaults(model, tokenizer, datasets, args.batch_size, out)
             else:
-                extra = {"train_padded": {"padding_free": False}, "train": {}, "train_fp32": {"bf16": "false"}, "train_trl_head": {"completion_head": "false"},
-                         # One 1024-token block per step holds about as many tokens as a padding-free batch
-                         # of 8; more blocks per step make one flattened sequence whose masked attention is
-                         # quadratic in its length on CPU (no varlen kernel).
-                         "train_packing": {"packing": True, "padding_free": False, "max_length": 1024, "batch_size": 1}}[name]
+                extra = {
+                    "train_padded": {"padding_free": False},
+                    "train": {},
+                    "train_fp32": {"bf16": "false"},
+                    "train_trl_head": {"completion_head": "false"},
+                    # One 1024-token block per step holds about as many tokens as a padding-free batch
+                    # of 8; more blocks per step make one flattened sequence whose masked attention is
+                    # quadratic in its length on CPU (no varlen kernel).
+                    "train_packing": {"packing": True, "padding_free": False, "max_length": 1024, "batch_size": 1},
+                }[name]
                 row = run_ours(model, tokenizer, datasets, args.batch_size, out, extra)
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once
             row["samples_per_s"] = round(row["examples"] / row["seconds"], 3)
             row["tokens_per_s"] = round(row["tokens"] / row["seconds"], 1)
             key = name if name not in results else f"{name}#{sum(k.split('#')[0] == name for k in results) + 1}"
             results[key] = row
-            print(f"{key}: {row['seconds']:.1f} s, {row['samples_per_s']} samples/s, {row['tokens_per_s']} tokens/s", flush=True)
+            print(
+                f"{key}: {row['seconds']:.1f} s, {row['samples_per_s']} samples/s, {row['tokens_per_s']} tokens/s",
+                flush=True,
+            )
     base = results.get("trl_defaults")
     report = {
-        "data": str(data), "examples": args.examples, "batch_size": args.batch_size, "model": "smollm2-135m",
-        "torch_threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+        "data": str(data),
+        "examples": args.examples,
+        "batch_size": args.batch_size,
+        "model": "smollm2-135m",
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.processor() or platform.machine(),
         "variants": results,
-        "speedup_vs_trl_defaults": {k: round(v["tokens_per_s"] / base["tokens_per_s"], 2) for k, v in results.items()} if base else {},
+        "speedup_vs_trl_defaults": {k: round(v["tokens_per_s"] / base["tokens_per_s"], 2) for k, v in results.items()}
+        if base
+        else {},
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["speedup_vs_trl_defaults"]))

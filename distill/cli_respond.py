@@ -29,14 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="model alias or path for the local backend")
     parser.add_argument("--adapters", default=None, help="<dir>/<role>/ LoRA adapters: student prompts + adapters")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--reflection", action="store_true", help="MERG audit-and-rerun loop (needs a gra adapter with --adapters)")
+    parser.add_argument(
+        "--reflection", action="store_true", help="MERG audit-and-rerun loop (needs a gra adapter with --adapters)"
+    )
     parser.add_argument("--json", action="store_true", help="print the whole trace as JSON instead")
 
 
 def parse_dialogue(text: str, situation: str = "", source: str = "<text>") -> Dialogue:
     """A `Dialogue` from plain text; an unlabelled line takes the speaker after the previous one."""
     turns: list[Turn] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for line in text.splitlines():
         line = line.strip()
         if not line:
             continue
@@ -52,8 +54,14 @@ def parse_dialogue(text: str, situation: str = "", source: str = "<text>") -> Di
         raise ValueError(f"{source} line {len(text.splitlines())}: the dialogue must end on a seeker turn")
     # There is no gold emotion for a live dialogue: the field stays empty (gold guidance is off,
     # so no prompt reads it).
-    return Dialogue(id="respond#1", conv_id="respond", turns=turns, situation=situation or turns[0].text,
-                    emotion="", gold_response=None)
+    return Dialogue(
+        id="respond#1",
+        conv_id="respond",
+        turns=turns,
+        situation=situation or turns[0].text,
+        emotion="",
+        gold_response=None,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +80,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = PipelineConfig(prompt_style="student" if student else "teacher", use_adapters=student,
-                            reflection=args.reflection, rag=False)
+    config = PipelineConfig(
+        prompt_style="student" if student else "teacher", use_adapters=student, reflection=args.reflection, rag=False
+    )
     trace = Pipeline(config, backend).run([dialogue], progress=False)[0]
     if args.json:
         print(trace.model_dump_json(indent=2))
@@ -93,7 +102,11 @@ def _read_dialogue(args: argparse.Namespace) -> Dialogue:
 def _print_trace(trace) -> None:
     for step in trace.steps:
         label = f"[{step.role}]" + (f" (iteration {step.iteration})" if step.iteration else "")
-        body = json.dumps(step.parsed, ensure_ascii=False) if step.valid else f"INVALID: {step.error}\n  raw: {step.raw[:300]}"
+        body = (
+            json.dumps(step.parsed, ensure_ascii=False)
+            if step.valid
+            else f"INVALID: {step.error}\n  raw: {step.raw[:300]}"
+        )
         print(f"{label} {body}")
     if trace.status == "failed":
         print(f"\nno reply: {trace.failure}")

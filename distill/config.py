@@ -5,7 +5,7 @@ YAML files under configs/ fill these models; their keys mirror the CLI flags.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,9 @@ class PipelineConfig(BaseModel):
     plan: bool = Field(False, description="MERG pragmatic plan (goal, stance, tactic, tone)")
     reflection: bool = Field(False, description="MERG global reflection agent and refinement loop")
     max_refinements: int = Field(2, ge=0, le=5)
-    later_iteration_penalty: float = Field(0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer")
+    later_iteration_penalty: float = Field(
+        0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer"
+    )
 
     rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
     rag_k: int = Field(3, ge=1)
@@ -36,13 +38,22 @@ class PipelineConfig(BaseModel):
     use_adapters: bool = Field(False, description="route each stage to its role adapter (the student)")
 
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
-    temperatures: dict[str, float] = Field(default_factory=dict, description="per-role override of the registry default")
+    temperatures: dict[str, float] = Field(
+        default_factory=dict, description="per-role override of the registry default"
+    )
     seed: int = 0
 
     def stages(self) -> list[str]:
         """Enabled generation stages in order (gra excluded: it runs after them)."""
-        on = {"asi": self.use_asi, "cae": self.use_cae, "srp": self.use_srp, "ers": True,
-              "perspective": self.perspective, "phase": self.phase, "plan": self.plan}
+        on = {
+            "asi": self.use_asi,
+            "cae": self.use_cae,
+            "srp": self.use_srp,
+            "ers": True,
+            "perspective": self.perspective,
+            "phase": self.phase,
+            "plan": self.plan,
+        }
         return [r for r in STAGE_ORDER if on[r]]
 
     def key_dict(self) -> dict[str, Any]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION
 from distill.trace import Trace
@@ -73,18 +74,32 @@ def _teacher(traces: Sequence[Trace], meta: dict[str, Any]) -> dict[str, Any]:
         backend = {"name": sorted({t.backend for t in traces}), "model": sorted({t.model for t in traces})}
     config = meta.get("pipeline") or meta.get("config") or (traces[0].config if traces else {})
     names = {k: meta[k] for k in ("backend_name", "model") if isinstance(meta.get(k), str)}
-    return {"backend": scrub({**names, **backend}), "config": scrub(config),
-            "prompt_versions": sorted({t.prompt_version for t in traces}) or [meta.get("prompt_version")],
-            "gold_emotion": any(t.gold_guidance.emotion for t in traces),
-            "gold_response": any(t.gold_guidance.response for t in traces)}
+    return {
+        "backend": scrub({**names, **backend}),
+        "config": scrub(config),
+        "prompt_versions": sorted({t.prompt_version for t in traces}) or [meta.get("prompt_version")],
+        "gold_emotion": any(t.gold_guidance.emotion for t in traces),
+        "gold_response": any(t.gold_guidance.response for t in traces),
+    }
 
 
-def render_card(role: str, dd: "DatasetDict", traces: Sequence[Trace], meta: dict[str, Any],
-                options: "DatasetOptions", counts: "RoleCounts", run_dir: Path) -> str:
+def render_card(
+    role: str,
+    dd: DatasetDict,
+    traces: Sequence[Trace],
+    meta: dict[str, Any],
+    options: DatasetOptions,
+    counts: RoleCounts,
+    run_dir: Path,
+) -> str:
     spec, teacher = ROLES[role], _teacher(traces, meta)
     drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts.dropped.items())) or "| (none) | 0 |"
     splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
-    target = "the human gold reply (hybrid target)" if role == "ers" and options.ers_target == "gold" else "the teacher's final answer"
+    target = (
+        "the human gold reply (hybrid target)"
+        if role == "ers" and options.ers_target == "gold"
+        else "the teacher's final answer"
+    )
     return f"""---
 tags: [trace-distill, sft, conversational, prompt-completion]
 ---
@@ -101,7 +116,8 @@ compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + 
 - trace run: `{run_dir}`
 - backend: `{json.dumps(teacher["backend"], sort_keys=True)}`
 - teacher prompt version(s): {", ".join(map(str, teacher["prompt_versions"]))}
-- gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, response {"yes" if teacher["gold_response"] else "no"}
+- gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, \
+response {"yes" if teacher["gold_response"] else "no"}
 - created: {datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 Pipeline config:
@@ -130,24 +146,36 @@ Traces read: {counts.read}; kept: {counts.kept}.
 """
 
 
-def write_card(out_dir: Path, role: str, dd: "DatasetDict", traces: Sequence[Trace], meta: dict[str, Any],
-               options: "DatasetOptions", counts: "RoleCounts", run_dir: Path) -> Path:
+def write_card(
+    out_dir: Path,
+    role: str,
+    dd: DatasetDict,
+    traces: Sequence[Trace],
+    meta: dict[str, Any],
+    options: DatasetOptions,
+    counts: RoleCounts,
+    run_dir: Path,
+) -> Path:
     path = out_dir / "README.md"
     path.write_text(render_card(role, dd, traces, meta, options, counts, run_dir), encoding="utf-8")
     return path
 
 
-def push_role_dataset(dd: "DatasetDict", out_dir: Path, repo_id: str) -> bool:
+def push_role_dataset(dd: DatasetDict, out_dir: Path, repo_id: str) -> bool:
     """Push one role dataset and its card; on failure print one error line and return False."""
     try:
         from huggingface_hub import HfApi
 
         dd.push_to_hub(repo_id)
-        HfApi().upload_file(path_or_fileobj=str(out_dir / "README.md"), path_in_repo="README.md",
-                            repo_id=repo_id, repo_type="dataset")
+        HfApi().upload_file(
+            path_or_fileobj=str(out_dir / "README.md"), path_in_repo="README.md", repo_id=repo_id, repo_type="dataset"
+        )
     except Exception as err:  # the hub raises many types (offline, auth, HTTP); all end the same way
         first_line = (str(err).strip().splitlines() or [""])[0]
-        print(f"error: push of {out_dir} to the hub as {repo_id} failed: {type(err).__name__}: {first_line}", file=sys.stderr)
+        print(
+            f"error: push of {out_dir} to the hub as {repo_id} failed: {type(err).__name__}: {first_line}",
+            file=sys.stderr,
+        )
         return False
     print(f"pushed {out_dir} to https://huggingface.co/datasets/{repo_id}", file=sys.stderr)
     return True

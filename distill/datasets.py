@@ -3,7 +3,8 @@
 Each role gets a `DatasetDict` (train / validation) in TRL's conversational prompt-completion form:
 `prompt` is the role's *student* prompt rendered from the registry (the exact prompt the student sees at
 inference), `completion` is the teacher's final parsed answer serialised as the compact JSON the student
-must produce (for classification roles the decision alone: `RoleSpec.student_schema`). Upstream fields come from the teacher's own final outputs (teacher forcing). Filters drop
+must produce (for classification roles the decision alone: `RoleSpec.student_schema`). Upstream fields come
+from the teacher's own final outputs (teacher forcing). Filters drop
 failed or schema-invalid answers, optionally wrong-emotion traces and duplicates; every drop is counted.
 The split is by conversation, so no dialogue appears in both train and validation.
 
@@ -17,12 +18,16 @@ import hashlib
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from pydantic import ValidationError
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
 
 from data_prep.taxonomy import to_ekman
 from distill.config import PipelineConfig
@@ -71,6 +76,7 @@ class BuildReport:
 
 # --- which roles, which split ------------------------------------------------------------------
 
+
 def enabled_roles(traces: Sequence[Trace]) -> list[str]:
     """Roles that any trace's pipeline config ran, in stage order, then gra when reflection ran.
 
@@ -116,6 +122,7 @@ def trace_split(trace: Trace, run_meta: dict[str, Any]) -> Optional[str]:
 
 # --- one row per (role, trace) ------------------------------------------------------------------
 
+
 def _target(role: str, trace: Trace, options: DatasetOptions) -> tuple[Optional[dict], Optional[str]]:
     """The parsed answer the student must learn, or (None, reason to drop)."""
     if role == "ers" and options.ers_target == "gold":
@@ -138,7 +145,9 @@ def _asi_matches_gold(trace: Trace) -> Optional[str]:
     return None if emotion == gold else "emotion differs from gold"
 
 
-def role_row(role: str, trace: Trace, run_roles: set[str], options: DatasetOptions) -> tuple[Optional[dict], Optional[str]]:
+def role_row(
+    role: str, trace: Trace, run_roles: set[str], options: DatasetOptions
+) -> tuple[Optional[dict], Optional[str]]:
     """The SFT row for one role of one trace, or (None, reason to drop)."""
     if trace.status == "failed":
         return None, "trace failed"
@@ -161,28 +170,46 @@ def role_row(role: str, trace: Trace, run_roles: set[str], options: DatasetOptio
         return None, "invalid upstream output"
     prompt = spec.render(inp, "student")
     completion = [{"role": "assistant", "content": spec.student_target(answer).model_dump_json()}]
-    return {"prompt": prompt, "completion": completion, "messages": prompt + completion,
-            "dialogue_id": trace.dialogue.id, "conv_id": trace.dialogue.conv_id, "key": trace.key}, None
+    return {
+        "prompt": prompt,
+        "completion": completion,
+        "messages": prompt + completion,
+        "dialogue_id": trace.dialogue.id,
+        "conv_id": trace.dialogue.conv_id,
+        "key": trace.key,
+    }, None
 
 
 def _features():
     from datasets import Features, List, Value
 
     message = List({"role": Value("string"), "content": Value("string")})
-    return Features({"prompt": message, "completion": message, "messages": message,
-                     "dialogue_id": Value("string"), "conv_id": Value("string"), "key": Value("string")})
+    return Features(
+        {
+            "prompt": message,
+            "completion": message,
+            "messages": message,
+            "dialogue_id": Value("string"),
+            "conv_id": Value("string"),
+            "key": Value("string"),
+        }
+    )
 
 
-def _to_dataset(rows: list[dict]) -> "Dataset":
+def _to_dataset(rows: list[dict]) -> Dataset:
     from datasets import Dataset
 
     features = _features()  # column-wise so an empty validation split still has the full schema
     return Dataset.from_dict({col: [r[col] for r in rows] for col in features}, features=features)
 
 
-def build_role_datasets(traces: Sequence[Trace], roles: Optional[Sequence[str]] = None,
-                        options: Optional[DatasetOptions] = None, report: Optional[BuildReport] = None,
-                        run_meta: Optional[dict[str, Any]] = None) -> dict[str, "DatasetDict"]:
+def build_role_datasets(
+    traces: Sequence[Trace],
+    roles: Optional[Sequence[str]] = None,
+    options: Optional[DatasetOptions] = None,
+    report: Optional[BuildReport] = None,
+    run_meta: Optional[dict[str, Any]] = None,
+) -> dict[str, DatasetDict]:
     """One `DatasetDict` (train/validation) per requested role; `report` (if given) receives the counts.
 
     `roles=None` means every role the run enabled. A requested role the run did not run (an ablation)
@@ -225,7 +252,9 @@ def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], r
     return kept
 
 
-def _collect(role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions) -> tuple[list[dict], RoleCounts]:
+def _collect(
+    role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions
+) -> tuple[list[dict], RoleCounts]:
     counts, rows, seen = RoleCounts(), [], set()
     for trace in tqdm(traces, desc=f"{role} rows", unit="trace", leave=False):
         counts.read += 1
@@ -244,17 +273,31 @@ def _collect(role: str, traces: Sequence[Trace], run_roles: set[str], options: D
 
 # --- CLI ----------------------------------------------------------------------------------------
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
     parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
     parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (every role the run enabled)")
-    parser.add_argument("--require-gold-emotion", action="store_true", help="keep only traces whose asi emotion equals the gold Ekman label")
-    parser.add_argument("--ers-target", choices=("teacher", "gold"), default="teacher", help="ers completion: the teacher's reply or the human gold reply")
+    parser.add_argument(
+        "--require-gold-emotion",
+        action="store_true",
+        help="keep only traces whose asi emotion equals the gold Ekman label",
+    )
+    parser.add_argument(
+        "--ers-target",
+        choices=("teacher", "gold"),
+        default="teacher",
+        help="ers completion: the teacher's reply or the human gold reply",
+    )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
-    parser.add_argument("--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation")
+    parser.add_argument(
+        "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
     parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
-    parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID", help="also push each role as <REPO_ID>-<role>")
+    parser.add_argument(
+        "--push-to-hub", default=None, metavar="REPO_ID", help="also push each role as <REPO_ID>-<role>"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -266,8 +309,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         traces, run_meta, problems = read_run(Path(args.traces))
         roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
-        options = DatasetOptions(args.require_gold_emotion, args.ers_target, not args.no_dedup,
-                                 args.eval_fraction, args.seed, args.split)
+        options = DatasetOptions(
+            args.require_gold_emotion, args.ers_target, not args.no_dedup, args.eval_fraction, args.seed, args.split
+        )
         report = BuildReport(problems=list(problems))
         built = build_role_datasets(traces, roles, options, report, run_meta)
     except ValueError as err:

@@ -13,8 +13,9 @@ The resumable variant `run_into` writes each chunk's traces to a `TraceStore` as
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from pydantic import BaseModel
 from tqdm.auto import tqdm
@@ -70,8 +71,13 @@ class Pipeline:
     # --- public API ------------------------------------------------------------------------------
 
     def key(self, dialogue: Dialogue) -> str:
-        return trace_key(dialogue, self.config.key_dict(), self.backend.name, self.backend.model,
-                         prompt_version(self.config.prompt_style))
+        return trace_key(
+            dialogue,
+            self.config.key_dict(),
+            self.backend.name,
+            self.backend.model,
+            prompt_version(self.config.prompt_style),
+        )
 
     def run(self, dialogues: Sequence[Dialogue], progress: bool = True) -> list[Trace]:
         """One trace per dialogue, in input order. Never raises for a bad answer: that trace is 'failed'."""
@@ -81,8 +87,14 @@ class Pipeline:
             self._reflect(runs, progress)
         return [self._finish(r) for r in runs]
 
-    def run_into(self, store, dialogues: Sequence[Dialogue], chunk_size: int = 32,
-                 on_trace: Optional[Callable[[Trace], None]] = None, progress: bool = False) -> RunSummary:
+    def run_into(
+        self,
+        store,
+        dialogues: Sequence[Dialogue],
+        chunk_size: int = 32,
+        on_trace: Optional[Callable[[Trace], None]] = None,
+        progress: bool = False,
+    ) -> RunSummary:
         """Run the dialogues whose key is not in `store` yet, a chunk at a time, appending each trace.
 
         A chunk's traces are appended as soon as the chunk finishes, so a crash loses at most the
@@ -99,7 +111,7 @@ class Pipeline:
                 todo.append(d)
         summary = RunSummary(skipped=len(dialogues) - len(todo))
         for start in range(0, len(todo), chunk_size):
-            for trace in self.run(todo[start:start + chunk_size], progress=progress):
+            for trace in self.run(todo[start : start + chunk_size], progress=progress):
                 store.append(trace)
                 summary.written += 1
                 summary.failed += trace.status == "failed"
@@ -111,10 +123,16 @@ class Pipeline:
 
     def _new_run(self, dialogue: Dialogue) -> _DialogueRun:
         trace = Trace(
-            key=self.key(dialogue), dialogue=dialogue, backend=self.backend.name, model=self.backend.model,
-            prompt_version=prompt_version(self.config.prompt_style), prompt_style=self.config.prompt_style, config=self.config.key_dict(),
-            gold_guidance=GoldGuidance(emotion=self.config.gold_emotion and self._teacher,
-                                       response=self.config.gold_response and self._teacher),
+            key=self.key(dialogue),
+            dialogue=dialogue,
+            backend=self.backend.name,
+            model=self.backend.model,
+            prompt_version=prompt_version(self.config.prompt_style),
+            prompt_style=self.config.prompt_style,
+            config=self.config.key_dict(),
+            gold_guidance=GoldGuidance(
+                emotion=self.config.gold_emotion and self._teacher, response=self.config.gold_response and self._teacher
+            ),
             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         )
         return _DialogueRun(dialogue=dialogue, trace=trace)
@@ -148,7 +166,9 @@ class Pipeline:
         d = r.dialogue
         # the same builder the SFT dataset uses, so training and inference see one upstream view
         return build_role_input(
-            spec, d, done,
+            spec,
+            d,
+            done,
             exemplars=r.exemplars if spec.uses_exemplars else None,
             gold_emotion=d.emotion if self.config.gold_emotion and self._teacher else None,
             gold_response=d.gold_response if self.config.gold_response and self._teacher else None,
@@ -164,8 +184,13 @@ class Pipeline:
                 r.exemplars = []
             return
         emotions = [getattr(r.iterations[-1].get("asi"), "emotion", None) for r in runs]
-        found = self.index.query([r.dialogue.situation for r in runs], emotions, [r.dialogue.conv_id for r in runs],
-                                 k=self.config.rag_k, tau=self.config.rag_tau)
+        found = self.index.query(
+            [r.dialogue.situation for r in runs],
+            emotions,
+            [r.dialogue.conv_id for r in runs],
+            k=self.config.rag_k,
+            tau=self.config.rag_tau,
+        )
         for r, exemplars in zip(runs, found):
             r.exemplars = exemplars
 
@@ -176,15 +201,22 @@ class Pipeline:
         if attempt:
             temperature = max(temperature, RETRY_TEMPERATURE)
         return GenerationRequest(
-            messages=messages, schema=spec.schema_for(self.config.prompt_style), temperature=temperature, max_new_tokens=spec.max_new_tokens,
-            adapter=spec.name if self.config.use_adapters else None, seed=self.config.seed + attempt,
+            messages=messages,
+            schema=spec.schema_for(self.config.prompt_style),
+            temperature=temperature,
+            max_new_tokens=spec.max_new_tokens,
+            adapter=spec.name if self.config.use_adapters else None,
+            seed=self.config.seed + attempt,
         )
 
-    def _generate(self, spec: RoleSpec, inputs: list[RoleInput], iteration: int,
-                  progress: bool) -> tuple[list[Step], list[Optional[BaseModel]]]:
+    def _generate(
+        self, spec: RoleSpec, inputs: list[RoleInput], iteration: int, progress: bool
+    ) -> tuple[list[Step], list[Optional[BaseModel]]]:
         """One stage for many dialogues: one backend call per attempt, retrying only the invalid answers."""
-        steps = [Step(role=spec.name, iteration=iteration, messages=spec.render(inp, self.config.prompt_style), attempts=0)
-                 for inp in inputs]
+        steps = [
+            Step(role=spec.name, iteration=iteration, messages=spec.render(inp, self.config.prompt_style), attempts=0)
+            for inp in inputs
+        ]
         outputs: list[Optional[BaseModel]] = [None] * len(inputs)
         pending = list(range(len(inputs)))
         for attempt in range(self.config.max_attempts):
@@ -195,7 +227,9 @@ class Pipeline:
             with tqdm(total=len(requests), desc=label, unit="req", disable=not progress, leave=False) as bar:
                 results = self.backend.generate(requests, progress=bar.update)
             if len(results) != len(requests):
-                raise RuntimeError(f"backend '{self.backend.name}' returned {len(results)} results for {len(requests)} requests")
+                raise RuntimeError(
+                    f"backend '{self.backend.name}' returned {len(results)} results for {len(requests)} requests"
+                )
             retry = []
             for i, result in zip(pending, results):
                 outputs[i] = self._absorb(steps[i], spec, inputs[i].dialogue, result, attempt)
@@ -204,8 +238,9 @@ class Pipeline:
             pending = retry
         return steps, outputs
 
-    def _absorb(self, step: Step, spec: RoleSpec, dialogue: Dialogue, result: GenerationResult,
-                attempt: int) -> Optional[BaseModel]:
+    def _absorb(
+        self, step: Step, spec: RoleSpec, dialogue: Dialogue, result: GenerationResult, attempt: int
+    ) -> Optional[BaseModel]:
         """Fold one generation into its step; the parsed output, or None when it did not validate."""
         step.attempts += 1
         step.latency_s += result.latency_s
@@ -261,7 +296,9 @@ class Pipeline:
             trace.outputs = {s: out.model_dump() for s, out in r.iterations[0].items()}  # the stages that did validate
             return trace
         complete = [it for it in range(len(r.iterations)) if it not in r.broken]
-        final = choose_final({it: r.audits.get(it) for it in complete}, self.stages, self.config.later_iteration_penalty)
+        final = choose_final(
+            {it: r.audits.get(it) for it in complete}, self.stages, self.config.later_iteration_penalty
+        )
         trace.final_iteration = final
         trace.outputs = {s: out.model_dump() for s, out in r.iterations[final].items()}
         if r.audits.get(final) is not None:

@@ -11,8 +11,9 @@ cost-per-dialogue column.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ def price_table(overrides: Optional[Mapping[str, object]] = None) -> dict[str, P
         elif isinstance(value, (list, tuple)) and len(value) == 2:
             table[model] = Price(float(value[0]), float(value[1]))
         else:
-            raise ValueError(f"prices: entry '{model}' must be {{input: X, output: Y}} or [X, Y] (USD per 1M tokens), got {value!r}")
+            raise ValueError(
+                f"prices: entry '{model}' must be {{input: X, output: Y}} or [X, Y] (USD per 1M tokens), got {value!r}"
+            )
     return table
 
 
@@ -60,8 +63,13 @@ def lookup_price(model: str, table: Optional[Mapping[str, Price]] = None) -> Pri
     return table[max(prefixes, key=len)] if prefixes else FREE
 
 
-def estimate_cost(model: str, prompt_tokens: int, completion_tokens: int,
-                  table: Optional[Mapping[str, Price]] = None, batch: bool = False) -> float:
+def estimate_cost(
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    table: Optional[Mapping[str, Price]] = None,
+    batch: bool = False,
+) -> float:
     """USD for one call (or a sum of calls) of `model`."""
     price = lookup_price(model, table)
     usd = (prompt_tokens * price.input_per_m + completion_tokens * price.output_per_m) / 1_000_000
@@ -98,5 +106,7 @@ class CostGuard:
             self.spent += estimate_cost(model, *used, self.table)
 
     def message(self) -> str:
-        return (f"stopped: the next requests could pass --max-cost ${self.max_cost:.4f} "
-                f"(spent about ${self.spent:.4f}); finished traces are kept, rerun with a higher cap to resume")
+        return (
+            f"stopped: the next requests could pass --max-cost ${self.max_cost:.4f} "
+            f"(spent about ${self.spent:.4f}); finished traces are kept, rerun with a higher cap to resume"
+        )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -60,7 +61,7 @@ def parse_output(spec: RoleSpec, text: str, stages: Sequence[str], style: Prompt
         # A chatty model may add text after the object; retry on the outermost {...} before giving up.
         end = candidate.rfind("}")
         try:
-            parsed = schema.model_validate_json(candidate[:end + 1]) if end > 0 else None
+            parsed = schema.model_validate_json(candidate[: end + 1]) if end > 0 else None
         except ValidationError:
             parsed = None
         if parsed is None:
@@ -84,7 +85,9 @@ def _check_gra(out: GRAOutput, stages: Sequence[str]) -> GRAOutput:
         if failure in _NULLISH:
             failure = None
         elif failure not in stages:
-            raise OutputRejected(f"field 'earliest_failure': '{out.earliest_failure}' is not an enabled stage ({', '.join(stages)})")
+            raise OutputRejected(
+                f"field 'earliest_failure': '{out.earliest_failure}' is not an enabled stage ({', '.join(stages)})"
+            )
     return out.model_copy(update={"checks": checks, "earliest_failure": failure})
 
 
@@ -99,8 +102,11 @@ def trigger_warnings(out: BaseModel, dialogue: Dialogue) -> list[str]:
     if not isinstance(out, CAEOutput):
         return []
     seeker = _squash(dialogue.seeker_text())
-    return [f"warning: cae trigger {span!r} is not a verbatim span of the seeker's turns"
-            for span in out.triggers if _squash(span) not in seeker]
+    return [
+        f"warning: cae trigger {span!r} is not a verbatim span of the seeker's turns"
+        for span in out.triggers
+        if _squash(span) not in seeker
+    ]
 
 
 def _squash(text: str) -> str:
@@ -108,6 +114,7 @@ def _squash(text: str) -> str:
 
 
 # --- reflection: where to restart, which iteration wins --------------------------------------------
+
 
 def stage_passes(audit: Optional[GRAOutput], stages: Sequence[str]) -> tuple[bool, ...]:
     """Passed flags in stage order. A stage the GRA did not mention passes, unless it is the named
@@ -147,7 +154,9 @@ def choose_final(candidates: dict[int, Optional[GRAOutput]], stages: Sequence[st
     """
     if not candidates:
         raise ValueError("choose_final needs at least one complete iteration")
-    return max(sorted(candidates), key=lambda it: (iteration_score(stage_passes(candidates[it], stages), it, penalty), -it))
+    return max(
+        sorted(candidates), key=lambda it: (iteration_score(stage_passes(candidates[it], stages), it, penalty), -it)
+    )
 
 
 def dumps_output(out: BaseModel) -> str:

@@ -8,15 +8,20 @@ so the prompt a student is trained on is byte-for-byte the prompt it sees at inf
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
 from data_prep.taxonomy import (
-    CAUSE_DEFINITIONS, EKMAN_DEFINITIONS, PHASE_DEFINITIONS, PLAN_DIMENSIONS, STRATEGY_DEFINITIONS,
+    CAUSE_DEFINITIONS,
+    EKMAN_DEFINITIONS,
+    PHASE_DEFINITIONS,
+    PLAN_DIMENSIONS,
+    STRATEGY_DEFINITIONS,
 )
 from distill import schemas
 
@@ -85,8 +90,9 @@ def prompt_version(style: PromptStyle) -> str:
     return PROMPT_VERSION if style == "teacher" else STUDENT_PROMPT_VERSION
 
 
-def build_role_input(spec: RoleSpec, dialogue: Dialogue, outputs: Mapping[str, Union[BaseModel, dict]],
-                     **extra) -> RoleInput:
+def build_role_input(
+    spec: RoleSpec, dialogue: Dialogue, outputs: Mapping[str, Union[BaseModel, dict]], **extra
+) -> RoleInput:
     """The `RoleInput` for `spec` given the outputs of earlier stages (parsed models or plain dicts).
 
     The pipeline (inference) and the SFT dataset builder (training) both call this, so a student is
@@ -103,6 +109,7 @@ def build_role_input(spec: RoleSpec, dialogue: Dialogue, outputs: Mapping[str, U
 
 
 # --- how upstream outputs read inside a prompt -------------------------------------------------
+
 
 def _upstream_lines(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
     """One compact line per upstream field; roles that did not run produce no line at all."""
@@ -122,7 +129,10 @@ def _upstream_lines(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
 
 def _exemplar_block(exemplars: list[Exemplar]) -> str:
     rows = [f"- situation: {e.situation}\n  emotion: {e.emotion}\n  listener reply: {e.response}" for e in exemplars]
-    return "Examples of how human listeners replied in similar situations (mirror their tone, do not copy):\n" + "\n".join(rows)
+    return (
+        "Examples of how human listeners replied in similar situations (mirror their tone, do not copy):\n"
+        + "\n".join(rows)
+    )
 
 
 def _schema_hint(schema: type[BaseModel]) -> str:
@@ -140,7 +150,9 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
     if spec.uses_exemplars and inp.exemplars:
         parts.append(_exemplar_block(inp.exemplars))
     if inp.gold_emotion:
-        parts.append(f"Reference: the seeker's true emotion is {inp.gold_emotion}. Make your analysis consistent with it.")
+        parts.append(
+            f"Reference: the seeker's true emotion is {inp.gold_emotion}. Make your analysis consistent with it."
+        )
     if inp.gold_response:
         parts.append(f"Reference: the human listener actually replied: {inp.gold_response}")
     if inp.correction:
@@ -162,6 +174,7 @@ def render_student(spec: RoleSpec, inp: RoleInput) -> Messages:
 
 # --- the registry ------------------------------------------------------------------------------
 
+
 def _defs(d: dict[str, str]) -> str:
     return "\n".join(f"- {k}: {v}" for k, v in d.items())
 
@@ -170,47 +183,94 @@ _PLAN_TEXT = "\n".join(f"- {dim}: one of {', '.join(vals)}" for dim, vals in PLA
 
 ROLES: dict[str, RoleSpec] = {
     "asi": RoleSpec(
-        "asi", "Affective State Identifier", schemas.ASIOutput, (), 0.0, 96,
-        "Identify the seeker's dominant emotion as one of Ekman's six:\n" + _defs(EKMAN_DEFINITIONS)
+        "asi",
+        "Affective State Identifier",
+        schemas.ASIOutput,
+        (),
+        0.0,
+        96,
+        "Identify the seeker's dominant emotion as one of Ekman's six:\n"
+        + _defs(EKMAN_DEFINITIONS)
         + "\nGive a short reasoning that cites cues in the seeker's words, then the emotion.",
         student_schema=schemas.ASIDecision,
     ),
     "cae": RoleSpec(
-        "cae", "Causal Analysis Engine", schemas.CAEOutput, ("asi",), 0.0, 128,
+        "cae",
+        "Causal Analysis Engine",
+        schemas.CAEOutput,
+        ("asi",),
+        0.0,
+        128,
         "Find why the seeker feels this way. Quote 1-2 short trigger spans verbatim from the seeker's turns, "
         "summarise the cause in one sentence, and pick one cause category:\n" + _defs(CAUSE_DEFINITIONS),
     ),
     "perspective": RoleSpec(
-        "perspective", "Perspective Taker", schemas.PerspectiveOutput, ("asi", "cae"), 0.0, 128,
+        "perspective",
+        "Perspective Taker",
+        schemas.PerspectiveOutput,
+        ("asi", "cae"),
+        0.0,
+        128,
         "Take the seeker's perspective: describe their psychological state and the support they need, "
-        "one short sentence each.", optional=True,
+        "one short sentence each.",
+        optional=True,
     ),
     "phase": RoleSpec(
-        "phase", "Counselling Phase Recogniser", schemas.PhaseOutput, ("asi",), 0.0, 16,
-        "Decide which counselling phase the conversation is in:\n" + _defs(PHASE_DEFINITIONS), optional=True,
+        "phase",
+        "Counselling Phase Recogniser",
+        schemas.PhaseOutput,
+        ("asi",),
+        0.0,
+        16,
+        "Decide which counselling phase the conversation is in:\n" + _defs(PHASE_DEFINITIONS),
+        optional=True,
     ),
     "srp": RoleSpec(
-        "srp", "Strategic Response Planner", schemas.SRPOutput, ("asi", "cae", "perspective", "phase"), 0.0, 96,
-        "Choose the communication strategy for the reply:\n" + _defs(STRATEGY_DEFINITIONS)
-        + "\nGive a short reasoning, then the strategy.", uses_exemplars=True, student_schema=schemas.SRPDecision,
+        "srp",
+        "Strategic Response Planner",
+        schemas.SRPOutput,
+        ("asi", "cae", "perspective", "phase"),
+        0.0,
+        96,
+        "Choose the communication strategy for the reply:\n"
+        + _defs(STRATEGY_DEFINITIONS)
+        + "\nGive a short reasoning, then the strategy.",
+        uses_exemplars=True,
+        student_schema=schemas.SRPDecision,
     ),
     "plan": RoleSpec(
-        "plan", "Pragmatic Planner", schemas.PlanOutput, ("asi", "cae", "phase", "srp"), 0.0, 80,
-        "Plan the reply along four pragmatic dimensions:\n" + _PLAN_TEXT, optional=True,
+        "plan",
+        "Pragmatic Planner",
+        schemas.PlanOutput,
+        ("asi", "cae", "phase", "srp"),
+        0.0,
+        80,
+        "Plan the reply along four pragmatic dimensions:\n" + _PLAN_TEXT,
+        optional=True,
     ),
     "ers": RoleSpec(
-        "ers", "Empathetic Response Synthesizer", schemas.ERSOutput,
-        ("asi", "cae", "perspective", "phase", "srp", "plan"), 0.5, 96,
+        "ers",
+        "Empathetic Response Synthesizer",
+        schemas.ERSOutput,
+        ("asi", "cae", "perspective", "phase", "srp", "plan"),
+        0.5,
+        96,
         "Write the listener's next turn: one or two sentences that follow the chosen strategy, weave in a "
-        "concrete detail from the trigger spans, and speak directly to the seeker.", uses_exemplars=True,
+        "concrete detail from the trigger spans, and speak directly to the seeker.",
+        uses_exemplars=True,
     ),
     "gra": RoleSpec(
-        "gra", "Global Reflection Agent", schemas.GRAOutput,
-        ("asi", "cae", "perspective", "phase", "srp", "plan", "ers"), 0.0, 256,
+        "gra",
+        "Global Reflection Agent",
+        schemas.GRAOutput,
+        ("asi", "cae", "perspective", "phase", "srp", "plan", "ers"),
+        0.0,
+        256,
         "Audit the analysis stages in order. For each stage say whether it passed: the emotion fits the "
         "dialogue, the cause is grounded in the seeker's words, the strategy suits the emotion, and the "
         "reply is empathetic, specific and consistent with the plan. Name the earliest failed stage "
-        "(or null) and give a one-sentence correction for it.", optional=True,
+        "(or null) and give a one-sentence correction for it.",
+        optional=True,
     ),
 }
 STAGE_ORDER: tuple[str, ...] = ("asi", "cae", "perspective", "phase", "srp", "plan", "ers")

@@ -34,7 +34,9 @@ class ASIDecision(_Strict):
 
 
 class CAEOutput(_Strict):
-    triggers: list[Annotated[str, Field(max_length=120)]] = Field(min_length=1, max_length=2, description="1-2 spans quoted from the seeker's turns")
+    triggers: list[Annotated[str, Field(max_length=120)]] = Field(
+        min_length=1, max_length=2, description="1-2 spans quoted from the seeker's turns"
+    )
     cause: str = Field(max_length=200, description="one-sentence cause summary")
     category: CauseCategory
 

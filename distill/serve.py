@@ -72,7 +72,9 @@ def schema_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
             _SCHEMA_CLASSES.clear()
         # A distinct qualname per schema: the local backend groups requests by it.
         unique = f"{name}_{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-        _SCHEMA_CLASSES[key] = type(unique, (BaseModel,), {"model_json_schema": classmethod(lambda cls, *a, **k: schema)})
+        _SCHEMA_CLASSES[key] = type(
+            unique, (BaseModel,), {"model_json_schema": classmethod(lambda cls, *a, **k: schema)}
+        )
     return _SCHEMA_CLASSES[key]
 
 
@@ -83,7 +85,9 @@ def _json_schema(response_format: Optional[dict[str, Any]]) -> Optional[tuple[st
     if kind == "json_object":
         return "json_object", {"type": "object"}
     if kind != "json_schema":
-        raise BadRequest(400, f"response_format.type '{kind}' is not supported (text, json_object, json_schema)", "response_format")
+        raise BadRequest(
+            400, f"response_format.type '{kind}' is not supported (text, json_object, json_schema)", "response_format"
+        )
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
         raise BadRequest(400, "response_format.json_schema.schema must be a JSON object", "response_format")
@@ -93,7 +97,9 @@ def _json_schema(response_format: Optional[dict[str, Any]]) -> Optional[tuple[st
         xgrammar.Grammar.from_json_schema(json.dumps(spec["schema"]))  # cheap: no tokenizer needed
     except Exception as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise BadRequest(400, f"response_format.json_schema.schema is not a usable JSON schema: {reason}", "response_format") from None
+        raise BadRequest(
+            400, f"response_format.json_schema.schema is not a usable JSON schema: {reason}", "response_format"
+        ) from None
     return str(spec.get("name") or "Output"), spec["schema"]
 
 
@@ -113,7 +119,9 @@ class ServeState:
         if model in self.base_names:
             return None
         known = ", ".join(self.base_names[:1] + self.adapters)
-        raise BadRequest(404, f"model '{model}' does not exist on this server (known: {known})", "model", "model_not_found")
+        raise BadRequest(
+            404, f"model '{model}' does not exist on this server (known: {known})", "model", "model_not_found"
+        )
 
     def count_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         # Rendered the way the local backend renders it: the template writes its own special tokens.
@@ -126,21 +134,34 @@ class ServeState:
         messages = [m.model_dump() for m in body.messages]
         n_prompt = self.count_prompt_tokens(messages)
         if n_prompt > self.max_input_tokens:
-            raise BadRequest(400, f"input is {n_prompt} tokens, over this server's --max-input-tokens {self.max_input_tokens}",
-                             "messages", "context_length_exceeded")
+            raise BadRequest(
+                400,
+                f"input is {n_prompt} tokens, over this server's --max-input-tokens {self.max_input_tokens}",
+                "messages",
+                "context_length_exceeded",
+            )
         max_new = body.max_completion_tokens or body.max_tokens or 256
         if max_new > self.max_new_tokens_cap:
-            raise BadRequest(400, f"max_tokens {max_new} is over this server's limit {self.max_new_tokens_cap}", "max_tokens")
+            raise BadRequest(
+                400, f"max_tokens {max_new} is over this server's limit {self.max_new_tokens_cap}", "max_tokens"
+            )
         schema = _json_schema(body.response_format)
-        request = GenerationRequest(messages=messages, temperature=body.temperature, max_new_tokens=max_new,
-                                    adapter=adapter, seed=body.seed)
+        request = GenerationRequest(
+            messages=messages, temperature=body.temperature, max_new_tokens=max_new, adapter=adapter, seed=body.seed
+        )
         if schema:
             request.schema = schema_model(*schema)
         return request
 
 
-def create_app(backend: Any, base_names: list[str], max_batch: int = 16, max_input_tokens: int = 2048,
-               max_new_tokens_cap: int = 1024, batch_window_ms: float = 10.0):
+def create_app(
+    backend: Any,
+    base_names: list[str],
+    max_batch: int = 16,
+    max_input_tokens: int = 2048,
+    max_new_tokens_cap: int = 1024,
+    batch_window_ms: float = 10.0,
+):
     """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names)."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
@@ -160,7 +181,9 @@ def create_app(backend: Any, base_names: list[str], max_batch: int = 16, max_inp
     def error(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> JSONResponse:
         counters["bad_requests"] += status < 500
         kind = "invalid_request_error" if status < 500 else "server_error"
-        return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+        return JSONResponse(
+            {"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status
+        )
 
     _add_error_handlers(app, error)
     _add_routes(app, state, batcher, counters, error)
@@ -196,7 +219,10 @@ def _add_routes(app, state: ServeState, batcher: RequestBatcher, counters: dict,
     @app.get("/v1/models")
     async def models():
         names = state.base_names[:1] + state.adapters
-        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "trace-distill"} for n in names]}
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": 0, "owned_by": "trace-distill"} for n in names],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest):
@@ -209,15 +235,23 @@ def _add_routes(app, state: ServeState, batcher: RequestBatcher, counters: dict,
             return error(500, f"generation failed: {type(exc).__name__}: {exc}")
         finish = "length" if result.completion_tokens >= request.max_new_tokens else "stop"
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                      "total_tokens": result.prompt_tokens + result.completion_tokens},
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": result.text}, "finish_reason": finish}
+            ],
+            "usage": {
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+                "total_tokens": result.prompt_tokens + result.completion_tokens,
+            },
         }
 
 
 # --- CLI -----------------------------------------------------------------------------------------
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, local path or hub id")
@@ -236,12 +270,26 @@ def run(args: argparse.Namespace) -> int:
 
     from distill.backends.local import LocalBackend
 
-    backend = LocalBackend(model=args.model, adapters=args.adapters, dtype=args.dtype, batch_size=args.max_batch,
-                           max_input_tokens=args.max_input_tokens)
+    backend = LocalBackend(
+        model=args.model,
+        adapters=args.adapters,
+        dtype=args.dtype,
+        batch_size=args.max_batch,
+        max_input_tokens=args.max_input_tokens,
+    )
     base_names = [args.model, getattr(backend, "model", None), "base"]
-    app = create_app(backend, base_names, max_batch=args.max_batch, max_input_tokens=args.max_input_tokens,
-                     max_new_tokens_cap=args.max_new_tokens, batch_window_ms=args.batch_window_ms)
-    print(f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "
-          f"on http://{args.host}:{args.port}/v1", flush=True)
+    app = create_app(
+        backend,
+        base_names,
+        max_batch=args.max_batch,
+        max_input_tokens=args.max_input_tokens,
+        max_new_tokens_cap=args.max_new_tokens,
+        batch_window_ms=args.batch_window_ms,
+    )
+    print(
+        f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "
+        f"on http://{args.host}:{args.port}/v1",
+        flush=True,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

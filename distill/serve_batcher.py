@@ -28,8 +28,14 @@ class BatchStats:
     by_prompt: Counter = field(default_factory=Counter)  # prompt digest → calls, for "no repeat calls" checks
 
     def as_dict(self) -> dict[str, Any]:
-        return {"batches": self.batches, "requests": self.requests, "largest_batch": self.largest_batch,
-                "busy_s": round(self.busy_s, 3), "by_model": dict(self.by_model), "by_prompt": dict(self.by_prompt)}
+        return {
+            "batches": self.batches,
+            "requests": self.requests,
+            "largest_batch": self.largest_batch,
+            "busy_s": round(self.busy_s, 3),
+            "by_model": dict(self.by_model),
+            "by_prompt": dict(self.by_prompt),
+        }
 
 
 @dataclass

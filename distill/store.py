@@ -59,7 +59,9 @@ class TraceStore:
                 problems.append(problem)
                 continue
             if trace.key in first_line:
-                problems.append(f"{self.path} line {number}: duplicate key {trace.key} (kept line {first_line[trace.key]})")
+                problems.append(
+                    f"{self.path} line {number}: duplicate key {trace.key} (kept line {first_line[trace.key]})"
+                )
                 continue
             first_line[trace.key] = number
             traces.append(trace)
@@ -131,8 +133,10 @@ class TraceStore:
         for name in _IDENTITY_FIELDS:
             if existing.get(name) != info[name]:
                 detail = _first_difference(existing.get(name), info[name])
-                raise StoreError(f"{self.run_path}: field '{name}' differs from this run ({detail}); "
-                                 "traces from another config go to another --out directory")
+                raise StoreError(
+                    f"{self.run_path}: field '{name}' differs from this run ({detail}); "
+                    "traces from another config go to another --out directory"
+                )
 
 
 def _parse_line(raw: bytes, number: int, last: bool, file: str) -> tuple[Optional[Trace], Optional[str]]:

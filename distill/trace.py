@@ -60,7 +60,14 @@ class Trace(BaseModel):
 def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:
     """Content address of a trace: the same inputs always map to the same key, so reruns skip them."""
     payload = json.dumps(
-        {"dialogue": dialogue.model_dump(), "config": config, "backend": backend, "model": model, "prompt_version": prompt_version},
-        sort_keys=True, ensure_ascii=False,
+        {
+            "dialogue": dialogue.model_dump(),
+            "config": config,
+            "backend": backend,
+            "model": model,
+            "prompt_version": prompt_version,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
     )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]

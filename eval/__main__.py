@@ -15,7 +15,10 @@ import sys
 
 COMMANDS = {
     "score": ("eval.score", "automatic metrics (Dist, EAD, I-ACC, BERTScore, PPL) for a CSV/JSONL of responses"),
-    "compare": ("eval.compare", "run/read every system of a config on one test split and write report.json/.md + plots"),
+    "compare": (
+        "eval.compare",
+        "run/read every system of a config on one test split and write report.json/.md + plots",
+    ),
 }
 
 

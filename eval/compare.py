@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import yaml
 
@@ -51,8 +52,10 @@ def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogu
     from data_prep.loaders import load_split
 
     if not Path(config.dialogues).exists():
-        raise CompareError(f"{config_file}: dialogues '{config.dialogues}' does not exist "
-                           "(build it with `python -m data_prep dialogues --out`)")
+        raise CompareError(
+            f"{config_file}: dialogues '{config.dialogues}' does not exist "
+            "(build it with `python -m data_prep dialogues --out`)"
+        )
     try:
         test = load_split(config.dialogues, config.split)
     except Exception as err:
@@ -75,14 +78,18 @@ def load_index(config: CompareConfig, test: Sequence[Dialogue], config_file: str
     return index
 
 
-def score_system(run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun],
-                 reference_lm) -> dict[str, Any]:
+def score_system(
+    run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun], reference_lm
+) -> dict[str, Any]:
     """Every metric for one system on the test dialogues (its traces are in test order)."""
     from eval.metrics_model import bertscore, perplexity
 
     responses = [t.response or "" for t in run.traces]
     result: dict[str, Any] = {
-        "name": run.name, "source": run.source, "description": run.description, "n": len(test),
+        "name": run.name,
+        "source": run.source,
+        "description": run.description,
+        "n": len(test),
         "failed_traces": sum(t.status == "failed" for t in run.traces),
         "empty_responses": sum(not r.strip() for r in responses),
         "diversity": diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size),
@@ -92,13 +99,28 @@ def score_system(run: SystemRun, test: Sequence[Dialogue], config: CompareConfig
         result["ppl"] = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size)
         result["ppl"]["model"] = config.ppl.model
     if config.bertscore is not None:
-        result["bertscore"] = bertscore(responses, [d.gold_response for d in test], config.bertscore.model,
-                                        config.bertscore.num_layers, config.bertscore.batch_size)
+        result["bertscore"] = bertscore(
+            responses,
+            [d.gold_response for d in test],
+            config.bertscore.model,
+            config.bertscore.num_layers,
+            config.bertscore.batch_size,
+        )
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
-    result["i_acc"] = emotion_accuracy([(t.outputs.get("asi") or {}).get("emotion") for t in run.traces],
-                                       [d.emotion for d in test], [d.emotion_fine for d in test]) if ran_asi else None
-    result["agreement"] = (teacher_agreement(run.traces, reference.traces)
-                           if reference is not None and reference.name != run.name else None)
+    result["i_acc"] = (
+        emotion_accuracy(
+            [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces],
+            [d.emotion for d in test],
+            [d.emotion_fine for d in test],
+        )
+        if ran_asi
+        else None
+    )
+    result["agreement"] = (
+        teacher_agreement(run.traces, reference.traces)
+        if reference is not None and reference.name != run.name
+        else None
+    )
     result["schema_valid"] = schema_valid_rate(run.traces)
     cost = cost_and_speed(run.traces, run.wall_s, run.peak_rss_mb)
     cost["prompt_tokens_per_dialogue"] = sum(v["prompt_per_dialogue"] for v in cost["tokens_per_role"].values())
@@ -120,13 +142,23 @@ def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[D
     for run in runs:
         if run.name == against.name:
             continue
-        out = judge_pairs(backend, test, [t.response or "" for t in run.traces],
-                          [t.response or "" for t in against.traces], config.judge.aspects, config.judge.max_new_tokens)
+        out = judge_pairs(
+            backend,
+            test,
+            [t.response or "" for t in run.traces],
+            [t.response or "" for t in against.traces],
+            config.judge.aspects,
+            config.judge.max_new_tokens,
+        )
         results[run.name] = {"aspects": out["aspects"], "outcomes": out["outcomes"]}
-    return {"against": against.name, "aspects": list(config.judge.aspects), "judge": backend.describe(),
-            "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie; "
-                    "p is a two-sided sign test on wins vs losses (ties excluded)",
-            "results": results}
+    return {
+        "against": against.name,
+        "aspects": list(config.judge.aspects),
+        "judge": backend.describe(),
+        "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie; "
+        "p is a two-sided sign test on wins vs losses (ties excluded)",
+        "results": results,
+    }
 
 
 def rounded(value: Any) -> Any:
@@ -151,20 +183,28 @@ def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
 
         reference_lm = load_reference_lm(config.ppl.model)
     systems = [score_system(run, test, config, reference, reference_lm) for run in runs]
-    return rounded({
-        "config_file": config_file, "config": config.model_dump(),
-        "test": {"dialogues": config.dialogues, "split": config.split, "n": len(test),
-                 "ids": [d.id for d in test], "index": config.index},
-        "settings": {
-            "reference_system": reference.name,
-            "ppl": config.ppl.model_dump() if config.ppl else None,
-            "bertscore": config.bertscore.model_dump() if config.bertscore else None,
-            "ead": config.ead.model_dump(),
-            "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
-        },
-        "systems": systems,
-        "judge": judge_systems(config, runs, test),
-    })
+    return rounded(
+        {
+            "config_file": config_file,
+            "config": config.model_dump(),
+            "test": {
+                "dialogues": config.dialogues,
+                "split": config.split,
+                "n": len(test),
+                "ids": [d.id for d in test],
+                "index": config.index,
+            },
+            "settings": {
+                "reference_system": reference.name,
+                "ppl": config.ppl.model_dump() if config.ppl else None,
+                "bertscore": config.bertscore.model_dump() if config.bertscore else None,
+                "ead": config.ead.model_dump(),
+                "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
+            },
+            "systems": systems,
+            "judge": judge_systems(config, runs, test),
+        }
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

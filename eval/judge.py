@@ -14,7 +14,8 @@ sign test (ties excluded).
 from __future__ import annotations
 
 import json
-from typing import Literal, Optional, Sequence
+from collections.abc import Sequence
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ValidationError, create_model
 
@@ -41,11 +42,16 @@ def verdict_schema(aspects: Sequence[str]) -> type[BaseModel]:
 
 def judge_messages(dialogue: Dialogue, reply_a: str, reply_b: str, aspects: Sequence[str]) -> list[dict[str, str]]:
     questions = "\n".join(f"- {a}: {ASPECTS[a]}" for a in aspects)
-    system = ("You compare two candidate listener replies in an emotional-support conversation. For each "
-              "aspect answer A, B or tie. Judge only the replies' quality; ignore which one comes first.")
-    user = (f"Dialogue:\n{dialogue.render_context()}\n\nReply A: {reply_a}\n\nReply B: {reply_b}\n\n"
-            f"Aspects:\n{questions}\n\nAnswer with one JSON object with the keys "
-            + ", ".join(f'"{a}"' for a in aspects) + " and nothing else.")
+    system = (
+        "You compare two candidate listener replies in an emotional-support conversation. For each "
+        "aspect answer A, B or tie. Judge only the replies' quality; ignore which one comes first."
+    )
+    user = (
+        f"Dialogue:\n{dialogue.render_context()}\n\nReply A: {reply_a}\n\nReply B: {reply_b}\n\n"
+        f"Aspects:\n{questions}\n\nAnswer with one JSON object with the keys "
+        + ", ".join(f'"{a}"' for a in aspects)
+        + " and nothing else."
+    )
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -73,9 +79,14 @@ def combine_orders(first: Optional[str], second: Optional[str]) -> str:
     return "tie"
 
 
-def judge_pairs(backend: Backend, dialogues: Sequence[Dialogue], system_replies: Sequence[str],
-                other_replies: Sequence[str], aspects: Sequence[str] = tuple(ASPECTS),
-                max_new_tokens: int = 48) -> dict:
+def judge_pairs(
+    backend: Backend,
+    dialogues: Sequence[Dialogue],
+    system_replies: Sequence[str],
+    other_replies: Sequence[str],
+    aspects: Sequence[str] = tuple(ASPECTS),
+    max_new_tokens: int = 48,
+) -> dict:
     """Judge ``system_replies`` against ``other_replies`` dialogue by dialogue, in both orders.
 
     Returns per aspect ``{win, lose, tie, invalid, n, p_value}`` from the system's point of view,
@@ -87,8 +98,14 @@ def judge_pairs(backend: Backend, dialogues: Sequence[Dialogue], system_replies:
     requests = []
     for d, mine, other in zip(dialogues, system_replies, other_replies):
         for a, b in ((mine, other), (other, mine)):
-            requests.append(GenerationRequest(messages=judge_messages(d, a or "", b or "", aspects), schema=schema,
-                                              temperature=0.0, max_new_tokens=max_new_tokens))
+            requests.append(
+                GenerationRequest(
+                    messages=judge_messages(d, a or "", b or "", aspects),
+                    schema=schema,
+                    temperature=0.0,
+                    max_new_tokens=max_new_tokens,
+                )
+            )
     results = backend.generate(requests)
     per_aspect = {a: {"win": 0, "lose": 0, "tie": 0, "invalid": 0} for a in aspects}
     outcomes = []
@@ -101,8 +118,12 @@ def judge_pairs(backend: Backend, dialogues: Sequence[Dialogue], system_replies:
             per_aspect[a][row[a]] += 1
             per_aspect[a]["invalid"] += (first is None) + (second is None)
         outcomes.append({"dialogue_id": d.id, **row})
-    for a, counts in per_aspect.items():
+    for counts in per_aspect.values():
         counts["n"] = len(dialogues)
         counts["p_value"] = sign_test(counts["win"], counts["lose"])
-    return {"aspects": per_aspect, "outcomes": outcomes, "judge": backend.describe(),
-            "rule": "win/lose only if both presentation orders agree; otherwise tie; sign test excludes ties"}
+    return {
+        "aspects": per_aspect,
+        "outcomes": outcomes,
+        "judge": backend.describe(),
+        "rule": "win/lose only if both presentation orders agree; otherwise tie; sign test excludes ties",
+    }

@@ -8,8 +8,9 @@ larger models (GPT-2 / roberta-large), so every result names the model it was co
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Union
 
 from tqdm.auto import tqdm
 
@@ -43,7 +44,9 @@ def _document_start_id(tok) -> Optional[int]:
     return tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
 
 
-def _encode_pairs(tok, responses: Sequence[str], contexts: Optional[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
+def _encode_pairs(
+    tok, responses: Sequence[str], contexts: Optional[Sequence[str]]
+) -> list[tuple[list[int], list[int]]]:
     """(prefix ids, response ids) per item. The prefix is the document start alone, or it + the dialogue context,
     so every response token, the first included, is predicted from something."""
     start = _document_start_id(tok)
@@ -69,19 +72,26 @@ def _batch_nll(lm, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> lis
     labels = torch.full_like(ids, -100)
     for row, (prefix, resp) in enumerate(pairs):
         seq = prefix + resp
-        ids[row, :len(seq)] = torch.tensor(seq)
-        mask[row, :len(seq)] = 1
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
         if resp:
-            labels[row, len(prefix):len(seq)] = torch.tensor(resp)
+            labels[row, len(prefix) : len(seq)] = torch.tensor(resp)
     logits = lm(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits.float()
     shift_logits, shift_labels = logits[:, :-1], labels[:, 1:].to(logits.device)
-    nll = torch.nn.functional.cross_entropy(shift_logits.transpose(1, 2), shift_labels, ignore_index=-100, reduction="none")
+    nll = torch.nn.functional.cross_entropy(
+        shift_logits.transpose(1, 2), shift_labels, ignore_index=-100, reduction="none"
+    )
     return nll.sum(dim=1).tolist()
 
 
-def perplexity(responses: Sequence[str], model: Union[str, tuple[Any, Any]] = DEFAULT_PPL_MODEL,
-               context: PplContext = "response", contexts: Optional[Sequence[str]] = None,
-               batch_size: int = 8, progress: bool = True) -> dict:
+def perplexity(
+    responses: Sequence[str],
+    model: Union[str, tuple[Any, Any]] = DEFAULT_PPL_MODEL,
+    context: PplContext = "response",
+    contexts: Optional[Sequence[str]] = None,
+    batch_size: int = 8,
+    progress: bool = True,
+) -> dict:
     """Corpus perplexity, token-weighted: exp(total NLL / total response tokens) (Jelinek et al. 1977).
 
     ``context="response"`` scores each response alone after the document-start token (TRACE's evaluation);
@@ -96,7 +106,9 @@ def perplexity(responses: Sequence[str], model: Union[str, tuple[Any, Any]] = DE
         raise ValueError(f"ppl context must be 'response' or 'dialogue', got '{context}'")
     if context == "dialogue" and (contexts is None or len(contexts) != len(responses)):
         raise ValueError("ppl context 'dialogue' needs one dialogue context per response")
-    name = model if isinstance(model, str) else getattr(getattr(model[0], "config", None), "_name_or_path", "loaded model")
+    name = (
+        model if isinstance(model, str) else getattr(getattr(model[0], "config", None), "_name_or_path", "loaded model")
+    )
     lm, tok = load_reference_lm(model) if isinstance(model, str) else model
     pairs = _encode_pairs(tok, responses, contexts if context == "dialogue" else None)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -104,7 +116,7 @@ def perplexity(responses: Sequence[str], model: Union[str, tuple[Any, Any]] = DE
     base_only = lm.disable_adapter() if hasattr(lm, "disable_adapter") else nullcontext()
     with torch.no_grad(), base_only:
         for start in tqdm(range(0, len(pairs), batch_size), desc=f"ppl ({context})", disable=not progress):
-            chunk = pairs[start:start + batch_size]
+            chunk = pairs[start : start + batch_size]
             per_item += [(nll, len(r)) for nll, (_, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
 
     def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
@@ -113,12 +125,24 @@ def perplexity(responses: Sequence[str], model: Union[str, tuple[Any, Any]] = DE
 
     tokens = sum(t for _, t in per_item)
     low, high = bootstrap_ci([it for it in per_item if it[1]], statistic=corpus_ppl)
-    return {"value": corpus_ppl(per_item) if tokens else None, "ci_low": low, "ci_high": high,
-            "n": len(responses), "tokens": tokens, "model": name, "context": context}
+    return {
+        "value": corpus_ppl(per_item) if tokens else None,
+        "ci_low": low,
+        "ci_high": high,
+        "n": len(responses),
+        "tokens": tokens,
+        "model": name,
+        "context": context,
+    }
 
 
-def bertscore(candidates: Sequence[str], references: Sequence[Optional[str]], model: str = DEFAULT_BERTSCORE_MODEL,
-              num_layers: Optional[int] = None, batch_size: int = 32) -> dict:
+def bertscore(
+    candidates: Sequence[str],
+    references: Sequence[Optional[str]],
+    model: str = DEFAULT_BERTSCORE_MODEL,
+    num_layers: Optional[int] = None,
+    batch_size: int = 32,
+) -> dict:
     """BERTScore P/R/F1 (Zhang et al. 2020) of each candidate vs its gold reply, with bootstrap CIs.
 
     Uses ``bert_score.score`` with a local encoder directory as ``model_type`` (no hub), no IDF and no
@@ -143,9 +167,22 @@ def bertscore(candidates: Sequence[str], references: Sequence[Optional[str]], mo
     scored = [i for i, (c, _) in enumerate(pairs) if c.strip()]
     p_all, r_all, f_all = [0.0] * len(pairs), [0.0] * len(pairs), [0.0] * len(pairs)
     if scored:
-        p, r, f = bert_score.score([pairs[i][0] for i in scored], [pairs[i][1] for i in scored], model_type=path,
-                                   num_layers=layers, batch_size=batch_size, use_fast_tokenizer=True, verbose=False)
+        p, r, f = bert_score.score(
+            [pairs[i][0] for i in scored],
+            [pairs[i][1] for i in scored],
+            model_type=path,
+            num_layers=layers,
+            batch_size=batch_size,
+            use_fast_tokenizer=True,
+            verbose=False,
+        )
         for i, pv, rv, fv in zip(scored, p.tolist(), r.tolist(), f.tolist()):
             p_all[i], r_all[i], f_all[i] = pv, rv, fv
-    return {"precision": mean_with_ci(p_all), "recall": mean_with_ci(r_all), "f1": mean_with_ci(f_all),
-            "model": model, "num_layers": layers, "empty_candidates": len(pairs) - len(scored)}
+    return {
+        "precision": mean_with_ci(p_all),
+        "recall": mean_with_ci(r_all),
+        "f1": mean_with_ci(f_all),
+        "model": model,
+        "num_layers": layers,
+        "empty_candidates": len(pairs) - len(scored),
+    }

@@ -6,8 +6,9 @@ They need no model, which is why `python -m eval score` runs them in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Callable, Optional, Sequence, Union
+from typing import Optional, Union
 
 Tokenizer = Callable[[str], Sequence]
 DEFAULT_EAD_ENCODING = "cl100k_base"
@@ -22,7 +23,7 @@ def ngrams(tokens: Sequence, n: int) -> list[tuple]:
     """All contiguous n-grams; a sequence shorter than n has none."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
 def distinct_n(responses: Sequence[str], n: int) -> float:
@@ -68,8 +69,12 @@ def resolve_tokenizer(tokenizer: Union[str, Tokenizer], vocab_size: Optional[int
     return (lambda text: tok.encode(text, add_special_tokens=False)), vocab_size or len(tok)
 
 
-def ead_n(responses: Sequence[str], n: int, tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
-          vocab_size: Optional[int] = None) -> float:
+def ead_n(
+    responses: Sequence[str],
+    n: int,
+    tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
+    vocab_size: Optional[int] = None,
+) -> float:
     """EAD-n, Expectation-Adjusted Distinct (Liu et al. 2022, "Rethinking and Refining the Distinct Metric").
 
     EAD = distinct n-grams / (V · (1 − ((V − 1) / V) ** C)), where C is the total number of n-grams
@@ -92,13 +97,19 @@ def ead_n(responses: Sequence[str], n: int, tokenizer: Union[str, Tokenizer] = D
     return len(set(grams)) / expected
 
 
-def diversity_metrics(responses: Sequence[str], ead_tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
-                      ead_vocab_size: Optional[int] = None) -> dict:
+def diversity_metrics(
+    responses: Sequence[str],
+    ead_tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
+    ead_vocab_size: Optional[int] = None,
+) -> dict:
     """Dist-1/2 and EAD-1/2 for one system, with n (responses) and the EAD tokenizer named."""
     return {
-        "dist1": distinct_n(responses, 1), "dist2": distinct_n(responses, 2),
+        "dist1": distinct_n(responses, 1),
+        "dist2": distinct_n(responses, 2),
         "ead1": ead_n(responses, 1, ead_tokenizer, ead_vocab_size),
         "ead2": ead_n(responses, 2, ead_tokenizer, ead_vocab_size),
         "n": len(responses),
-        "ead_tokenizer": ead_tokenizer if isinstance(ead_tokenizer, str) else getattr(ead_tokenizer, "__name__", "custom"),
+        "ead_tokenizer": ead_tokenizer
+        if isinstance(ead_tokenizer, str)
+        else getattr(ead_tokenizer, "__name__", "custom"),
     }

@@ -12,7 +12,8 @@ import resource
 import threading
 import time
 from collections import Counter
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
 from distill.pricing import estimate_cost
@@ -56,27 +57,36 @@ def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str
         "macro_f1": sum(f1s) / len(f1s) if f1s else None,
         "n": len(gold),
         "n_invalid": preds.count(INVALID),
-        "confusion": {"rows": list(labels), "columns": columns,
-                      "matrix": [[counts[(g, p)] for p in columns] for g in labels]},
+        "confusion": {
+            "rows": list(labels),
+            "columns": columns,
+            "matrix": [[counts[(g, p)] for p in columns] for g in labels],
+        },
     }
 
 
-def emotion_accuracy(predicted: Sequence[Optional[str]], gold_ekman: Sequence[str],
-                     gold_fine: Optional[Sequence[Optional[str]]] = None) -> dict:
+def emotion_accuracy(
+    predicted: Sequence[Optional[str]], gold_ekman: Sequence[str], gold_fine: Optional[Sequence[Optional[str]]] = None
+) -> dict:
     """I-ACC (TRACE): emotion accuracy, 6-class Ekman and, when both sides are fine ED labels, 32-class.
 
     6-class: predictions and gold are mapped to Ekman with `to_ekman` (a fine prediction counts as
     its Ekman family). 32-class is reported only when every gold fine label exists and the
     predictions are ED labels themselves (a pipeline that predicts Ekman has no 32-class score).
     """
+
     def ekman_or_invalid(label: Optional[str]) -> Optional[str]:
         try:
             return to_ekman(label) if label else None
         except ValueError:
             return None
 
-    result = {"ekman6": classification_report([ekman_or_invalid(p) for p in predicted],
-                                              [to_ekman(g) for g in gold_ekman], EKMAN), "ed32": None}
+    result = {
+        "ekman6": classification_report(
+            [ekman_or_invalid(p) for p in predicted], [to_ekman(g) for g in gold_ekman], EKMAN
+        ),
+        "ed32": None,
+    }
     fine_gold_ok = gold_fine is not None and all(gold_fine)
     fine_preds = [p for p in predicted if p and p.strip().lower() in ED_EMOTIONS]
     if fine_gold_ok and fine_preds and len(fine_preds) >= len(predicted) / 2:
@@ -133,8 +143,9 @@ def schema_valid_rate(traces: Sequence[Trace]) -> dict:
     return {"overall": mean_with_ci(overall), "per_role": {r: mean_with_ci(v) for r, v in per_role.items()}}
 
 
-def cost_and_speed(traces: Sequence[Trace], wall_s: Optional[float] = None, peak_rss_mb: Optional[float] = None,
-                   price_table=None) -> dict:
+def cost_and_speed(
+    traces: Sequence[Trace], wall_s: Optional[float] = None, peak_rss_mb: Optional[float] = None, price_table=None
+) -> dict:
     """Latency per dialogue (sum of its steps' latencies) p50/p95/mean, throughput, tokens per role, $ per 1k.
 
     Throughput is dialogues / wall-clock seconds of the run when the run was timed here, else
@@ -151,12 +162,20 @@ def cost_and_speed(traces: Sequence[Trace], wall_s: Optional[float] = None, peak
             slot["prompt"] += s.prompt_tokens
             slot["completion"] += s.completion_tokens
             usd += estimate_cost(t.model, s.prompt_tokens, s.completion_tokens, price_table)
-    per_role = {r: {"prompt_per_dialogue": v["prompt"] / n, "completion_per_dialogue": v["completion"] / n}
-                for r, v in tokens.items()} if n else {}
+    per_role = (
+        {
+            r: {"prompt_per_dialogue": v["prompt"] / n, "completion_per_dialogue": v["completion"] / n}
+            for r, v in tokens.items()
+        }
+        if n
+        else {}
+    )
     seconds = wall_s if wall_s else sum(latencies)
     return {
-        "n": n, "latency_s": mean_with_ci(latencies),
-        "latency_p50_s": percentile(latencies, 50), "latency_p95_s": percentile(latencies, 95),
+        "n": n,
+        "latency_s": mean_with_ci(latencies),
+        "latency_p50_s": percentile(latencies, 50),
+        "latency_p95_s": percentile(latencies, 95),
         "throughput_dps": n / seconds if seconds else None,
         "throughput_source": "wall clock" if wall_s else "summed step latency",
         "tokens_per_role": per_role,
@@ -193,7 +212,7 @@ class PeakRSS:
             self.peak_mb = max(self.peak_mb, self._sample())
             time.sleep(self.interval)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self.peak_mb = self._sample()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()

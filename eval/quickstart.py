@@ -26,20 +26,38 @@ CORE = ("asi", "cae", "srp", "ers")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="run folder; rerunning resumes it")
-    parser.add_argument("--source", default=None,
-                        help="dialogues to run on (any `data_prep dialogues --source`); default: the shipped sample. "
-                             "The real-data experiment passes ../shared/data/ed_ekman_dev.csv")
-    parser.add_argument("--split-ratios", default=None, metavar="TRAIN,VAL,TEST",
-                        help="split of a source without splits (the real-data experiment uses 0.8,0,0.2)")
+    parser.add_argument(
+        "--source",
+        default=None,
+        help="dialogues to run on (any `data_prep dialogues --source`); default: the shipped sample. "
+        "The real-data experiment passes ../shared/data/ed_ekman_dev.csv",
+    )
+    parser.add_argument(
+        "--split-ratios",
+        default=None,
+        metavar="TRAIN,VAL,TEST",
+        help="split of a source without splits (the real-data experiment uses 0.8,0,0.2)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of that split")
-    parser.add_argument("--require-gold-emotion", action="store_true",
-                        help="SFT datasets keep only traces whose asi emotion is the gold label (STaR filter)")
+    parser.add_argument(
+        "--require-gold-emotion",
+        action="store_true",
+        help="SFT datasets keep only traces whose asi emotion is the gold label (STaR filter)",
+    )
     parser.add_argument("--train-limit", type=int, default=48, help="train dialogues the teacher annotates")
     parser.add_argument("--test-limit", type=int, default=16, help="test dialogues every system is scored on")
-    parser.add_argument("--max-tokens-budget", type=int, default=6000,
-                        help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)")
-    parser.add_argument("--judge", action=argparse.BooleanOptionalAction, default=True,
-                        help="pairwise judge (the embedded model) of student and base against the teacher")
+    parser.add_argument(
+        "--max-tokens-budget",
+        type=int,
+        default=6000,
+        help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)",
+    )
+    parser.add_argument(
+        "--judge",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pairwise judge (the embedded model) of student and base against the teacher",
+    )
 
 
 def _stage(n: int, title: str) -> float:
@@ -55,18 +73,30 @@ def _check(rc: int, what: str) -> None:
 def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
     local = {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
     cfg = {
-        "dialogues": str(out / "dialogues"), "split": "test", "limit": test_limit,
-        "index": str(out / "index"), "reference": "teacher",
+        "dialogues": str(out / "dialogues"),
+        "split": "test",
+        "limit": test_limit,
+        "index": str(out / "index"),
+        "reference": "teacher",
         "systems": [
             {"name": "teacher", "traces": str(out / "teacher-test")},
-            {"name": "student", "backend": {**local, "adapters": str(out / "adapters")},
-             "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 2}},
+            {
+                "name": "student",
+                "backend": {**local, "adapters": str(out / "adapters")},
+                "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 2},
+            },
             # The untuned base with the teacher's prompts is the control. Here the teacher *is* the
             # untuned embedded model with those prompts and the same decoding, so its test traces are
             # that system's output: read them rather than generate the same text twice.
             {"name": "base", "traces": str(out / "teacher-test")},
         ],
-        "judge": {"backend": local, "against": "teacher", "aspects": ["empathy", "informativity", "fluency", "consistency"]} if judge else None,
+        "judge": {
+            "backend": local,
+            "against": "teacher",
+            "aspects": ["empathy", "informativity", "fluency", "consistency"],
+        }
+        if judge
+        else None,
         "ppl": {"model": "smollm2-135m", "context": "response"},
         "bertscore": {"model": "minilm"},
     }
@@ -98,8 +128,11 @@ def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     from distill.roles import STUDENT_PROMPT_VERSION
 
     traces = out / "teacher-train" / "traces.jsonl"
-    return {"traces_bytes": traces.stat().st_size if traces.is_file() else 0,
-            "require_gold_emotion": require_gold_emotion, "student_prompt_version": STUDENT_PROMPT_VERSION}
+    return {
+        "traces_bytes": traces.stat().st_size if traces.is_file() else 0,
+        "require_gold_emotion": require_gold_emotion,
+        "student_prompt_version": STUDENT_PROMPT_VERSION,
+    }
 
 
 def _adapter_stale(out: Path, role: str, max_tokens_budget: int) -> str | None:
@@ -140,23 +173,50 @@ def run(args: argparse.Namespace) -> int:
         print(f"reusing {out / 'dialogues'}")
     else:
         ratios = ["--split-ratios", args.split_ratios] if args.split_ratios else []
-        _check(data_main(["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed),
-                          *ratios]), "dialogues")
+        _check(
+            data_main(
+                ["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed), *ratios]
+            ),
+            "dialogues",
+        )
     timings["prepare"] = time.perf_counter() - t
 
     t = _stage(2, "exemplar index over the train split")
     if (out / "index" / "index.json").is_file():
         print(f"reusing {out / 'index'}")
     else:
-        _check(data_main(["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]), "index")
+        _check(
+            data_main(
+                ["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]
+            ),
+            "index",
+        )
     timings["index"] = time.perf_counter() - t
 
     t = _stage(3, "gold-guided teacher traces (train and test splits)")
     for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
         gold = ["--gold-emotion"] if split == "train" else []  # the test-split teacher is scored: no gold hints
-        _check(distill_main(["generate", "--config", str(CONFIGS / "teacher" / "local.yaml"), "--dialogues",
-                             str(out / "dialogues"), "--split", split, "--limit", str(limit), "--index",
-                             str(out / "index"), "--out", str(out / f"teacher-{split}"), *gold]), f"generate {split}")
+        _check(
+            distill_main(
+                [
+                    "generate",
+                    "--config",
+                    str(CONFIGS / "teacher" / "local.yaml"),
+                    "--dialogues",
+                    str(out / "dialogues"),
+                    "--split",
+                    split,
+                    "--limit",
+                    str(limit),
+                    "--index",
+                    str(out / "index"),
+                    "--out",
+                    str(out / f"teacher-{split}"),
+                    *gold,
+                ]
+            ),
+            f"generate {split}",
+        )
     timings["traces"] = time.perf_counter() - t
 
     t = _stage(4, "per-role SFT datasets")
@@ -168,9 +228,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         if built:
             print("rebuilding the datasets: the traces or the dataset options changed since they were built")
-        _check(distill_main(["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets"),
-                             "--roles", ",".join(CORE),
-                             *(["--require-gold-emotion"] if args.require_gold_emotion else [])]), "datasets")
+        _check(
+            distill_main(
+                [
+                    "datasets",
+                    "--traces",
+                    str(out / "teacher-train"),
+                    "--out",
+                    str(out / "datasets"),
+                    "--roles",
+                    ",".join(CORE),
+                    *(["--require-gold-emotion"] if args.require_gold_emotion else []),
+                ]
+            ),
+            "datasets",
+        )
         stamp.write_text(json.dumps(made_from, indent=2))
     timings["datasets"] = time.perf_counter() - t
 
@@ -183,14 +255,36 @@ def run(args: argparse.Namespace) -> int:
         for role, why in stale.items():
             if why != "not trained yet":
                 print(f"retraining {role}: {why}")
-        print(f"training {', '.join(todo)}" + (f" (reusing {', '.join(r for r in CORE if r not in todo)})" if len(todo) < 4 else ""))
-        _check(train_main(["--config", str(CONFIGS / "train" / "all-roles.yaml"), "--datasets", str(out / "datasets"),
-                           "--output_dir", str(out / "adapters"), "--roles", ",".join(todo),
-                           "--max_tokens_budget", str(args.max_tokens_budget)]), "train")
+        print(
+            f"training {', '.join(todo)}"
+            + (f" (reusing {', '.join(r for r in CORE if r not in todo)})" if len(todo) < 4 else "")
+        )
+        _check(
+            train_main(
+                [
+                    "--config",
+                    str(CONFIGS / "train" / "all-roles.yaml"),
+                    "--datasets",
+                    str(out / "datasets"),
+                    "--output_dir",
+                    str(out / "adapters"),
+                    "--roles",
+                    ",".join(todo),
+                    "--max_tokens_budget",
+                    str(args.max_tokens_budget),
+                ]
+            ),
+            "train",
+        )
     timings["train"] = time.perf_counter() - t
 
     t = _stage(6, "evaluate teacher, student and untuned base on the test split")
-    _check(eval_main(["compare", "--config", str(_eval_config(out, args.test_limit, args.judge)), "--out", str(out / "eval")]), "eval compare")
+    _check(
+        eval_main(
+            ["compare", "--config", str(_eval_config(out, args.test_limit, args.judge)), "--out", str(out / "eval")]
+        ),
+        "eval compare",
+    )
     timings["eval"] = time.perf_counter() - t
 
     _stage(7, "summary")

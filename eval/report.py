@@ -42,59 +42,132 @@ def quality_table(report: dict) -> list[str]:
         acc = (s.get("i_acc") or {}).get("ekman6") or {}
         acc32 = (s.get("i_acc") or {}).get("ed32") or {}
         bert = (s.get("bertscore") or {}).get("f1")
-        rows.append([s["name"], fmt(s["n"]), with_ci(ppl) if ppl else DASH, fmt(div["dist1"]), fmt(div["dist2"]),
-                     fmt(div["ead1"]), fmt(div["ead2"]), with_ci(acc.get("accuracy")), fmt(acc.get("macro_f1")),
-                     with_ci(acc32.get("accuracy")), with_ci(bert)])
-    return _table(["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "I-ACC (6)", "macro-F1 (6)",
-                   "I-ACC (32)", "BERTScore F"], rows)
+        rows.append(
+            [
+                s["name"],
+                fmt(s["n"]),
+                with_ci(ppl) if ppl else DASH,
+                fmt(div["dist1"]),
+                fmt(div["dist2"]),
+                fmt(div["ead1"]),
+                fmt(div["ead2"]),
+                with_ci(acc.get("accuracy")),
+                fmt(acc.get("macro_f1")),
+                with_ci(acc32.get("accuracy")),
+                with_ci(bert),
+            ]
+        )
+    return _table(
+        [
+            "System",
+            "n",
+            "PPL ↓",
+            "Dist-1",
+            "Dist-2",
+            "EAD-1",
+            "EAD-2",
+            "I-ACC (6)",
+            "macro-F1 (6)",
+            "I-ACC (32)",
+            "BERTScore F",
+        ],
+        rows,
+    )
 
 
 def agreement_table(report: dict) -> list[str]:
     rows = []
     for s in report["systems"]:
         agree = s.get("agreement") or {}
-        rows.append([s["name"], fmt((agree.get("emotion") or {}).get("n")), with_ci(agree.get("emotion")),
-                     with_ci(agree.get("cause_category")), with_ci(agree.get("strategy")),
-                     with_ci(agree.get("trigger_f1")), fmt(s["schema_valid"]["overall"]["n"]),
-                     with_ci(s["schema_valid"]["overall"])])
-    return _table(["System", "n pairs", "emotion", "cause category", "strategy", "trigger F1", "n calls",
-                   "schema-valid"], rows)
+        rows.append(
+            [
+                s["name"],
+                fmt((agree.get("emotion") or {}).get("n")),
+                with_ci(agree.get("emotion")),
+                with_ci(agree.get("cause_category")),
+                with_ci(agree.get("strategy")),
+                with_ci(agree.get("trigger_f1")),
+                fmt(s["schema_valid"]["overall"]["n"]),
+                with_ci(s["schema_valid"]["overall"]),
+            ]
+        )
+    return _table(
+        ["System", "n pairs", "emotion", "cause category", "strategy", "trigger F1", "n calls", "schema-valid"], rows
+    )
 
 
 def cost_table(report: dict) -> list[str]:
     rows = []
     for s in report["systems"]:
         c = s["cost"]
-        rows.append([s["name"], fmt(c["latency_p50_s"]), fmt(c["latency_p95_s"]), with_ci(c["latency_s"]),
-                     fmt(c["throughput_dps"]), fmt(c["prompt_tokens_per_dialogue"]),
-                     fmt(c["completion_tokens_per_dialogue"]), fmt(c["usd_per_1k"]), fmt(c["peak_rss_mb"])])
-    return _table(["System", "latency p50 (s)", "p95 (s)", "mean (s)", "dialogues/s", "tokens in / dialogue",
-                   "tokens out / dialogue", "$ / 1k dialogues", "peak RSS (MiB)"], rows)
+        rows.append(
+            [
+                s["name"],
+                fmt(c["latency_p50_s"]),
+                fmt(c["latency_p95_s"]),
+                with_ci(c["latency_s"]),
+                fmt(c["throughput_dps"]),
+                fmt(c["prompt_tokens_per_dialogue"]),
+                fmt(c["completion_tokens_per_dialogue"]),
+                fmt(c["usd_per_1k"]),
+                fmt(c["peak_rss_mb"]),
+            ]
+        )
+    return _table(
+        [
+            "System",
+            "latency p50 (s)",
+            "p95 (s)",
+            "mean (s)",
+            "dialogues/s",
+            "tokens in / dialogue",
+            "tokens out / dialogue",
+            "$ / 1k dialogues",
+            "peak RSS (MiB)",
+        ],
+        rows,
+    )
 
 
 def judge_table(judge: dict) -> list[str]:
     rows = []
     for system, res in judge["results"].items():
         for aspect, c in res["aspects"].items():
-            rows.append([f"{system} vs {judge['against']}", aspect, fmt(c["win"]), fmt(c["lose"]), fmt(c["tie"]),
-                         fmt(c["n"]), fmt(c["p_value"]), fmt(c["invalid"])])
+            rows.append(
+                [
+                    f"{system} vs {judge['against']}",
+                    aspect,
+                    fmt(c["win"]),
+                    fmt(c["lose"]),
+                    fmt(c["tie"]),
+                    fmt(c["n"]),
+                    fmt(c["p_value"]),
+                    fmt(c["invalid"]),
+                ]
+            )
     return _table(["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "invalid verdicts"], rows)
 
 
 def _notes(report: dict) -> list[str]:
     st = report["settings"]
     ppl, bert, boot = st.get("ppl"), st.get("bertscore"), st["bootstrap"]
-    notes = [f"Test set: split `{report['test']['split']}` of `{report['test']['dialogues']}`, "
-             f"n = {report['test']['n']} dialogues; exemplar index `{report['test']['index']}`.",
-             f"Mean-type metrics show value [bootstrap {boot['level_percent']}% CI] "
-             f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI)."]
+    notes = [
+        f"Test set: split `{report['test']['split']}` of `{report['test']['dialogues']}`, "
+        f"n = {report['test']['n']} dialogues; exemplar index `{report['test']['index']}`.",
+        f"Mean-type metrics show value [bootstrap {boot['level_percent']}% CI] "
+        f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI).",
+    ]
     if ppl:
-        notes.append(f"PPL: reference LM `{ppl['model']}`, context `{ppl['context']}` "
-                     "(token-weighted exp(total NLL / total response tokens)).")
+        notes.append(
+            f"PPL: reference LM `{ppl['model']}`, context `{ppl['context']}` "
+            "(token-weighted exp(total NLL / total response tokens))."
+        )
     if bert:
         notes.append(f"BERTScore: encoder `{bert['model']}` (papers use roberta-large), vs the gold reply.")
-    notes.append(f"EAD tokenizer `{st['ead']['tokenizer']}`. Agreement is with `{st['reference_system']}` on the same "
-                 "dialogue ids. Latency is the sum of a dialogue's step latencies.")
+    notes.append(
+        f"EAD tokenizer `{st['ead']['tokenizer']}`. Agreement is with `{st['reference_system']}` on the same "
+        "dialogue ids. Latency is the sum of a dialogue's step latencies."
+    )
     methods = {s["cost"].get("memory_method") for s in report["systems"]} - {None}
     if methods:
         notes.append("Peak memory: " + "; ".join(sorted(methods)) + ".")
@@ -102,13 +175,34 @@ def _notes(report: dict) -> list[str]:
 
 
 def render_markdown(report: dict) -> str:
-    lines = ["# Evaluation report", "", *_notes(report), "", "## Response quality (TRACE Table 1 layout)", "",
-             *quality_table(report), "", f"## Agreement with `{report['settings']['reference_system']}`", "",
-             *agreement_table(report), "", "## Cost and speed", "", *cost_table(report), ""]
+    lines = [
+        "# Evaluation report",
+        "",
+        *_notes(report),
+        "",
+        "## Response quality (TRACE Table 1 layout)",
+        "",
+        *quality_table(report),
+        "",
+        f"## Agreement with `{report['settings']['reference_system']}`",
+        "",
+        *agreement_table(report),
+        "",
+        "## Cost and speed",
+        "",
+        *cost_table(report),
+        "",
+    ]
     if report.get("judge"):
         j = report["judge"]
-        lines += [f"## Pairwise judge (Win/Lose/Tie vs `{j['against']}`, judge `{j['judge'].get('model', '?')}`)",
-                  "", f"Rule: {j['rule']}.", "", *judge_table(j), ""]
+        lines += [
+            f"## Pairwise judge (Win/Lose/Tie vs `{j['against']}`, judge `{j['judge'].get('model', '?')}`)",
+            "",
+            f"Rule: {j['rule']}.",
+            "",
+            *judge_table(j),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -119,19 +213,23 @@ def plot_metrics(report: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("I-ACC (6)", lambda s: ((s.get("i_acc") or {}).get("ekman6") or {}).get("accuracy")),
-              ("BERTScore F", lambda s: (s.get("bertscore") or {}).get("f1")),
-              ("PPL", lambda s: s.get("ppl")),
-              ("Dist-2", lambda s: {"value": s["diversity"]["dist2"]}),
-              ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]}),
-              ("latency (s)", lambda s: s["cost"]["latency_s"])]
+    panels = [
+        ("I-ACC (6)", lambda s: ((s.get("i_acc") or {}).get("ekman6") or {}).get("accuracy")),
+        ("BERTScore F", lambda s: (s.get("bertscore") or {}).get("f1")),
+        ("PPL", lambda s: s.get("ppl")),
+        ("Dist-2", lambda s: {"value": s["diversity"]["dist2"]}),
+        ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]}),
+        ("latency (s)", lambda s: s["cost"]["latency_s"]),
+    ]
     names = [s["name"] for s in report["systems"]]
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
     for ax, (title, get) in zip(axes, panels):
         stats = [get(s) or {} for s in report["systems"]]
         values = [st.get("value") or 0.0 for st in stats]
-        err = [[max(0.0, v - (st.get("ci_low") if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)],
-               [max(0.0, (st.get("ci_high") if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)]]
+        err = [
+            [max(0.0, v - (st.get("ci_low") if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)],
+            [max(0.0, (st.get("ci_high") if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)],
+        ]
         ax.bar(names, values, yerr=err, capsize=4, color="#4C72B0")
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=30)

@@ -68,8 +68,12 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
     from eval.metrics_trace import emotion_accuracy
 
     responses = [r or "" for r in column(rows, args.column, args.responses)]
-    out: dict[str, Any] = {"file": args.responses, "column": args.column, "n": len(responses),
-                           "diversity": diversity_metrics(responses, args.ead_tokenizer)}
+    out: dict[str, Any] = {
+        "file": args.responses,
+        "column": args.column,
+        "n": len(responses),
+        "diversity": diversity_metrics(responses, args.ead_tokenizer),
+    }
     if args.emotion_column or args.gold_emotion_column:
         if not (args.emotion_column and args.gold_emotion_column):
             raise ScoreInputError("I-ACC needs both --emotion-column and --gold-emotion-column")
@@ -78,15 +82,20 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             try:
                 to_ekman(label)
             except ValueError as err:
-                raise ScoreInputError(f"{args.responses} row {number}: field '{args.gold_emotion_column}': {err}") from None
+                raise ScoreInputError(
+                    f"{args.responses} row {number}: field '{args.gold_emotion_column}': {err}"
+                ) from None
         # gold given as ED's 32 labels also yields a 32-class score; Ekman gold gives 6-class only
         gold_fine = gold if all(g and g.strip().lower() not in EKMAN for g in gold) else None
-        out["i_acc"] = emotion_accuracy(column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine)
+        out["i_acc"] = emotion_accuracy(
+            column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine
+        )
     if args.gold_column:
         from eval.metrics_model import bertscore
 
-        out["bertscore"] = bertscore(responses, column(rows, args.gold_column, args.responses, required=False),
-                                     args.bertscore_model)
+        out["bertscore"] = bertscore(
+            responses, column(rows, args.gold_column, args.responses, required=False), args.bertscore_model
+        )
     if args.ppl_model:
         from eval.metrics_model import perplexity
 
@@ -99,9 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--column", required=True, help="the column holding the responses to score")
     parser.add_argument("--gold-column", help="gold reply column: enables BERTScore")
     parser.add_argument("--emotion-column", help="predicted emotion column (Ekman or ED labels): enables I-ACC")
-    parser.add_argument("--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)")
+    parser.add_argument(
+        "--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)"
+    )
     parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
-    parser.add_argument("--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)")
+    parser.add_argument(
+        "--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)"
+    )
     parser.add_argument("--ead-tokenizer", default="cl100k_base", help="EAD tokenizer (default cl100k_base, TRACE's)")
     parser.add_argument("--out", help="also write the metrics JSON here")
 

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
 
 
-def bootstrap_ci(values: Sequence[float], statistic: Callable[[Sequence[float]], float] | None = None,
-                 resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, level: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic: Callable[[Sequence[float]], float] | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = 0.95,
+) -> tuple[Optional[float], Optional[float]]:
     """Percentile bootstrap CI (Efron & Tibshirani 1993, ch. 13) of ``statistic`` (default: the mean).
 
     Seeded so that the same inputs always give the same interval. Returns (None, None) for an
@@ -56,7 +62,7 @@ def sign_test(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2.0 * tail)
 
 

@@ -9,9 +9,10 @@ between them are the ones their configs name. Every check that can fail names th
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,7 +35,7 @@ class SystemSpec(BaseModel):
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "SystemSpec":
+    def _one_source(self) -> SystemSpec:
         if (self.traces is None) == (self.backend is None):
             raise ValueError(f"system '{self.name}': give exactly one of 'traces' or 'backend'")
         if self.traces is not None and self.pipeline:
@@ -84,14 +85,16 @@ class CompareConfig(BaseModel):
     split: str = "test"
     limit: Optional[int] = Field(None, ge=1)
     index: Optional[str] = Field(None, description="exemplar index dir; must not contain any test conversation")
-    reference: Optional[str] = Field(None, description="system the agreement metrics compare with (default: judge.against, else the first)")
+    reference: Optional[str] = Field(
+        None, description="system the agreement metrics compare with (default: judge.against, else the first)"
+    )
     judge: Optional[JudgeSpec] = None
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
     ead: EadSpec = Field(default_factory=EadSpec)
 
     @model_validator(mode="after")
-    def _names(self) -> "CompareConfig":
+    def _names(self) -> CompareConfig:
         names = [s.name for s in self.systems]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
@@ -122,8 +125,10 @@ def check_index_disjoint(index, test: Sequence[Dialogue], index_dir: str) -> Non
     """The exemplar memory must never hold a test conversation (it would leak the gold reply)."""
     leaked = sorted(index.conv_ids & {d.conv_id for d in test})
     if leaked:
-        raise CompareError(f"index {index_dir}: contains {len(leaked)} test conversation(s), e.g. conv_id "
-                           f"'{leaked[0]}'; build the index from the train split only")
+        raise CompareError(
+            f"index {index_dir}: contains {len(leaked)} test conversation(s), e.g. conv_id "
+            f"'{leaked[0]}'; build the index from the train split only"
+        )
 
 
 def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: str) -> SystemRun:
@@ -136,8 +141,10 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
 
     run_dir = Path(spec.traces)
     if not (run_dir / "traces.jsonl").is_file():
-        raise CompareError(f"{config_file}: system '{spec.name}': traces '{run_dir}' is not a trace run "
-                           "(no traces.jsonl); run `python -m distill generate --out` first")
+        raise CompareError(
+            f"{config_file}: system '{spec.name}': traces '{run_dir}' is not a trace run "
+            "(no traces.jsonl); run `python -m distill generate --out` first"
+        )
     store = TraceStore(run_dir)
     traces, problems = store.read()
     by_id: dict[str, Trace] = {}
@@ -147,13 +154,22 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     if missing:
         info = store.run_info() or {}
         source = info.get("source") or {}
-        made_on = (f"split '{source.get('split')}' of {source.get('dialogues')}" if source
-                   else info.get("split") or "an unrecorded split")
-        raise CompareError(f"{run_dir}/traces.jsonl: system '{spec.name}' lacks {len(missing)} of {len(test)} test "
-                           f"dialogues (e.g. id '{missing[0]}'); the run was made on {made_on}, not this test split")
+        made_on = (
+            f"split '{source.get('split')}' of {source.get('dialogues')}"
+            if source
+            else info.get("split") or "an unrecorded split"
+        )
+        raise CompareError(
+            f"{run_dir}/traces.jsonl: system '{spec.name}' lacks {len(missing)} of {len(test)} test "
+            f"dialogues (e.g. id '{missing[0]}'); the run was made on {made_on}, not this test split"
+        )
     info = store.run_info() or {}
-    return SystemRun(spec.name, [by_id[d.id] for d in test], f"trace run {run_dir}",
-                     {"run": info.get("backend") or {"model": traces[0].model}, "problems": len(problems)})
+    return SystemRun(
+        spec.name,
+        [by_id[d.id] for d in test],
+        f"trace run {run_dir}",
+        {"run": info.get("backend") or {"model": traces[0].model}, "problems": len(problems)},
+    )
 
 
 def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str) -> SystemRun:
@@ -176,10 +192,15 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
         traces = Pipeline(pipeline_config, backend, index).run(list(test))
         wall = time.perf_counter() - start
     local = getattr(backend, "name", "") == "local"
-    return SystemRun(spec.name, traces, "generated",
-                     {"backend": backend.describe(), "pipeline": pipeline_config.model_dump()},
-                     wall_s=wall, peak_rss_mb=memory.peak_mb if local else None,
-                     memory_method=memory.method if local else None)
+    return SystemRun(
+        spec.name,
+        traces,
+        "generated",
+        {"backend": backend.describe(), "pipeline": pipeline_config.model_dump()},
+        wall_s=wall,
+        peak_rss_mb=memory.peak_mb if local else None,
+        memory_method=memory.method if local else None,
+    )
 
 
 def collect_systems(config: CompareConfig, test: Sequence[Dialogue], index, config_file: str) -> list[SystemRun]:

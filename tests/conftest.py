@@ -17,14 +17,58 @@ for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 SHARED_ED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ed_ekman_dev.csv"
 
 _TINY = [
-    ("sadness", "sad", "My grandmother's old piano was sold today.", ["They sold grandma's piano this morning and I cried the whole drive home."]),
-    ("happiness", "proud", "My son learned to ride a bike.", ["My six year old rode his bike without training wheels today!", "Thanks! He kept falling but never gave up.", "He wants to ride to school tomorrow."]),
-    ("anger", "furious", "Someone keyed my new car.", ["I walked out of the store and found a long scratch down the side of my new car."]),
-    ("fear", "anxious", "I have a job interview tomorrow.", ["Tomorrow is my first interview in ten years and I can't stop shaking."]),
-    ("surprise", "surprised", "My friends threw me a party.", ["I opened the door and thirty people yelled happy birthday at me."]),
-    ("disgust", "disgusted", "I found mold in my lunch.", ["I bit into my sandwich and saw green fuzz all over the bread."]),
-    ("happiness", "grateful", "A neighbour shovelled my driveway.", ["My neighbour cleared all the snow from my driveway before I woke up."]),
-    ("sadness", "lonely", "I moved to a new city alone.", ["I moved here two months ago and still eat dinner alone every night."]),
+    (
+        "sadness",
+        "sad",
+        "My grandmother's old piano was sold today.",
+        ["They sold grandma's piano this morning and I cried the whole drive home."],
+    ),
+    (
+        "happiness",
+        "proud",
+        "My son learned to ride a bike.",
+        [
+            "My six year old rode his bike without training wheels today!",
+            "Thanks! He kept falling but never gave up.",
+            "He wants to ride to school tomorrow.",
+        ],
+    ),
+    (
+        "anger",
+        "furious",
+        "Someone keyed my new car.",
+        ["I walked out of the store and found a long scratch down the side of my new car."],
+    ),
+    (
+        "fear",
+        "anxious",
+        "I have a job interview tomorrow.",
+        ["Tomorrow is my first interview in ten years and I can't stop shaking."],
+    ),
+    (
+        "surprise",
+        "surprised",
+        "My friends threw me a party.",
+        ["I opened the door and thirty people yelled happy birthday at me."],
+    ),
+    (
+        "disgust",
+        "disgusted",
+        "I found mold in my lunch.",
+        ["I bit into my sandwich and saw green fuzz all over the bread."],
+    ),
+    (
+        "happiness",
+        "grateful",
+        "A neighbour shovelled my driveway.",
+        ["My neighbour cleared all the snow from my driveway before I woke up."],
+    ),
+    (
+        "sadness",
+        "lonely",
+        "I moved to a new city alone.",
+        ["I moved here two months ago and still eat dinner alone every night."],
+    ),
 ]
 
 
@@ -34,8 +78,15 @@ def make_dialogue(i: int, emotion: str, fine: str, situation: str, seeker_turns:
         if j:
             turns.append(Turn(speaker="responder", text="Oh really? Tell me more."))
         turns.append(Turn(speaker="seeker", text=text))
-    return Dialogue(id=f"tiny{i}#1", conv_id=f"tiny{i}", turns=turns, situation=situation,
-                    emotion=emotion, emotion_fine=fine, gold_response="That sounds like a lot to take in.")
+    return Dialogue(
+        id=f"tiny{i}#1",
+        conv_id=f"tiny{i}",
+        turns=turns,
+        situation=situation,
+        emotion=emotion,
+        emotion_fine=fine,
+        gold_response="That sounds like a lot to take in.",
+    )
 
 
 @pytest.fixture(scope="session")

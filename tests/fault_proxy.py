@@ -44,13 +44,17 @@ class ServeProcess:
         self.log_path = Path(log_path)
         cmd = [sys.executable, "-m", "distill", "serve", "--model", model, "--port", str(self.port), *extra]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env=env or os.environ.copy())
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, env=env or os.environ.copy()
+        )
 
-    def wait_ready(self, timeout: float = 300) -> "ServeProcess":
+    def wait_ready(self, timeout: float = 300) -> ServeProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"distill serve exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"distill serve exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return self
@@ -76,19 +80,36 @@ def make_tiny_model(base_dir: str, out: Path) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(base_dir)
-    cfg.update(dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                    num_key_value_heads=2, head_dim=16))
+    cfg.update(
+        dict(
+            num_hidden_layers=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+        )
+    )
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out)
     return out
 
+
 FAULTS = ("429", "500", "timeout", "malformed", "truncated")
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, fault_rate: float = 0.3, seed: int = 0, stall_s: float = 3.0,
-                 retry_after: str = "0.2", faults: tuple[str, ...] = FAULTS, reject_json_schema: bool = False):
+    def __init__(
+        self,
+        upstream: str,
+        fault_rate: float = 0.3,
+        seed: int = 0,
+        stall_s: float = 3.0,
+        retry_after: str = "0.2",
+        faults: tuple[str, ...] = FAULTS,
+        reject_json_schema: bool = False,
+    ):
         self.upstream = upstream.rstrip("/")
         self.fault_rate = fault_rate
         self.stall_s = stall_s
@@ -107,7 +128,7 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._thread = threading.Thread(target=self._serve_forever, daemon=True)
         self._thread.start()
         self._ready.wait(10)
@@ -147,13 +168,20 @@ class FaultProxy:
     async def _respond(self, writer, method: str, path: str, headers: dict, body: bytes) -> None:
         if self.reject_json_schema and b'"json_schema"' in body:
             self.injected["json_schema rejected"] += 1
-            return await _write(writer, 400, json.dumps({"error": {"message": "response_format json_schema is not supported",
-                                                                   "param": "response_format"}}).encode())
+            return await _write(
+                writer,
+                400,
+                json.dumps(
+                    {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}}
+                ).encode(),
+            )
         fault = self._pick_fault(path)
         if fault:
             self.injected[fault] += 1
         if fault == "429":
-            return await _write(writer, 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": self.retry_after})
+            return await _write(
+                writer, 429, b'{"error": {"message": "rate limited"}}', {"Retry-After": self.retry_after}
+            )
         if fault == "500":
             return await _write(writer, 500, b'{"error": {"message": "injected server error"}}')
         if fault == "timeout":
@@ -166,14 +194,28 @@ class FaultProxy:
         if fault == "malformed":
             payload = payload[: len(payload) // 2] + b"}}garbage"
         if fault == "truncated":
-            return await _write(writer, upstream.status_code, payload[: len(payload) // 2], declared_length=len(payload))
+            return await _write(
+                writer, upstream.status_code, payload[: len(payload) // 2], declared_length=len(payload)
+            )
         await _write(writer, upstream.status_code, payload)
 
 
-async def _write(writer, status: int, payload: bytes, extra: Optional[dict] = None, declared_length: Optional[int] = None) -> None:
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "Status")
-    head = [f"HTTP/1.1 {status} {reason}", "Content-Type: application/json",
-            f"Content-Length: {declared_length if declared_length is not None else len(payload)}", "Connection: close"]
+async def _write(
+    writer, status: int, payload: bytes, extra: Optional[dict] = None, declared_length: Optional[int] = None
+) -> None:
+    reason = {
+        200: "OK",
+        400: "Bad Request",
+        404: "Not Found",
+        429: "Too Many Requests",
+        500: "Internal Server Error",
+    }.get(status, "Status")
+    head = [
+        f"HTTP/1.1 {status} {reason}",
+        "Content-Type: application/json",
+        f"Content-Length: {declared_length if declared_length is not None else len(payload)}",
+        "Connection: close",
+    ]
     head += [f"{k}: {v}" for k, v in (extra or {}).items()]
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
     await writer.drain()

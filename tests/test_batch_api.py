@@ -12,13 +12,21 @@ import pytest
 from fastapi import Request  # module level: FastAPI resolves the handlers' string annotations here
 
 from distill.batch_api import (
-    BATCH_DIR, NeedsBatch, append_results, body_digest, parse_output_lines, replay, write_request_file,
+    BATCH_DIR,
+    NeedsBatch,
+    append_results,
+    body_digest,
+    parse_output_lines,
+    replay,
+    write_request_file,
 )
 from distill.store import TraceStore
 from distill.trace import Trace
 
-CONFIG = {"backend": {"type": "openai", "model": "gpt-4o-mini", "api_key_env": "TD_TEST_KEY"},
-          "pipeline": {"rag": False}}
+CONFIG = {
+    "backend": {"type": "openai", "model": "gpt-4o-mini", "api_key_env": "TD_TEST_KEY"},
+    "pipeline": {"rag": False},
+}
 
 ANSWERS = {
     "ASIOutput": {"reasoning": "The seeker describes a loss.", "emotion": "sadness"},
@@ -29,11 +37,21 @@ ANSWERS = {
 
 
 def _output_line(line: dict, content: str) -> str:
-    body = {"id": "chatcmpl-x", "object": "chat.completion", "model": line["body"]["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
-    return json.dumps({"id": "batch_req_x", "custom_id": line["custom_id"],
-                       "response": {"status_code": 200, "request_id": "r", "body": body}, "error": None})
+    body = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "model": line["body"]["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
+    return json.dumps(
+        {
+            "id": "batch_req_x",
+            "custom_id": line["custom_id"],
+            "response": {"status_code": 200, "request_id": "r", "body": body},
+            "error": None,
+        }
+    )
 
 
 def _answer(lines: list[dict], bad: set[str], failed: set[str]) -> tuple[str, str]:
@@ -42,9 +60,16 @@ def _answer(lines: list[dict], bad: set[str], failed: set[str]) -> tuple[str, st
     for line in lines:
         schema = line["body"]["response_format"]["json_schema"]["name"]
         if line["custom_id"] in failed:
-            err.append(json.dumps({"id": "batch_req_y", "custom_id": line["custom_id"],
-                                   "response": {"status_code": 500, "body": {"error": {"message": "server had an error"}}},
-                                   "error": None}))
+            err.append(
+                json.dumps(
+                    {
+                        "id": "batch_req_y",
+                        "custom_id": line["custom_id"],
+                        "response": {"status_code": 500, "body": {"error": {"message": "server had an error"}}},
+                        "error": None,
+                    }
+                )
+            )
         elif line["custom_id"] in bad:
             bad.discard(line["custom_id"])  # only the first attempt is invalid
             out.append(_output_line(line, '{"emotion": "joyful"}'))
@@ -103,15 +128,35 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
 
 
 def test_result_parsing_names_bad_lines_and_fills_missing(tmp_path):
-    path = write_request_file(tmp_path / "round-1.jsonl", [
-        {"custom_id": "k1:asi:0", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": []}},
-        {"custom_id": "k2:asi:0", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "x"}]}},
-    ])
+    path = write_request_file(
+        tmp_path / "round-1.jsonl",
+        [
+            {
+                "custom_id": "k1:asi:0",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "m", "messages": []},
+            },
+            {
+                "custom_id": "k2:asi:0",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+            },
+        ],
+    )
     with pytest.raises(ValueError, match="output file line 1: custom_id 'nope:asi:0' is not in round-1.jsonl"):
         parse_output_lines(path, json.dumps({"custom_id": "nope:asi:0", "response": {}}), batch_id="b")
     with pytest.raises(ValueError, match="output file line 2: not a result line"):
-        parse_output_lines(path, _output_line({"custom_id": "k1:asi:0", "body": {"model": "m"}}, "{}") + "\n{oops", batch_id="b")
-    records = {r["custom_id"]: r for r in parse_output_lines(path, _output_line({"custom_id": "k1:asi:0", "body": {"model": "m"}}, "{}"), batch_id="b")}
+        parse_output_lines(
+            path, _output_line({"custom_id": "k1:asi:0", "body": {"model": "m"}}, "{}") + "\n{oops", batch_id="b"
+        )
+    records = {
+        r["custom_id"]: r
+        for r in parse_output_lines(
+            path, _output_line({"custom_id": "k1:asi:0", "body": {"model": "m"}}, "{}"), batch_id="b"
+        )
+    }
     assert records["k1:asi:0"]["text"] == "{}" and records["k1:asi:0"]["prompt_tokens"] == 100
     assert "no result for this request" in records["k2:asi:0"]["error"]  # an expired batch's missing line
     with pytest.raises(ValueError, match="duplicate custom_id"):
@@ -119,6 +164,7 @@ def test_result_parsing_names_bad_lines_and_fills_missing(tmp_path):
 
 
 # --- the CLI and the OpenAI client against a local Batch API endpoint ------------------------------
+
 
 def _batch_endpoint():
     """A minimal /v1/files + /v1/batches server that answers every line with a schema-valid output.
@@ -139,18 +185,35 @@ def _batch_endpoint():
         msg = email.message_from_bytes(b"Content-Type: " + request.headers["content-type"].encode() + b"\r\n\r\n" + raw)
         content = next(p.get_payload(decode=True) for p in msg.get_payload() if p.get_filename())
         files[f"file-{len(files)}"] = content.decode()
-        return {"id": f"file-{len(files) - 1}", "object": "file", "bytes": len(content), "created_at": 0,
-                "filename": "in.jsonl", "purpose": "batch", "status": "processed"}
+        return {
+            "id": f"file-{len(files) - 1}",
+            "object": "file",
+            "bytes": len(content),
+            "created_at": 0,
+            "filename": "in.jsonl",
+            "purpose": "batch",
+            "status": "processed",
+        }
 
     @app.post("/v1/batches")
     async def create(body: dict):
         lines = [json.loads(x) for x in files[body["input_file_id"]].splitlines()]
-        out = "\n".join(_output_line(x, json.dumps(ANSWERS[x["body"]["response_format"]["json_schema"]["name"]])) for x in lines)
+        out = "\n".join(
+            _output_line(x, json.dumps(ANSWERS[x["body"]["response_format"]["json_schema"]["name"]])) for x in lines
+        )
         files[f"file-{len(files)}"] = out + "\n"
         batch_id = f"batch_{len(batches)}"
-        batches[batch_id] = {"id": batch_id, "object": "batch", "endpoint": body["endpoint"], "completion_window": "24h",
-                             "input_file_id": body["input_file_id"], "created_at": 0, "status": "validating",
-                             "output_file_id": None, "_output": f"file-{len(files) - 1}"}
+        batches[batch_id] = {
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": body["endpoint"],
+            "completion_window": "24h",
+            "input_file_id": body["input_file_id"],
+            "created_at": 0,
+            "status": "validating",
+            "output_file_id": None,
+            "_output": f"file-{len(files) - 1}",
+        }
         return {k: v for k, v in batches[batch_id].items() if not k.startswith("_")}
 
     @app.get("/v1/batches/{batch_id}")
@@ -190,12 +253,30 @@ def test_batch_cli_submit_then_poll_to_completion(tmp_path, tiny_dialogues, monk
         time.sleep(0.05)
     try:
         save_dialogues({"train": tiny_dialogues[:3]}, tmp_path / "dialogues")
-        config = {"backend": {**CONFIG["backend"], "base_url": f"http://127.0.0.1:{port}/v1"}, "pipeline": CONFIG["pipeline"]}
+        config = {
+            "backend": {**CONFIG["backend"], "base_url": f"http://127.0.0.1:{port}/v1"},
+            "pipeline": CONFIG["pipeline"],
+        }
         (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config))
         monkeypatch.setenv("TD_TEST_KEY", "sk-local")
         out = tmp_path / "run"
-        assert main(["batch", "submit", "--config", str(tmp_path / "teacher.yaml"), "--dialogues", str(tmp_path / "dialogues"),
-                     "--split", "train", "--out", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "batch",
+                    "submit",
+                    "--config",
+                    str(tmp_path / "teacher.yaml"),
+                    "--dialogues",
+                    str(tmp_path / "dialogues"),
+                    "--split",
+                    "train",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         state = json.loads((out / BATCH_DIR / "state.json").read_text())
         assert state["pending"]["batch_id"] == "batch_0" and state["pending"]["role"] == "asi"
         # A fresh process would resume from state.json alone: poll needs only --out.

@@ -29,13 +29,22 @@ def teacher_outputs(d: Dialogue, emotion: str | None = None) -> dict[str, dict]:
     }
 
 
-def make_trace(d: Dialogue, outputs: dict | None = None, status: str = "ok", config: PipelineConfig | None = None,
-               tag: str = "") -> Trace:
+def make_trace(
+    d: Dialogue, outputs: dict | None = None, status: str = "ok", config: PipelineConfig | None = None, tag: str = ""
+) -> Trace:
     cfg = (config or PipelineConfig()).model_dump()
-    return Trace(key=trace_key(d, cfg, "local", "tiny", PROMPT_VERSION) + tag, dialogue=d, backend="local", model="tiny",
-                 prompt_version=PROMPT_VERSION, prompt_style="teacher", config=cfg,
-                 outputs=teacher_outputs(d) if outputs is None else outputs, status=status,
-                 failure="asi: invalid output" if status == "failed" else None)
+    return Trace(
+        key=trace_key(d, cfg, "local", "tiny", PROMPT_VERSION) + tag,
+        dialogue=d,
+        backend="local",
+        model="tiny",
+        prompt_version=PROMPT_VERSION,
+        prompt_style="teacher",
+        config=cfg,
+        outputs=teacher_outputs(d) if outputs is None else outputs,
+        status=status,
+        failure="asi: invalid output" if status == "failed" else None,
+    )
 
 
 def student_prompt(role: str, d: Dialogue, outputs: dict[str, dict]) -> list[dict]:
@@ -57,13 +66,23 @@ def test_rows_are_student_prompts_with_schema_json_completions(tiny_dialogues):
             content = row["completion"][0]["content"]
             assert row["completion"][0]["role"] == "assistant"
             # the student learns the teacher's answer, for classification roles the decision alone
-            target = {k: v for k, v in trace.outputs[role].items() if k in ROLES[role].schema_for("student").model_fields}
+            target = {
+                k: v for k, v in trace.outputs[role].items() if k in ROLES[role].schema_for("student").model_fields
+            }
             assert ROLES[role].schema_for("student").model_validate_json(content).model_dump() == target
             assert content == json.dumps(target, separators=(",", ":"), ensure_ascii=False)
             assert row["messages"] == row["prompt"] + row["completion"]
-            assert (row["dialogue_id"], row["conv_id"], row["key"]) == (trace.dialogue.id, trace.dialogue.conv_id, trace.key)
-    assert json.loads(built["asi"]["train"][0]["completion"][0]["content"]) == {"emotion": traces[0].outputs["asi"]["emotion"]}
-    assert json.loads(built["srp"]["train"][0]["completion"][0]["content"]) == {"strategy": traces[0].outputs["srp"]["strategy"]}
+            assert (row["dialogue_id"], row["conv_id"], row["key"]) == (
+                trace.dialogue.id,
+                trace.dialogue.conv_id,
+                trace.key,
+            )
+    assert json.loads(built["asi"]["train"][0]["completion"][0]["content"]) == {
+        "emotion": traces[0].outputs["asi"]["emotion"]
+    }
+    assert json.loads(built["srp"]["train"][0]["completion"][0]["content"]) == {
+        "strategy": traces[0].outputs["srp"]["strategy"]
+    }
     # teacher forcing: cae reads the teacher's own asi answer
     assert f"emotion: {traces[0].outputs['asi']['emotion']}" in built["cae"]["train"][0]["prompt"][1]["content"]
 
@@ -127,8 +146,10 @@ def test_split_is_by_conversation_and_seeded(tiny_dialogues):
 
 def test_ablated_role_gets_no_dataset(tiny_dialogues):
     config = PipelineConfig(use_cae=False)
-    traces = [make_trace(d, outputs={k: v for k, v in teacher_outputs(d).items() if k != "cae"}, config=config)
-              for d in tiny_dialogues[:3]]
+    traces = [
+        make_trace(d, outputs={k: v for k, v in teacher_outputs(d).items() if k != "cae"}, config=config)
+        for d in tiny_dialogues[:3]
+    ]
     report = BuildReport()
     built = build_role_datasets(traces, list(CORE_ROLES), DatasetOptions(eval_fraction=0.0), report)
     assert sorted(built) == ["asi", "ers", "srp"]
@@ -146,9 +167,16 @@ def write_run(run_dir: Path, traces: list[Trace], split: str = "train") -> None:
     from distill.store import TraceStore
 
     store = TraceStore(run_dir)
-    store.claim({"pipeline": traces[0].config, "backend_name": traces[0].backend, "model": traces[0].model,
-                 "prompt_version": traces[0].prompt_version, "source": {"split": split},
-                 "backend": {"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET}})
+    store.claim(
+        {
+            "pipeline": traces[0].config,
+            "backend_name": traces[0].backend,
+            "model": traces[0].model,
+            "prompt_version": traces[0].prompt_version,
+            "source": {"split": split},
+            "backend": {"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET},
+        }
+    )
     for t in traces:
         store.append(t)
 
@@ -157,8 +185,20 @@ def test_cli_writes_loadable_datasets_with_cards(tiny_dialogues, tmp_path, capsy
     from datasets import load_from_disk
 
     write_run(tmp_path / "run", filter_case(tiny_dialogues))
-    rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "sft"),
-                       "--roles", "asi,cae", "--eval-fraction", "0.25", "--require-gold-emotion"])
+    rc = distill_main(
+        [
+            "datasets",
+            "--traces",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "sft"),
+            "--roles",
+            "asi,cae",
+            "--eval-fraction",
+            "0.25",
+            "--require-gold-emotion",
+        ]
+    )
     assert rc == 0
     err = capsys.readouterr().err
     assert "asi: read 8, dropped [duplicate 1, emotion differs from gold 2, trace failed 1], kept 4" in err
@@ -169,11 +209,18 @@ def test_cli_writes_loadable_datasets_with_cards(tiny_dialogues, tmp_path, capsy
     assert ROLES["asi"].schema_for("student").model_validate_json(dd["train"][0]["completion"][0]["content"])
     card = (tmp_path / "sft" / "asi" / "README.md").read_text()
     assert SECRET not in card
-    for expected in ('"backend_name": "local"', '"model": "tiny"', f"teacher prompt version(s): {PROMPT_VERSION}",
-                     '"require_gold_emotion": true', "| emotion differs from gold | 2 |", "| trace failed | 1 |",
-                     f"| train | {dd['train'].num_rows} | `{dd['train']._fingerprint}` |",
-                     f"| validation | {dd['validation'].num_rows} | `{dd['validation']._fingerprint}` |",
-                     "gold guidance shown to the teacher: emotion no, response no", '"use_cae": true'):
+    for expected in (
+        '"backend_name": "local"',
+        '"model": "tiny"',
+        f"teacher prompt version(s): {PROMPT_VERSION}",
+        '"require_gold_emotion": true',
+        "| emotion differs from gold | 2 |",
+        "| trace failed | 1 |",
+        f"| train | {dd['train'].num_rows} | `{dd['train']._fingerprint}` |",
+        f"| validation | {dd['validation'].num_rows} | `{dd['validation']._fingerprint}` |",
+        "gold guidance shown to the teacher: emotion no, response no",
+        '"use_cae": true',
+    ):
         assert expected in card, expected
 
 
@@ -202,7 +249,12 @@ def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: trace run directory {missing} does not exist"
 
     write_run(tmp_path / "run", [make_trace(d) for d in tiny_dialogues[:2]], split="train")
-    assert distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--roles", "asi,xyz"]) == 2
+    assert (
+        distill_main(
+            ["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--roles", "asi,xyz"]
+        )
+        == 2
+    )
     assert "unknown role 'xyz'" in capsys.readouterr().err
     rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--split", "test"])
     assert rc == 1 and "skipped 2 traces from other splits" in capsys.readouterr().err
@@ -211,11 +263,24 @@ def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
 def test_push_to_hub_failure_is_one_error_line(tiny_dialogues, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_run(tmp_path / "run", [make_trace(d) for d in tiny_dialogues[:2]])
-    rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "sft"),
-                       "--roles", "asi", "--push-to-hub", "someone/tiny-sft"])
+    rc = distill_main(
+        [
+            "datasets",
+            "--traces",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "sft"),
+            "--roles",
+            "asi",
+            "--push-to-hub",
+            "someone/tiny-sft",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert rc == 1 and len(errors) == 1
-    assert errors[0].startswith(f"error: push of {tmp_path / 'sft' / 'asi'} to the hub as someone/tiny-sft-asi failed: ")
+    assert errors[0].startswith(
+        f"error: push of {tmp_path / 'sft' / 'asi'} to the hub as someone/tiny-sft-asi failed: "
+    )
     assert (tmp_path / "sft" / "asi" / "README.md").is_file()  # the local copy is kept
 
 
@@ -231,15 +296,34 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
     backend = LocalBackend("smollm2-135m", batch_size=8)
     config = PipelineConfig(rag=False, max_attempts=1)  # CPU time: a failed trace is a case we handle anyway
     store = TraceStore(tmp_path / "run")
-    store.claim({"pipeline": config.key_dict(), "backend_name": backend.name, "model": backend.model,
-                 "prompt_version": PROMPT_VERSION, "backend": backend.describe(), "source": {"split": "train"}})
+    store.claim(
+        {
+            "pipeline": config.key_dict(),
+            "backend_name": backend.name,
+            "model": backend.model,
+            "prompt_version": PROMPT_VERSION,
+            "backend": backend.describe(),
+            "source": {"split": "train"},
+        }
+    )
     dialogues = tiny_dialogues[:4]
     Pipeline(config, backend).run_into(store, dialogues)
     traces = {t.key: t for t in store.read()[0]}
     assert len(traces) == 4
 
-    rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "sft"),
-                       "--eval-fraction", "0.25", "--split", "train"])
+    rc = distill_main(
+        [
+            "datasets",
+            "--traces",
+            str(tmp_path / "run"),
+            "--out",
+            str(tmp_path / "sft"),
+            "--eval-fraction",
+            "0.25",
+            "--split",
+            "train",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     ok = [t for t in traces.values() if t.status == "ok"]

@@ -12,27 +12,60 @@ from data_prep import taxonomy
 from data_prep.__main__ import main
 from data_prep.ed_formats import DataError
 from data_prep.loaders import (
-    SAMPLE_PATH, SPLITS, load_dialogues, load_sample, load_split, read_csv, split_dialogues,
+    SAMPLE_PATH,
+    SPLITS,
+    load_dialogues,
+    load_sample,
+    load_split,
+    read_csv,
+    split_dialogues,
 )
 
 ED_HEADER = "conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags"
 # Small conversations written for these tests: (conv_id, fine label, situation, utterances).
 ED_CONVS = [
-    ("hit:1_conv:2", "proud", "I won the office chess tournament, finally.",
-     ["I finally won the chess tournament at work, after five years!", "Five years, wow. How did the final go?",
-      "I was down a rook, but my opponent ran out of time.", "A win is a win. Congratulations!"]),
-    ("hit:2_conv:4", "terrified", "A wasp got into my car while I was driving.",
-     ["A wasp flew into my car on the motorway and I nearly swerved.", "That is scary at that speed."]),
-    ("hit:3_conv:6", "prepared", "I have my bags packed for the hospital.",
-     ["The baby is due next week and the hospital bag has been by the door for a month.",
-      "You sound ready. Is it your first?", "It is, so I packed three of everything."]),
+    (
+        "hit:1_conv:2",
+        "proud",
+        "I won the office chess tournament, finally.",
+        [
+            "I finally won the chess tournament at work, after five years!",
+            "Five years, wow. How did the final go?",
+            "I was down a rook, but my opponent ran out of time.",
+            "A win is a win. Congratulations!",
+        ],
+    ),
+    (
+        "hit:2_conv:4",
+        "terrified",
+        "A wasp got into my car while I was driving.",
+        ["A wasp flew into my car on the motorway and I nearly swerved.", "That is scary at that speed."],
+    ),
+    (
+        "hit:3_conv:6",
+        "prepared",
+        "I have my bags packed for the hospital.",
+        [
+            "The baby is due next week and the hospital bag has been by the door for a month.",
+            "You sound ready. Is it your first?",
+            "It is, so I packed three of everything.",
+        ],
+    ),
 ]
 TRACE_ROWS = [
-    {"utterances": "seeker: My cat knocked my coffee onto the keyboard.\nresponder: Oh no, does it still work?\n"
-                   "seeker: Only half the keys do.", "prompt": "My cat ruined my keyboard.", "emotion_id": "0",
-     "gold_response": "That is so frustrating, especially before work."},
-    {"utterances": "seeker: We adopted a puppy today!", "prompt": "We got a puppy.", "emotion_id": "3",
-     "gold_response": "Congratulations! What's the puppy's name?"},
+    {
+        "utterances": "seeker: My cat knocked my coffee onto the keyboard.\nresponder: Oh no, does it still work?\n"
+        "seeker: Only half the keys do.",
+        "prompt": "My cat ruined my keyboard.",
+        "emotion_id": "0",
+        "gold_response": "That is so frustrating, especially before work.",
+    },
+    {
+        "utterances": "seeker: We adopted a puppy today!",
+        "prompt": "We got a puppy.",
+        "emotion_id": "3",
+        "gold_response": "Congratulations! What's the puppy's name?",
+    },
 ]
 
 
@@ -67,6 +100,7 @@ def dumps(dialogues) -> list[dict]:
 
 # ---------------------------------------------------------------- loaders
 
+
 def test_ed_csv_gives_one_example_per_listener_turn(tmp_path):
     dialogues = read_csv(write_lines(tmp_path / "train.csv", ed_lines()))
     assert [d.id for d in dialogues] == ["hit:1_conv:2#2", "hit:1_conv:2#4", "hit:2_conv:4#2", "hit:3_conv:6#2"]
@@ -95,7 +129,10 @@ def test_ed_directory_keeps_its_splits(tmp_path):
     loaded = load_dialogues(tmp_path)
     assert loaded.has_splits
     assert {name: [d.conv_id for d in ds] for name, ds in loaded.splits.items()} == {
-        "train": ["hit:1_conv:2", "hit:1_conv:2"], "validation": ["hit:2_conv:4"], "test": ["hit:3_conv:6"]}
+        "train": ["hit:1_conv:2", "hit:1_conv:2"],
+        "validation": ["hit:2_conv:4"],
+        "test": ["hit:3_conv:6"],
+    }
 
 
 def test_trace_csv_one_example_per_row(tmp_path):
@@ -127,7 +164,8 @@ def test_datasets_directory_loads_like_the_csv(tmp_path):
     assert dumps(load_dialogues(tmp_path / "flat").splits["all"]) == dumps(read_csv(path))
 
     DatasetDict({"train": Dataset.from_list(rows[:4]), "valid": Dataset.from_list(rows[4:])}).save_to_disk(
-        str(tmp_path / "dict"))
+        str(tmp_path / "dict")
+    )
     loaded = load_dialogues(tmp_path / "dict")
     assert loaded.has_splits and set(loaded.splits) == {"train", "validation"}
     assert dumps(loaded.splits["train"] + loaded.splits["validation"]) == dumps(read_csv(path))
@@ -143,6 +181,7 @@ def test_unreachable_hub_id_is_one_sentence():
 
 # ---------------------------------------------------------------- bad input
 
+
 def _bad_ed(lines_edit):
     lines = ed_lines()
     lines_edit(lines)
@@ -150,12 +189,24 @@ def _bad_ed(lines_edit):
 
 
 BAD_ED = {
-    "unknown emotion": (lambda ls: ls.__setitem__(3, ls[3].replace(",proud,", ",elated,")),
-                        4, "context", "unknown emotion label 'elated'"),
-    "empty utterance": (lambda ls: ls.__setitem__(5, ls[5].rsplit(",", 3)[0] + ",,5|5|5_5|5|5,"),
-                        6, "utterance", "empty utterance"),
-    "no listener turn": (lambda ls: ls.__delitem__(6), 6, "utterance_idx",
-                         "conversation 'hit:2_conv:4' has no listener turn (even utterance_idx) after a seeker turn"),
+    "unknown emotion": (
+        lambda ls: ls.__setitem__(3, ls[3].replace(",proud,", ",elated,")),
+        4,
+        "context",
+        "unknown emotion label 'elated'",
+    ),
+    "empty utterance": (
+        lambda ls: ls.__setitem__(5, ls[5].rsplit(",", 3)[0] + ",,5|5|5_5|5|5,"),
+        6,
+        "utterance",
+        "empty utterance",
+    ),
+    "no listener turn": (
+        lambda ls: ls.__delitem__(6),
+        6,
+        "utterance_idx",
+        "conversation 'hit:2_conv:4' has no listener turn (even utterance_idx) after a seeker turn",
+    ),
 }
 
 
@@ -220,6 +271,7 @@ def test_skip_invalid_writes_a_report_and_keeps_the_rest(tmp_path, capsys):
 
 # ---------------------------------------------------------------- saving and splitting
 
+
 def test_cli_round_trip_equals_the_originals(tmp_path, capsys):
     out = tmp_path / "sample"
     assert main(["dialogues", "--source", str(SAMPLE_PATH), "--out", str(out), "--seed", "3"]) == 0
@@ -259,6 +311,7 @@ def test_unsplit_trace_csv_gets_all_three_splits(tmp_path):
 
 
 # ---------------------------------------------------------------- the shipped sample
+
 
 def _sample_rows() -> list[dict]:
     with open(SAMPLE_PATH, encoding="utf-8") as handle:
@@ -302,16 +355,24 @@ def test_load_sample_gives_valid_dialogues():
 
 # ---------------------------------------------------------------- the real data, when present
 
+
 def test_shared_ed_dev_file_loads_with_its_class_counts(shared_ed_csv):
     dialogues = load_dialogues(shared_ed_csv).splits["all"]
     assert len(dialogues) == 1263
-    assert Counter(d.emotion for d in dialogues) == {"anger": 178, "fear": 155, "disgust": 40, "happiness": 472,
-                                                     "sadness": 313, "surprise": 105}
+    assert Counter(d.emotion for d in dialogues) == {
+        "anger": 178,
+        "fear": 155,
+        "disgust": 40,
+        "happiness": 472,
+        "sadness": 313,
+        "surprise": 105,
+    }
     assert all(d.turns[-1].speaker == "seeker" for d in dialogues)
     assert len({d.id for d in dialogues}) == 1263
 
 
 # ---------------------------------------------------------------- the index command
+
 
 @pytest.mark.slow
 def test_index_command_embeds_the_train_split(tmp_path, capsys):

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
-from eval.compare import load_config
 from distill.roles import CORE_ROLES, PROMPT_VERSION
 from distill.store import TraceStore
 from distill.trace import Trace
 from eval.__main__ import main
+from eval.compare import load_config
 
 
 def _dataset(tmp_path: Path, name: str, test) -> str:
@@ -25,31 +25,65 @@ def _dataset(tmp_path: Path, name: str, test) -> str:
 
 def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
     # the same run.json fields `python -m distill generate` writes
-    store.claim({"pipeline": pipeline, "backend_name": "local", "model": "smollm2-135m",
-                 "prompt_version": PROMPT_VERSION, "source": {"dialogues": "tiny", "split": split, "index": None}})
+    store.claim(
+        {
+            "pipeline": pipeline,
+            "backend_name": "local",
+            "model": "smollm2-135m",
+            "prompt_version": PROMPT_VERSION,
+            "source": {"dialogues": "tiny", "split": split, "index": None},
+        }
+    )
 
 
-def _hand_trace_run(run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]") -> str:
+def _hand_trace_run(
+    run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
+) -> str:
     """A real trace store filled with hand-written traces (no model needed for the input checks)."""
     from distill.trace import Step
 
     store = TraceStore(run_dir)
     _claim(store, {}, split)
     for d in dialogues:
-        outputs = {"asi": {"reasoning": "r", "emotion": emotion}, "cae": {"triggers": ["x y"], "cause": "c", "category": "loss"},
-                   "srp": {"reasoning": "r", "strategy": "ER"}, "ers": {"response": f"{reply} {d.id}"}}
-        steps = [Step(role=r, messages=[], valid=True, latency_s=0.5, prompt_tokens=40, completion_tokens=9) for r in outputs]
-        store.append(Trace(key=d.id, dialogue=d, backend="openai", model="gpt-4o", prompt_version=PROMPT_VERSION,
-                           prompt_style="teacher", config={}, outputs=outputs, steps=steps))
+        outputs = {
+            "asi": {"reasoning": "r", "emotion": emotion},
+            "cae": {"triggers": ["x y"], "cause": "c", "category": "loss"},
+            "srp": {"reasoning": "r", "strategy": "ER"},
+            "ers": {"response": f"{reply} {d.id}"},
+        }
+        steps = [
+            Step(role=r, messages=[], valid=True, latency_s=0.5, prompt_tokens=40, completion_tokens=9) for r in outputs
+        ]
+        store.append(
+            Trace(
+                key=d.id,
+                dialogue=d,
+                backend="openai",
+                model="gpt-4o",
+                prompt_version=PROMPT_VERSION,
+                prompt_style="teacher",
+                config={},
+                outputs=outputs,
+                steps=steps,
+            )
+        )
     return str(run_dir)
 
 
 def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
-    """Two stored runs (gold of tiny[:4]: sadness, happiness, anger, fear), no model: report.json/.md/plots, and every table number of report.md is in report.json."""
+    """Two stored runs (gold of tiny[:4]: sadness, happiness, anger, fear), no model.
+
+    report.json/.md/plots are written, and every table number of report.md is in report.json."""
     test = tiny_dialogues[:4]
-    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": None, "bertscore": None,
-           "systems": [{"name": "teacher", "traces": _hand_trace_run(tmp_path / "t", test, split="test")},
-                       {"name": "other", "traces": _hand_trace_run(tmp_path / "o", test, "anger", "hmm", "test")}]}
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "systems": [
+            {"name": "teacher", "traces": _hand_trace_run(tmp_path / "t", test, split="test")},
+            {"name": "other", "traces": _hand_trace_run(tmp_path / "o", test, "anger", "hmm", "test")},
+        ],
+    }
     out = tmp_path / "out"
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
@@ -79,14 +113,19 @@ def _run_bad(tmp_path, capsys, cfg) -> str:
 
 
 def test_missing_system_path_is_a_clear_error(tmp_path, capsys, tiny_dialogues):
-    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]),
-           "systems": [{"name": "teacher", "traces": str(tmp_path / "nope")}]}
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]),
+        "systems": [{"name": "teacher", "traces": str(tmp_path / "nope")}],
+    }
     assert "system 'teacher': traces path" in _run_bad(tmp_path, capsys, cfg)
 
 
 def test_trace_run_on_another_split_is_refused(tmp_path, capsys, tiny_dialogues):
     run_dir = _hand_trace_run(tmp_path / "run", tiny_dialogues[:4])
-    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[4:]), "systems": [{"name": "teacher", "traces": run_dir}]}
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", tiny_dialogues[4:]),
+        "systems": [{"name": "teacher", "traces": run_dir}],
+    }
     err = _run_bad(tmp_path, capsys, cfg)
     assert "lacks 4 of 4 test dialogues (e.g. id 'tiny4#1')" in err and "split 'tiny[:4]' of tiny" in err
 
@@ -103,8 +142,11 @@ def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogu
 
     build_index(tiny_dialogues[:2]).save(tmp_path / "leaky-index")
     run_dir = _hand_trace_run(tmp_path / "run", tiny_dialogues[:4])
-    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]), "index": str(tmp_path / "leaky-index"),
-           "systems": [{"name": "teacher", "traces": run_dir}]}
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:4]),
+        "index": str(tmp_path / "leaky-index"),
+        "systems": [{"name": "teacher", "traces": run_dir}],
+    }
     assert "contains 2 test conversation(s), e.g. conv_id 'tiny0'" in _run_bad(tmp_path, capsys, cfg)
 
 
@@ -172,15 +214,23 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     teacher_cfg = PipelineConfig(**fast)
     store = TraceStore(tmp_path / "teacher-run")
     _claim(store, teacher_cfg.key_dict(), "test")
-    Pipeline(teacher_cfg, LocalBackend("smollm2-135m", batch_size=8), index).run_into(store, tiny_dialogues, progress=False)
+    Pipeline(teacher_cfg, LocalBackend("smollm2-135m", batch_size=8), index).run_into(
+        store, tiny_dialogues, progress=False
+    )
     adapters = _tiny_adapters(smollm_path, tmp_path / "adapters")
     local = {"type": "local", "model": "smollm2-135m", "batch_size": 8}
     cfg = {
-        "dialogues": dataset, "split": "test", "limit": 8, "index": str(tmp_path / "index"),
+        "dialogues": dataset,
+        "split": "test",
+        "limit": 8,
+        "index": str(tmp_path / "index"),
         "systems": [
             {"name": "teacher", "traces": str(tmp_path / "teacher-run")},
-            {"name": "student", "backend": {**local, "adapters": adapters},
-             "pipeline": {"prompt_style": "student", "use_adapters": True, **fast}},
+            {
+                "name": "student",
+                "backend": {**local, "adapters": adapters},
+                "pipeline": {"prompt_style": "student", "use_adapters": True, **fast},
+            },
             {"name": "base", "backend": local, "pipeline": fast},
         ],
         "judge": {"backend": local, "against": "teacher", "aspects": ["empathy"]},
@@ -200,7 +250,9 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert systems["teacher"]["agreement"] is None and systems["student"]["agreement"]["emotion"]["n"] == 8
     assert systems["student"]["cost"]["peak_rss_mb"] > 100 and systems["teacher"]["cost"]["peak_rss_mb"] is None
     # the student used its compact prompts: far fewer prompt tokens than the prompted base
-    assert systems["student"]["cost"]["prompt_tokens_per_dialogue"] < systems["base"]["cost"]["prompt_tokens_per_dialogue"]
+    assert (
+        systems["student"]["cost"]["prompt_tokens_per_dialogue"] < systems["base"]["cost"]["prompt_tokens_per_dialogue"]
+    )
     emp = report["judge"]["results"]["student"]["aspects"]["empathy"]
     assert emp["win"] + emp["lose"] + emp["tie"] == emp["n"] == 8
     numbers = _numbers_in_tables((out / "report.md").read_text())
@@ -209,8 +261,9 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert not missing, f"numbers in report.md not in report.json: {missing[:5]}"
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_shipped_eval_configs_validate(path):
     """Every shipped compare config parses, and each system is a trace run or a backend, never neither."""
     config = load_config(str(path))

@@ -19,11 +19,32 @@ def _write_csv(path, rows):
 
 def test_score_csv_cheap_metrics_and_iacc(tmp_path, capsys):
     path = tmp_path / "resp.csv"
-    _write_csv(path, [{"response": "I am so sorry", "pred": "sadness", "gold": "sad"},
-                      {"response": "i am happy", "pred": "anger", "gold": "proud"}])
+    _write_csv(
+        path,
+        [
+            {"response": "I am so sorry", "pred": "sadness", "gold": "sad"},
+            {"response": "i am happy", "pred": "anger", "gold": "proud"},
+        ],
+    )
     out = tmp_path / "m.json"
-    assert main(["score", "--responses", str(path), "--column", "response", "--emotion-column", "pred",
-                 "--gold-emotion-column", "gold", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "score",
+                "--responses",
+                str(path),
+                "--column",
+                "response",
+                "--emotion-column",
+                "pred",
+                "--gold-emotion-column",
+                "gold",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
     assert printed["n"] == 2 and printed["diversity"]["dist1"] == pytest.approx(5 / 7)
@@ -41,13 +62,19 @@ def test_score_jsonl(tmp_path, capsys):
     assert printed["n"] == 2 and printed["diversity"]["dist1"] == 1.0 and printed["diversity"]["dist2"] == 0.0
 
 
-@pytest.mark.parametrize("content, args, message", [
-    (None, ["--column", "response"], "no such file"),
-    ("response\nhi\n", ["--column", "reply"], "no column 'reply' (columns: response)"),
-    ('{"a": 1}\nnot json\n', ["--column", "a"], "line 2: not valid JSON"),
-    ("response,gold\nhi,joy\n", ["--column", "response", "--emotion-column", "response", "--gold-emotion-column", "gold"],
-     "row 1: field 'gold': unknown emotion label 'joy'"),
-])
+@pytest.mark.parametrize(
+    "content, args, message",
+    [
+        (None, ["--column", "response"], "no such file"),
+        ("response\nhi\n", ["--column", "reply"], "no column 'reply' (columns: response)"),
+        ('{"a": 1}\nnot json\n', ["--column", "a"], "line 2: not valid JSON"),
+        (
+            "response,gold\nhi,joy\n",
+            ["--column", "response", "--emotion-column", "response", "--gold-emotion-column", "gold"],
+            "row 1: field 'gold': unknown emotion label 'joy'",
+        ),
+    ],
+)
 def test_score_bad_input_is_one_line(tmp_path, capsys, content, args, message):
     suffix = ".jsonl" if content and content.startswith("{") else ".csv"
     path = tmp_path / f"resp{suffix}"
@@ -61,10 +88,29 @@ def test_score_bad_input_is_one_line(tmp_path, capsys, content, args, message):
 @pytest.mark.slow
 def test_score_with_bertscore_and_ppl(tmp_path, capsys):
     path = tmp_path / "resp.csv"
-    _write_csv(path, [{"response": "That sounds really hard.", "gold": "That sounds really hard."},
-                      {"response": "Congrats on the new job!", "gold": "What a lovely surprise."}])
-    assert main(["score", "--responses", str(path), "--column", "response", "--gold-column", "gold",
-                 "--ppl-model", "smollm2-135m"]) == 0
+    _write_csv(
+        path,
+        [
+            {"response": "That sounds really hard.", "gold": "That sounds really hard."},
+            {"response": "Congrats on the new job!", "gold": "What a lovely surprise."},
+        ],
+    )
+    assert (
+        main(
+            [
+                "score",
+                "--responses",
+                str(path),
+                "--column",
+                "response",
+                "--gold-column",
+                "gold",
+                "--ppl-model",
+                "smollm2-135m",
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     assert printed["bertscore"]["f1"]["n"] == 2 and printed["bertscore"]["model"] == "minilm"
     assert printed["ppl"]["value"] > 1 and printed["ppl"]["tokens"] > 0 and printed["ppl"]["context"] == "response"

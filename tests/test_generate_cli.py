@@ -24,8 +24,15 @@ N_DIALOGUES = 6
 
 def _cli(*args: str, **kw) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "distill", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "distill", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +47,10 @@ def dataset_dir(tmp_path_factory, tiny_dialogues):
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     # ASI + ERS only and one attempt: the resume logic is what is under test, and the CPU is shared.
-    cfg = {"backend": {"type": "local", "model": "smollm2-135m", "batch_size": 16},
-           "pipeline": {"rag": False, "use_cae": False, "use_srp": False, "max_attempts": 1}}
+    cfg = {
+        "backend": {"type": "local", "model": "smollm2-135m", "batch_size": 16},
+        "pipeline": {"rag": False, "use_cae": False, "use_srp": False, "max_attempts": 1},
+    }
     path = tmp_path_factory.mktemp("cfg") / "local.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -51,7 +60,9 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _kill_when(proc: subprocess.Popen, traces: Path, lines_at_least: int, extra_wait_s: float, timeout_s: float = 900) -> None:
+def _kill_when(
+    proc: subprocess.Popen, traces: Path, lines_at_least: int, extra_wait_s: float, timeout_s: float = 900
+) -> None:
     deadline = time.monotonic() + timeout_s
     while _lines(traces) < lines_at_least:
         assert proc.poll() is None, f"generate exited early: {proc.communicate()[1][-2000:]}"
@@ -66,8 +77,19 @@ def _kill_when(proc: subprocess.Popen, traces: Path, lines_at_least: int, extra_
 def test_generate_survives_sigkill_and_resumes_without_repeats(tmp_path, dataset_dir, config_file):
     out = tmp_path / "run"
     traces = out / "traces.jsonl"
-    args = ("generate", "--config", str(config_file), "--dialogues", str(dataset_dir), "--split", "train",
-            "--out", str(out), "--chunk-size", "2")
+    args = (
+        "generate",
+        "--config",
+        str(config_file),
+        "--dialogues",
+        str(dataset_dir),
+        "--split",
+        "train",
+        "--out",
+        str(out),
+        "--chunk-size",
+        "2",
+    )
     # Kill 1: right as the first chunk lands (possibly between its two appends).
     _kill_when(_cli(*args), traces, lines_at_least=1, extra_wait_s=0.0)
     after_first = _lines(traces)
@@ -97,8 +119,17 @@ def test_generate_survives_sigkill_and_resumes_without_repeats(tmp_path, dataset
 
 
 def test_generate_rejects_bad_input_with_one_line(tmp_path, dataset_dir, config_file):
-    bad_split = _cli("generate", "--config", str(config_file), "--dialogues", str(dataset_dir), "--split", "nope",
-                     "--out", str(tmp_path / "r"))
+    bad_split = _cli(
+        "generate",
+        "--config",
+        str(config_file),
+        "--dialogues",
+        str(dataset_dir),
+        "--split",
+        "nope",
+        "--out",
+        str(tmp_path / "r"),
+    )
     _, err = bad_split.communicate(timeout=300)
     assert bad_split.returncode == 2 and err.strip().splitlines() == [err.strip()]
     assert "no split 'nope'" in err

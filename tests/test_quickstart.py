@@ -7,7 +7,8 @@ import json
 import pytest
 
 from distill.roles import STUDENT_PROMPT_VERSION
-from eval.quickstart import CORE as ROLES, _adapter_stale, main
+from eval.quickstart import CORE as ROLES
+from eval.quickstart import _adapter_stale, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]
 
@@ -55,8 +56,11 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
         return load_from_disk(str(tmp_path / "datasets" / "asi"))["train"]._fingerprint
 
     assert _adapter_stale(tmp_path, "asi", 300) == "not trained yet"
-    meta = {"dataset_fingerprint": save([1, 2]), "prompt_version": STUDENT_PROMPT_VERSION,
-            "train_config": {"max_tokens_budget": 300}}
+    meta = {
+        "dataset_fingerprint": save([1, 2]),
+        "prompt_version": STUDENT_PROMPT_VERSION,
+        "train_config": {"max_tokens_budget": 300},
+    }
     (tmp_path / "adapters" / "asi").mkdir(parents=True)
     (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
     assert _adapter_stale(tmp_path, "asi", 300) is None
@@ -65,14 +69,18 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     assert _adapter_stale(tmp_path, "asi", 300) == "its dataset changed"
     save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
     assert _adapter_stale(tmp_path, "asi", 300) is None
-    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps({**meta, "prompt_version": "v1"}))
+    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(
+        json.dumps({**meta, "prompt_version": "v1"})
+    )
     assert _adapter_stale(tmp_path, "asi", 300) == "it was trained for student prompt version v1"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):
     out = tmp_path / "qs"
     out.mkdir()
-    (out / "quickstart.json").write_text(json.dumps({"source": "/data/other.csv", "split_ratios": "0.8,0,0.2", "seed": 0}))
+    (out / "quickstart.json").write_text(
+        json.dumps({"source": "/data/other.csv", "split_ratios": "0.8,0,0.2", "seed": 0})
+    )
     with pytest.raises(SystemExit, match=r"made with other data \(source '/data/other.csv' -> .*ed_sample.csv'"):
         main(["--out", str(out), *SMALL])
     assert not (out / "dialogues").exists()  # refused before any stage ran
@@ -92,7 +100,9 @@ def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     src = tmp_path / "ed.csv"
     src.write_text("utterances,prompt,emotion_id,gold_response\n")
     with pytest.raises(SystemExit, match="stop after the first stage"):
-        main(["--out", str(tmp_path / "qs"), "--source", str(src), "--split-ratios", "0.8,0,0.2", "--seed", "3", *SMALL])
+        main(
+            ["--out", str(tmp_path / "qs"), "--source", str(src), "--split-ratios", "0.8,0,0.2", "--seed", "3", *SMALL]
+        )
     argv = seen[0]
     assert argv[:2] == ["dialogues", "--source"] and argv[2] == str(src.resolve())
     assert argv[argv.index("--split-ratios") + 1] == "0.8,0,0.2" and argv[argv.index("--seed") + 1] == "3"

@@ -30,9 +30,17 @@ PET_QUERY = "My old puppy died this morning."
 TAU = 0.35
 
 
-def _dialogue(i: int, emotion: str, situation: str, conv: str | None = None, gold: str | None = "I am so sorry.") -> Dialogue:
-    return Dialogue(id=f"d{i}#1", conv_id=conv or f"c{i}", turns=[Turn(speaker="seeker", text=situation)],
-                    situation=situation, emotion=emotion, gold_response=gold)
+def _dialogue(
+    i: int, emotion: str, situation: str, conv: str | None = None, gold: str | None = "I am so sorry."
+) -> Dialogue:
+    return Dialogue(
+        id=f"d{i}#1",
+        conv_id=conv or f"c{i}",
+        turns=[Turn(speaker="seeker", text=situation)],
+        situation=situation,
+        emotion=emotion,
+        gold_response=gold,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +52,15 @@ def _toy_index() -> ExemplarIndex:
     """Four 2-d unit vectors at known angles, so every score is known without a model."""
     angles = np.radians([0, 20, 40, 80])
     vectors = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
-    entries = [IndexEntry(f"t{i}#1", f"conv{i}", emo, f"situation {i}", f"reply {i}")
-               for i, emo in enumerate(["sadness", "fear", "sadness", "fear"])]
+    entries = [
+        IndexEntry(f"t{i}#1", f"conv{i}", emo, f"situation {i}", f"reply {i}")
+        for i, emo in enumerate(["sadness", "fear", "sadness", "fear"])
+    ]
     return ExemplarIndex(vectors, entries, embedder="minilm")
 
 
 # --- search rules on known vectors (no model) ---------------------------------------------------
+
 
 def test_precise_search_wins_over_higher_scoring_other_emotions():
     index, query = _toy_index(), np.array([[1.0, 0.0]], dtype=np.float32)
@@ -82,21 +93,27 @@ def test_leakage_guard_by_conv_id_and_dialogue_id():
 
 
 def test_one_exemplar_per_conversation_unless_asked():
-    entries = [IndexEntry("a#1", "same", "fear", "s", "r1"), IndexEntry("a#2", "same", "fear", "s", "r2"),
-               IndexEntry("b#1", "other", "fear", "s2", "r3")]
+    entries = [
+        IndexEntry("a#1", "same", "fear", "s", "r1"),
+        IndexEntry("a#2", "same", "fear", "s", "r2"),
+        IndexEntry("b#1", "other", "fear", "s2", "r3"),
+    ]
     index = ExemplarIndex(np.array([[1, 0], [1, 0], [0.6, 0.8]], dtype=np.float32), entries)
     query = np.array([[1.0, 0.0]], dtype=np.float32)
     assert [h.dialogue_id for h in index.query_vectors(query, ["fear"], k=3, tau=0)[0]] == ["a#1", "b#1"]
     assert len(index.query_vectors(query, ["fear"], k=3, tau=0, distinct_convs=False)[0]) == 3
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"k": 0}, "k must be an integer >= 1"),
-    ({"emotions": ["fear", None]}, "emotions has 2 items but there are 1 situations"),
-    ({"exclude_conv_ids": []}, "exclude_conv_ids has 0 items"),
-    ({"emotions": ["melancholy"]}, "emotions[0]: unknown emotion label 'melancholy'"),
-    ({"tau": 1.5}, "tau is a cosine similarity threshold"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"k": 0}, "k must be an integer >= 1"),
+        ({"emotions": ["fear", None]}, "emotions has 2 items but there are 1 situations"),
+        ({"exclude_conv_ids": []}, "exclude_conv_ids has 0 items"),
+        ({"emotions": ["melancholy"]}, "emotions[0]: unknown emotion label 'melancholy'"),
+        ({"tau": 1.5}, "tau is a cosine similarity threshold"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, message):
     args = {"emotions": [None], "k": 3, "tau": 0.5, **kwargs}
     with pytest.raises(ValueError) as err:
@@ -110,6 +127,7 @@ def test_fine_emotion_labels_map_to_ekman():
 
 
 # --- the real embedder --------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_embedder_unit_rows_in_input_order_whatever_the_batch():
@@ -171,9 +189,12 @@ def test_query_dialogues_never_returns_own_conversation(tiny_dialogues):
 
 @pytest.mark.slow
 def test_build_skips_dialogues_without_gold_and_embeds_shared_situations_once():
-    dialogues = [_dialogue(0, "sadness", SITUATIONS[0][1]), _dialogue(1, "fear", SITUATIONS[2][1], gold=None),
-                 _dialogue(2, "sadness", SITUATIONS[0][1], conv="c0", gold="Oh no."),
-                 _dialogue(3, "sad", SITUATIONS[1][1], gold="  ")]
+    dialogues = [
+        _dialogue(0, "sadness", SITUATIONS[0][1]),
+        _dialogue(1, "fear", SITUATIONS[2][1], gold=None),
+        _dialogue(2, "sadness", SITUATIONS[0][1], conv="c0", gold="Oh no."),
+        _dialogue(3, "sad", SITUATIONS[1][1], gold="  "),
+    ]
     index = build_index(dialogues)
     assert len(index) == 2 and index.skipped == 2 and index.conv_ids == {"c0"}
     np.testing.assert_array_equal(index.vectors[0], index.vectors[1])
@@ -208,9 +229,17 @@ def test_load_names_the_broken_file(tmp_path):
 def test_real_ed_rows_never_leak(shared_ed_csv):
     with open(shared_ed_csv, newline="", encoding="utf-8") as f:
         rows = [r for _, r in zip(range(120), csv.DictReader(f))]
-    dialogues = [Dialogue(id=f"dev{i}#1", conv_id=f"dev{i}", turns=[Turn(speaker="seeker", text="-")],
-                          situation=r["prompt"], emotion=EKMAN[int(r["emotion_id"])], gold_response=r["gold_response"])
-                 for i, r in enumerate(rows)]
+    dialogues = [
+        Dialogue(
+            id=f"dev{i}#1",
+            conv_id=f"dev{i}",
+            turns=[Turn(speaker="seeker", text="-")],
+            situation=r["prompt"],
+            emotion=EKMAN[int(r["emotion_id"])],
+            gold_response=r["gold_response"],
+        )
+        for i, r in enumerate(rows)
+    ]
     index = build_index(dialogues)
     results = index.query_dialogues(dialogues, emotions=[d.emotion for d in dialogues], k=3, tau=0.3)
     assert any(results)

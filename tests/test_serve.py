@@ -13,16 +13,24 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fault_proxy import ServeProcess  # noqa: E402
 
-from distill.roles import ROLES, RoleInput  # noqa: E402
 from data_prep.taxonomy import EKMAN  # noqa: E402
+from distill.roles import ROLES, RoleInput  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def server(smollm_path, tmp_path_factory):
-    proc = ServeProcess("smollm2-135m", tmp_path_factory.mktemp("serve") / "serve.log",
-                        "--max-batch", "8", "--max-input-tokens", "400", "--max-new-tokens", "128")
+    proc = ServeProcess(
+        "smollm2-135m",
+        tmp_path_factory.mktemp("serve") / "serve.log",
+        "--max-batch",
+        "8",
+        "--max-input-tokens",
+        "400",
+        "--max-new-tokens",
+        "128",
+    )
     try:
         yield proc.wait_ready()
     finally:
@@ -30,16 +38,24 @@ def server(smollm_path, tmp_path_factory):
 
 
 # The emotion alone: a few tokens, so the real model answers quickly even on a busy CPU.
-EMOTION_ONLY = {"type": "object", "properties": {"emotion": {"type": "string", "enum": list(EKMAN)}},
-                "required": ["emotion"], "additionalProperties": False}
+EMOTION_ONLY = {
+    "type": "object",
+    "properties": {"emotion": {"type": "string", "enum": list(EKMAN)}},
+    "required": ["emotion"],
+    "additionalProperties": False,
+}
 
 
 def _asi_body(dialogue, **overrides):
     body = {
         "model": "smollm2-135m",
         "messages": ROLES["asi"].render(RoleInput(dialogue=dialogue), "student"),
-        "temperature": 0, "max_tokens": 16,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "Emotion", "schema": EMOTION_ONLY, "strict": True}},
+        "temperature": 0,
+        "max_tokens": 16,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "Emotion", "schema": EMOTION_ONLY, "strict": True},
+        },
     }
     body.update(overrides)
     return body
@@ -69,12 +85,28 @@ def test_concurrent_json_schema_requests_are_batched_and_valid(server, tiny_dial
 
 BAD_REQUESTS = {
     "unknown model": (lambda d: _asi_body(d, model="no-such-role"), 404, "does not exist"),
-    "invalid schema": (lambda d: _asi_body(d, response_format={"type": "json_schema", "json_schema": {
-        "name": "X", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}), 400, "JSON schema"),
-    "schema not an object": (lambda d: _asi_body(d, response_format={"type": "json_schema", "json_schema": {"schema": 3}}),
-                             400, "must be a JSON object"),
+    "invalid schema": (
+        lambda d: _asi_body(
+            d,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "X", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}},
+            },
+        ),
+        400,
+        "JSON schema",
+    ),
+    "schema not an object": (
+        lambda d: _asi_body(d, response_format={"type": "json_schema", "json_schema": {"schema": 3}}),
+        400,
+        "must be a JSON object",
+    ),
     "unknown response_format": (lambda d: _asi_body(d, response_format={"type": "yaml"}), 400, "not supported"),
-    "oversized input": (lambda d: _asi_body(d, messages=[{"role": "user", "content": "word " * 2000}]), 400, "max-input-tokens"),
+    "oversized input": (
+        lambda d: _asi_body(d, messages=[{"role": "user", "content": "word " * 2000}]),
+        400,
+        "max-input-tokens",
+    ),
     "no messages": (lambda d: _asi_body(d, messages=[]), 400, "messages"),
     "bad role": (lambda d: _asi_body(d, messages=[{"role": "robot", "content": "hi"}]), 400, "messages"),
     "streaming": (lambda d: _asi_body(d, stream=True), 400, "stream"),
@@ -91,33 +123,42 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(server, tiny_dialogues):
         assert reply.status_code == status, f"{name}: {reply.status_code} {reply.text}"
         assert needle in reply.json()["error"]["message"], f"{name}: {reply.text}"
     for raw in (b"{not json", b"[]", b""):
-        reply = httpx.post(server.url + "/v1/chat/completions", content=raw,
-                           headers={"content-type": "application/json"}, timeout=60)
+        reply = httpx.post(
+            server.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}, timeout=60
+        )
         assert 400 <= reply.status_code < 500, f"{raw!r}: {reply.status_code} {reply.text}"
         assert reply.json()["error"]["message"]
     assert server.metrics()["bad_requests"] >= len(BAD_REQUESTS) + 3
     # Still serving: a good request after all of that succeeds.
-    good = httpx.post(server.url + "/v1/chat/completions", json=_asi_body(d, max_tokens=8, response_format=None), timeout=600)
+    good = httpx.post(
+        server.url + "/v1/chat/completions", json=_asi_body(d, max_tokens=8, response_format=None), timeout=600
+    )
     assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] > 0
 
 
 def test_model_field_routes_to_role_adapters(smollm_path, tmp_path):
     """vLLM-style multi-LoRA: `model: asi` runs the asi adapter, the base name runs the bare model."""
+    from fault_proxy import make_tiny_model
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from fault_proxy import make_tiny_model
-
     base = make_tiny_model(smollm_path, tmp_path / "tiny")
     for role in ("asi", "ers"):
-        lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+        lora = get_peft_model(
+            AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj", "v_proj"])
+        )
         lora.save_pretrained(tmp_path / "adapters" / role)
     proc = ServeProcess(str(base), tmp_path / "serve.log", "--adapters", str(tmp_path / "adapters")).wait_ready()
     try:
         names = [m["id"] for m in httpx.get(proc.url + "/v1/models").json()["data"]]
         assert names == [str(base), "asi", "ers"]
         for model in ("asi", "ers", str(base)):
-            body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3, "temperature": 0}
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": "hello"}],
+                "max_tokens": 3,
+                "temperature": 0,
+            }
             reply = httpx.post(proc.url + "/v1/chat/completions", json=body, timeout=600)
             assert reply.status_code == 200 and reply.json()["model"] == model
         reply = httpx.post(proc.url + "/v1/chat/completions", json={**body, "model": "cae"}, timeout=60)

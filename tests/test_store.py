@@ -11,10 +11,24 @@ from distill.trace import Step, Trace
 
 
 def _trace(dialogue, key: str) -> Trace:
-    step = Step(role="asi", messages=[{"role": "user", "content": "x"}], raw='{"emotion": "fear"}',
-                parsed={"reasoning": "r", "emotion": "fear"}, valid=True)
-    return Trace(key=key, dialogue=dialogue, backend="local", model="m", prompt_version="v1",
-                 prompt_style="teacher", config={}, steps=[step], outputs={"asi": step.parsed})
+    step = Step(
+        role="asi",
+        messages=[{"role": "user", "content": "x"}],
+        raw='{"emotion": "fear"}',
+        parsed={"reasoning": "r", "emotion": "fear"},
+        valid=True,
+    )
+    return Trace(
+        key=key,
+        dialogue=dialogue,
+        backend="local",
+        model="m",
+        prompt_version="v1",
+        prompt_style="teacher",
+        config={},
+        steps=[step],
+        outputs={"asi": step.parsed},
+    )
 
 
 def _info(**changes):

@@ -24,7 +24,14 @@ def test_all_32_ed_labels_map_to_an_ekman_class():
 
 def test_every_ekman_class_is_hit():
     assert set(taxonomy.ED_TO_EKMAN.values()) == set(taxonomy.EKMAN)
-    assert taxonomy.EKMAN == ("anger", "fear", "disgust", "happiness", "sadness", "surprise")  # TRACE's emotion_id order
+    assert taxonomy.EKMAN == (
+        "anger",
+        "fear",
+        "disgust",
+        "happiness",
+        "sadness",
+        "surprise",
+    )  # TRACE's emotion_id order
     assert set(taxonomy.EKMAN_DEFINITIONS) == set(taxonomy.EKMAN)
 
 

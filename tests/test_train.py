@@ -38,9 +38,18 @@ def build_role_datasets(root: Path, dialogues, roles=("asi", "cae"), copies: int
         for d in dialogues * copies:
             prompt = ROLES[role].render(RoleInput(dialogue=d), "student")
             completion = [{"role": "assistant", "content": json.dumps(TARGETS[role](d), separators=(",", ":"))}]
-            rows.append({"prompt": prompt, "completion": completion, "messages": prompt + completion,
-                         "dialogue_id": d.id, "conv_id": d.conv_id})
-        DatasetDict(train=Dataset.from_list(rows), validation=Dataset.from_list(rows[:2])).save_to_disk(str(root / role))
+            rows.append(
+                {
+                    "prompt": prompt,
+                    "completion": completion,
+                    "messages": prompt + completion,
+                    "dialogue_id": d.id,
+                    "conv_id": d.conv_id,
+                }
+            )
+        DatasetDict(train=Dataset.from_list(rows), validation=Dataset.from_list(rows[:2])).save_to_disk(
+            str(root / role)
+        )
     return root
 
 
@@ -50,9 +59,20 @@ def role_datasets(tmp_path_factory, tiny_dialogues):
 
 
 def tiny_config(datasets: Path, out: Path, **overrides):
-    values = dict(datasets=str(datasets), output_dir=str(out), roles="asi", max_steps=3, batch_size=4,
-                  learning_rate=5e-3, warmup_ratio=0.0, logging_steps=1, use_cpu=True, r=8, alpha=16,
-                  num_threads=1)  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl
+    values = dict(
+        datasets=str(datasets),
+        output_dir=str(out),
+        roles="asi",
+        max_steps=3,
+        batch_size=4,
+        learning_rate=5e-3,
+        warmup_ratio=0.0,
+        logging_steps=1,
+        use_cpu=True,
+        r=8,
+        alpha=16,
+        num_threads=1,
+    )  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl
     values.update(overrides)
     return config_from_dict(values, source="test")
 
@@ -107,8 +127,9 @@ def test_two_roles_from_one_load_train_lora_only(two_roles, smollm_path):
         assert stored["prompt_version"] == STUDENT_PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
         assert stored["global_step"] == 3 and stored["world_size"] == 1 and stored["dataset_fingerprint"]
         assert stored["tokens"]["completion_tokens"] > 0 and stored["train_seconds"] > 0
-        assert "modules_to_save" not in json.dumps(json.loads((saved / "adapter_config.json").read_text())
-                                                   .get("modules_to_save") or "")
+        assert "modules_to_save" not in json.dumps(
+            json.loads((saved / "adapter_config.json").read_text()).get("modules_to_save") or ""
+        )
 
 
 @pytest.mark.slow
@@ -137,8 +158,12 @@ def test_local_backend_uses_trained_adapter(two_roles, tiny_dialogues):
     backend = local.LocalBackend(adapters=str(out), dtype="float32", batch_size=2)
     assert set(backend.adapter_names) == {"asi", "cae"}
     prompt = ROLES["asi"].render(RoleInput(dialogue=tiny_dialogues[2]), "student")
-    tuned, plain = backend.generate([GenerationRequest(prompt, max_new_tokens=12, adapter="asi"),
-                                     GenerationRequest(prompt, max_new_tokens=12, adapter=None)])
+    tuned, plain = backend.generate(
+        [
+            GenerationRequest(prompt, max_new_tokens=12, adapter="asi"),
+            GenerationRequest(prompt, max_new_tokens=12, adapter=None),
+        ]
+    )
     assert tuned.text != plain.text
 
 
@@ -218,11 +243,32 @@ def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_p
 @pytest.mark.slow
 def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-           str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"), "-m", "train",
-           "--datasets", str(role_datasets), "--roles", "asi", "--output_dir", str(tmp_path),
-           "--max_steps", "2", "--batch_size", "2", "--logging_steps", "1", "--use_cpu", "--r", "4",
-           "--num_threads", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"),
+        "-m",
+        "train",
+        "--datasets",
+        str(role_datasets),
+        "--roles",
+        "asi",
+        "--output_dir",
+        str(tmp_path),
+        "--max_steps",
+        "2",
+        "--batch_size",
+        "2",
+        "--logging_steps",
+        "1",
+        "--use_cpu",
+        "--r",
+        "4",
+        "--num_threads",
+        "1",
+    ]
     run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world_size 2" in run.stdout
@@ -245,8 +291,12 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
     data = load_role_dataset(cfg.datasets, "asi")["train"]
     results = []
     for cls in (SFTTrainer, completion_head_trainer()):
-        trainer = cls(model=model, args=sft_args(cfg, tmp_path / cls.__name__, 1, False), train_dataset=data,
-                      processing_class=tokenizer)
+        trainer = cls(
+            model=model,
+            args=sft_args(cfg, tmp_path / cls.__name__, 1, False),
+            train_dataset=data,
+            processing_class=tokenizer,
+        )
         if cls is not SFTTrainer:
             assert trainer._own_loss_applies(return_outputs=False)  # this run takes the completion-head path
         batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))

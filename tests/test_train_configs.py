@@ -34,7 +34,9 @@ def test_train_yaml_parses_into_config(path):
 
 
 def test_flags_override_yaml():
-    cfg = parse_config(["--config", str(CONFIGS / "train" / "asi.yaml"), "--roles", "asi,cae", "--r", "4", "--no_padding_free"])
+    cfg = parse_config(
+        ["--config", str(CONFIGS / "train" / "asi.yaml"), "--roles", "asi,cae", "--r", "4", "--no_padding_free"]
+    )
     assert cfg.role_list() == ["asi", "cae"] and cfg.r == 4 and cfg.padding_free is False
     assert cfg.model == "smollm2-135m"  # untouched keys keep the YAML value
 

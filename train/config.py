@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+
 import yaml
 from transformers import HfArgumentParser
 
@@ -24,42 +25,93 @@ class ConfigError(ValueError):
 class TrainConfig:
     """Per-role LoRA SFT on the student datasets built by `python -m distill datasets`."""
 
-    model: str = field(default="smollm2-135m", metadata={"help": "Base model: alias (smollm2-135m), local dir or hub id."})
-    datasets: str = field(default="runs/datasets", metadata={"help": "Directory holding one saved DatasetDict per role (<dir>/<role>/)."})
-    roles: str = field(default="all", metadata={"help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers)."})
+    model: str = field(
+        default="smollm2-135m", metadata={"help": "Base model: alias (smollm2-135m), local dir or hub id."}
+    )
+    datasets: str = field(
+        default="runs/datasets", metadata={"help": "Directory holding one saved DatasetDict per role (<dir>/<role>/)."}
+    )
+    roles: str = field(
+        default="all",
+        metadata={"help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers)."},
+    )
     output_dir: str = field(default="runs/adapters", metadata={"help": "Adapters are written to <output_dir>/<role>/."})
     # LoRA
     r: int = field(default=16, metadata={"help": "LoRA rank."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling = alpha / r)."})
-    dropout: float = field(default=0.0, metadata={"help": "LoRA dropout. 0 skips a copy of every LoRA input: 1.6x tokens/s on CPU here."})
-    target_modules: str = field(default="all-linear", metadata={"help": "'all-linear' or comma-separated module names (q_proj,v_proj)."})
-    load_in_4bit: bool = field(default=False, metadata={"help": "QLoRA: load the base in NF4 (bitsandbytes) with bf16 compute."})
+    dropout: float = field(
+        default=0.0, metadata={"help": "LoRA dropout. 0 skips a copy of every LoRA input: 1.6x tokens/s on CPU here."}
+    )
+    target_modules: str = field(
+        default="all-linear", metadata={"help": "'all-linear' or comma-separated module names (q_proj,v_proj)."}
+    )
+    load_in_4bit: bool = field(
+        default=False, metadata={"help": "QLoRA: load the base in NF4 (bitsandbytes) with bf16 compute."}
+    )
     # optimisation
     epochs: float = field(default=1.0, metadata={"help": "Number of epochs (ignored when max_steps > 0)."})
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: use epochs)."})
-    max_tokens_budget: int = field(default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."})
+    max_tokens_budget: int = field(
+        default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."}
+    )
     learning_rate: float = field(default=2e-4, metadata={"help": "Peak learning rate."})
     lr_scheduler_type: str = field(default="cosine", metadata={"help": "Learning-rate schedule (transformers names)."})
     warmup_ratio: float = field(default=0.03, metadata={"help": "Fraction of steps used for linear warm-up."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     batch_size: int = field(default=8, metadata={"help": "Per-device train batch size."})
     grad_accum: int = field(default=1, metadata={"help": "Gradient accumulation steps."})
-    max_length: int = field(default=512, metadata={"help": "Longest tokenized example; longer ones are truncated (keep start)."})
-    padding_free: bool = field(default=True, metadata={"help": "Flatten each batch into one sequence without padding (position_ids mark the boundaries)."})
-    packing: bool = field(default=False, metadata={"help": "Pack examples into max_length blocks (BFD; implies padding-free)."})
-    bf16: str = field(default="auto", metadata={"help": "bf16 mixed precision: auto (on where the hardware runs bf16 natively: recent GPUs, CPUs with AMX/AVX512-BF16), true or false."})
-    completion_head: str = field(default="auto", metadata={"help": "auto, true or false: run the LM head only on completion tokens (under autocast) instead of TRL's fp32 head over every position. Same loss; 1.7x step speed on CPU here, slower than TRL's Triton head on a GPU, so auto = on for CPU training only."})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "Trade compute for memory; only worth it for big models on GPU."})
-    use_cpu: bool = field(default=False, metadata={"help": "Train on CPU even if an accelerator is present (needed for CPU DDP over gloo)."})
+    max_length: int = field(
+        default=512, metadata={"help": "Longest tokenized example; longer ones are truncated (keep start)."}
+    )
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Flatten each batch into one sequence without padding (position_ids mark the boundaries)."},
+    )
+    packing: bool = field(
+        default=False, metadata={"help": "Pack examples into max_length blocks (BFD; implies padding-free)."}
+    )
+    bf16: str = field(
+        default="auto",
+        metadata={
+            "help": "bf16 mixed precision: auto (on where the hardware runs bf16 natively: recent GPUs, CPUs with "
+            "AMX/AVX512-BF16), true or false."
+        },
+    )
+    completion_head: str = field(
+        default="auto",
+        metadata={
+            "help": "auto, true or false: run the LM head only on completion tokens (under autocast) instead of "
+            "TRL's fp32 head over every position. Same loss; faster on CPU, slower than TRL's Triton head on a "
+            "GPU (see the README's performance table), so auto = on for CPU training only."
+        },
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Trade compute for memory; only worth it for big models on GPU."}
+    )
+    use_cpu: bool = field(
+        default=False,
+        metadata={"help": "Train on CPU even if an accelerator is present (needed for CPU DDP over gloo)."},
+    )
     seed: int = field(default=42, metadata={"help": "Random seed (data order, LoRA init)."})
     # bookkeeping
-    resume: bool = field(default=False, metadata={"help": "Resume each role from its last checkpoint in <output_dir>/<role>/checkpoints/."})
-    save_steps: int = field(default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: only the final adapter)."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Resume each role from its last checkpoint in <output_dir>/<role>/checkpoints/."},
+    )
+    save_steps: int = field(
+        default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: only the final adapter)."}
+    )
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints per role."})
     logging_steps: int = field(default=5, metadata={"help": "Log loss every N steps."})
     eval: bool = field(default=False, metadata={"help": "Evaluate on the validation split at the end of each role."})
     report_to: str = field(default="none", metadata={"help": "'none', 'tensorboard', or any transformers integration."})
-    num_threads: int = field(default=0, metadata={"help": "torch CPU threads per process (0: torch's default). Use 1 on a CPU shared with other jobs: oversubscribed threads made steps ~10x slower here."})
+    num_threads: int = field(
+        default=0,
+        metadata={
+            "help": "torch CPU threads per process (0: torch's default). Use 1 on a CPU shared with other jobs, "
+            "where oversubscribed threads slow every step."
+        },
+    )
     dataloader_num_workers: int = field(default=0, metadata={"help": "Dataloader worker processes."})
 
     def role_list(self) -> list[str]:
@@ -137,15 +189,19 @@ def read_yaml(path: str | Path) -> dict:
 def parse_config(argv: list[str], prog: str = "python -m train") -> TrainConfig:
     """`--config file.yaml` sets the defaults, flags override them (HfArgumentParser, TrlParser-style)."""
     argv = list(argv)
-    parser = HfArgumentParser(TrainConfig, prog=prog, description=TrainConfig.__doc__,
-                              epilog="--config FILE.yaml sets defaults from a YAML file whose keys are these flags; "
-                                     "flags on the command line override it. `python -m train export --help` for export.")
+    parser = HfArgumentParser(
+        TrainConfig,
+        prog=prog,
+        description=TrainConfig.__doc__,
+        epilog="--config FILE.yaml sets defaults from a YAML file whose keys are these flags; "
+        "flags on the command line override it. `python -m train export --help` for export.",
+    )
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError("--config needs a YAML file path")
         parser.set_defaults(**read_yaml(argv[i + 1]))
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     cfg, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if extra:
         raise ConfigError(f"unknown arguments: {' '.join(extra)}")

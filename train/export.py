@@ -73,8 +73,10 @@ def vllm_command(adapters: dict[str, Path]) -> tuple[str, str]:
     max_rank = next((r for r in VLLM_LORA_RANKS if r >= max(ranks)), max(ranks))
     modules = " ".join(f"{role}={shlex.quote(str(p))}" for role, p in adapters.items())
     line = f"--lora-modules {modules}"
-    command = (f"vllm serve {shlex.quote(served_base)} --enable-lora --max-lora-rank {max_rank} "
-               f"--max-loras {len(adapters)} {line}")
+    command = (
+        f"vllm serve {shlex.quote(served_base)} --enable-lora --max-lora-rank {max_rank} "
+        f"--max-loras {len(adapters)} {line}"
+    )
     return line, command
 
 
@@ -94,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     line, command = vllm_command(adapters)
     (out / "lora_modules.txt").write_text(line + "\n")
-    (out / "serve_vllm.sh").write_text("#!/bin/sh\n# Serve every role adapter from one base (written by `python -m train export`).\n"
-                                       f"exec {command} \"$@\"\n")
+    (out / "serve_vllm.sh").write_text(
+        "#!/bin/sh\n# Serve every role adapter from one base (written by `python -m train export`).\n"
+        f'exec {command} "$@"\n'
+    )
     (out / "serve_vllm.sh").chmod(0o755)
     print(line)
     print(command)

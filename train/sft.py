@@ -63,7 +63,9 @@ def load_base(cfg: TrainConfig):
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
         )
         if cfg.device() == "cpu":
             kwargs["device_map"] = {"": "cpu"}
@@ -84,8 +86,12 @@ def lora_config(cfg: TrainConfig):
 
     # No modules_to_save: an adapter made only of LoRA A/B matrices is what vLLM's multi-LoRA serves.
     return LoraConfig(
-        task_type="CAUSAL_LM", r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-        target_modules=cfg.lora_targets(), bias="none",
+        task_type="CAUSAL_LM",
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=cfg.lora_targets(),
+        bias="none",
     )
 
 
@@ -105,28 +111,47 @@ def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool
 
     return SFTConfig(
         output_dir=str(checkpoints),
-        num_train_epochs=cfg.epochs, max_steps=max_steps,
-        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
-        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
+        num_train_epochs=cfg.epochs,
+        max_steps=max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum,
         # padding-free without packing cannot enforce max_length in TRL; we truncate ourselves instead.
         max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
-        padding_free=cfg.padding_free, packing=cfg.packing,
-        bf16=cfg.use_bf16(), fp16=False, gradient_checkpointing=cfg.gradient_checkpointing,
-        use_cpu=cfg.use_cpu, seed=cfg.seed, data_seed=cfg.seed,
-        save_strategy="steps" if cfg.save_steps > 0 else "no", save_steps=max(cfg.save_steps, 1),
+        padding_free=cfg.padding_free,
+        packing=cfg.packing,
+        bf16=cfg.use_bf16(),
+        fp16=False,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        use_cpu=cfg.use_cpu,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_steps=max(cfg.save_steps, 1),
         save_total_limit=cfg.save_total_limit,
-        eval_strategy="no", do_eval=has_eval,
-        logging_steps=cfg.logging_steps, logging_first_step=True, report_to=cfg.report_to,
+        eval_strategy="no",
+        do_eval=has_eval,
+        logging_steps=cfg.logging_steps,
+        logging_first_step=True,
+        report_to=cfg.report_to,
         dataloader_num_workers=cfg.dataloader_num_workers,
-        ddp_find_unused_parameters=False, remove_unused_columns=True, disable_tqdm=False,
+        ddp_find_unused_parameters=False,
+        remove_unused_columns=True,
+        disable_tqdm=False,
     )
 
 
 def truncate_dataset(dataset, max_length: int):
     """Keep the first max_length tokens (and their loss mask) of every tokenized row."""
-    cols = [c for c in ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask") if c in dataset.column_names]
+    cols = [
+        c
+        for c in ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask")
+        if c in dataset.column_names
+    ]
     too_long = sum(1 for n in (len(ids) for ids in dataset["input_ids"]) if n > max_length)
     if too_long == 0:
         return dataset
@@ -138,25 +163,47 @@ def token_counts(dataset) -> dict:
     """Prompt and completion token totals of the tokenized train split (what the loss sees)."""
     total = sum(len(ids) for ids in dataset["input_ids"])
     # TRL folds the completion mask into `labels` (-100 outside the completion).
-    completion = sum(sum(t != -100 for t in labels) for labels in dataset["labels"]) if "labels" in dataset.column_names else None
+    completion = (
+        sum(sum(t != -100 for t in labels) for labels in dataset["labels"])
+        if "labels" in dataset.column_names
+        else None
+    )
     return {
-        "examples": len(dataset), "tokens": total, "completion_tokens": completion,
+        "examples": len(dataset),
+        "tokens": total,
+        "completion_tokens": completion,
         "mean_tokens": round(total / max(len(dataset), 1), 1),
     }
 
 
-def adapter_metadata(cfg: TrainConfig, role: str, base_path: str, data: DatasetDict, trainer, counts: dict,
-                     seconds: float, metrics: dict, resume_from: Optional[str]) -> dict:
+def adapter_metadata(
+    cfg: TrainConfig,
+    role: str,
+    base_path: str,
+    data: DatasetDict,
+    trainer,
+    counts: dict,
+    seconds: float,
+    metrics: dict,
+    resume_from: Optional[str],
+) -> dict:
     """What `trace_distill_adapter.json` records: enough to tell which data, prompts and base made an adapter."""
     return {
-        "role": role, "base_model": cfg.model, "base_model_path": base_path,
-        "prompt_version": STUDENT_PROMPT_VERSION, "dataset_dir": str(Path(cfg.datasets) / role),
-        "dataset_fingerprint": data["train"]._fingerprint, "train_config": cfg.to_dict(),
+        "role": role,
+        "base_model": cfg.model,
+        "base_model_path": base_path,
+        "prompt_version": STUDENT_PROMPT_VERSION,
+        "dataset_dir": str(Path(cfg.datasets) / role),
+        "dataset_fingerprint": data["train"]._fingerprint,
+        "train_config": cfg.to_dict(),
         "lora": {"r": cfg.r, "alpha": cfg.alpha, "dropout": cfg.dropout, "target_modules": cfg.target_modules},
-        "world_size": trainer.args.world_size, "global_step": trainer.state.global_step,
+        "world_size": trainer.args.world_size,
+        "global_step": trainer.state.global_step,
         "resumed_from": Path(resume_from).name if resume_from else None,
-        "train_seconds": round(seconds, 2), "train_loss": metrics.get("train_loss"),
-        "eval_loss": metrics.get("eval_loss"), "tokens": counts,
+        "train_seconds": round(seconds, 2),
+        "train_loss": metrics.get("train_loss"),
+        "eval_loss": metrics.get("eval_loss"),
+        "tokens": counts,
         "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
         "quantized_4bit": cfg.load_in_4bit,
     }
@@ -190,14 +237,20 @@ def completion_head_trainer():
 
     class CompletionHeadSFTTrainer(SFTTrainer):
         def _own_loss_applies(self, return_outputs: bool) -> bool:
-            return not (return_outputs or self.args.loss_type != "nll" or self.aux_loss_enabled
-                        or self.label_smoother is not None or self.compute_loss_func is not None
-                        or self.accelerator.num_processes > 1)
+            return not (
+                return_outputs
+                or self.args.loss_type != "nll"
+                or self.aux_loss_enabled
+                or self.label_smoother is not None
+                or self.compute_loss_func is not None
+                or self.accelerator.num_processes > 1
+            )
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if not self._own_loss_applies(return_outputs):
-                return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                            num_items_in_batch=num_items_in_batch)
+                return super().compute_loss(
+                    model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+                )
             mode = "train" if self.model.training else "eval"
             lm = model.get_base_model() if hasattr(model, "get_base_model") else model
             body = {k: v for k, v in inputs.items() if k != "labels"}
@@ -228,8 +281,9 @@ def completion_head_trainer():
     return CompletionHeadSFTTrainer
 
 
-def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
-               callbacks: Optional[list] = None) -> tuple[object, dict]:
+def train_role(
+    base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
+) -> tuple[object, dict]:
     """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
     from peft import get_peft_model
     from trl import SFTTrainer
@@ -247,8 +301,11 @@ def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
     args = sft_args(cfg, checkpoints, cfg.max_steps, has_eval)
     trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
     trainer = trainer_cls(
-        model=model, args=args, train_dataset=data["train"],
-        eval_dataset=data["validation"] if has_eval else None, processing_class=tokenizer,
+        model=model,
+        args=args,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"] if has_eval else None,
+        processing_class=tokenizer,
         callbacks=list(callbacks or []),
     )
     if cfg.padding_free and not cfg.packing:
@@ -259,8 +316,10 @@ def train_role(base, tokenizer, base_path: str, cfg: TrainConfig, role: str,
         trainer.args.max_steps = budget_steps
         log(f"{role}: max_tokens_budget {cfg.max_tokens_budget} -> max_steps {budget_steps}")
     trainable, total = model.get_nb_trainable_parameters()
-    log(f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "
-        f"LoRA r={cfg.r} trainable {trainable:,}/{total:,}" + (f", resuming from {resume_from}" if resume_from else ""))
+    log(
+        f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "
+        f"LoRA r={cfg.r} trainable {trainable:,}/{total:,}" + (f", resuming from {resume_from}" if resume_from else "")
+    )
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - start

@@ -20,20 +20,31 @@ NAME = "trace_distill_cpu"
 MIN_ROWS = 8
 
 
-def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
-                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+def decode_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
-    special = dropout or kwargs.get("s_aux") is not None or kwargs.get("softcap") or kwargs.get("position_bias") is not None
+    special = (
+        dropout or kwargs.get("s_aux") is not None or kwargs.get("softcap") or kwargs.get("position_bias") is not None
+    )
     if q_len != 1 or batch < MIN_ROWS or special or heads % kv_heads or key.shape[-1] != value.shape[-1]:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim)  # query head h reads kv head h // group
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * (scaling if scaling is not None else dim ** -0.5)
+    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * (scaling if scaling is not None else dim**-0.5)
     if attention_mask is not None:
-        mask = attention_mask[:, :, -1:, -scores.shape[-1]:]  # [batch or 1, 1, 1, kv]
+        mask = attention_mask[:, :, -1:, -scores.shape[-1] :]  # [batch or 1, 1, 1, kv]
         scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     out = torch.matmul(probs, value)  # [batch, kv_heads, group, dim]

@@ -8,8 +8,9 @@ validation and invalid-output retries, so every backend stays a thin transport.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -43,8 +44,9 @@ class Backend(Protocol):
     name: str  # "local", "openai", ...
     model: str  # model id recorded in traces and trace keys
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None) -> list[GenerationResult]:
-        ...
+    def generate(
+        self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None
+    ) -> list[GenerationResult]: ...
 
     def describe(self) -> dict[str, Any]:
         """A JSON-safe description for traces and cards. Must never contain secrets."""

@@ -35,7 +35,9 @@ class SchemaGrammars:
     def compiled(self, schema: type[BaseModel]) -> Any:
         if schema not in self._compiled:
             self._compiled[schema] = self._compiler.compile_json_schema(
-                schema.model_json_schema(), any_whitespace=False, separators=JSON_SEPARATORS,
+                schema.model_json_schema(),
+                any_whitespace=False,
+                separators=JSON_SEPARATORS,
             )
         return self._compiled[schema]
 

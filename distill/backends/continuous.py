@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 import torch
-
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 
@@ -46,7 +46,7 @@ def supports(config: Any) -> bool:
 class _PoolLayer(DynamicLayer):
     """One layer's view of the pool: `update` writes the step's keys/values into the current column."""
 
-    def __init__(self, pool: "_Pool", index: int):
+    def __init__(self, pool: _Pool, index: int):
         super().__init__()
         self.pool, self.index = pool, index
         self.is_initialized = True
@@ -54,9 +54,9 @@ class _PoolLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         pool, col = self.pool, self.pool.n
         keys, values = pool.keys[self.index], pool.values[self.index]
-        keys[:, :, col:col + 1] = key_states
-        values[:, :, col:col + 1] = value_states
-        return keys[:, :, :col + 1], values[:, :, :col + 1]
+        keys[:, :, col : col + 1] = key_states
+        values[:, :, col : col + 1] = value_states
+        return keys[:, :, : col + 1], values[:, :, : col + 1]
 
     def get_seq_length(self) -> int:
         return self.pool.n
@@ -86,18 +86,18 @@ class _Pool:
         `shared` columns (a common prefix) and its last `own` (the row's left-padded suffix)."""
         lo, mid = self.n - shared - own, self.n - own
         self.mask[slot].zero_()
-        self.mask[slot, lo:self.n] = True
+        self.mask[slot, lo : self.n] = True
         for i, layer in enumerate(prefill.layers):
             for buf, src in ((self.keys[i], layer.keys), (self.values[i], layer.values)):
                 buf[slot, :, lo:mid] = src[row, :, :shared]
-                buf[slot, :, mid:self.n] = src[row, :, src.shape[2] - own:]
+                buf[slot, :, mid : self.n] = src[row, :, src.shape[2] - own :]
 
     def shift_left(self, by: int) -> None:
         """Drop the first `by` columns (no busy slot uses them)."""
         keep = self.n - by
         for buf in (*self.keys, *self.values):
-            buf[:, :, :keep] = buf[:, :, by:self.n].clone()
-        self.mask[:, :keep] = self.mask[:, by:self.n].clone()
+            buf[:, :, :keep] = buf[:, :, by : self.n].clone()
+        self.mask[:, :keep] = self.mask[:, by : self.n].clone()
         self.mask[:, keep:] = False
         self.n = keep
 
@@ -133,10 +133,22 @@ class Finished:
     seconds: float  # its share of the wall time: its prefill plus an even share of each step it was in
 
 
-def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_tokens: int, temperature: float,
-           stop_ids: Sequence[int], grammar: Any = None, vocab_size: int, seed: Optional[int] = None,
-           device: str = "cpu", prefill_tokens: int = 2048, min_shared_prefix: int = 32,
-           on_finish: Optional[Callable[[Finished], None]] = None) -> list[Finished]:
+def decode(
+    model: Any,
+    prompts: Sequence[list[int]],
+    *,
+    rows: int,
+    max_new_tokens: int,
+    temperature: float,
+    stop_ids: Sequence[int],
+    grammar: Any = None,
+    vocab_size: int,
+    seed: Optional[int] = None,
+    device: str = "cpu",
+    prefill_tokens: int = 2048,
+    min_shared_prefix: int = 32,
+    on_finish: Optional[Callable[[Finished], None]] = None,
+) -> list[Finished]:
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
@@ -169,7 +181,7 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
         if grammar is not None:
             for j, slot in enumerate(busy):
                 slots[slot].matcher.fill_next_token_bitmask(bitmask, j)
-            xgrammar.apply_token_bitmask_inplace(logits, bitmask[:len(busy)].to(logits.device), vocab_size=vocab_size)
+            xgrammar.apply_token_bitmask_inplace(logits, bitmask[: len(busy)].to(logits.device), vocab_size=vocab_size)
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
             return torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
@@ -205,15 +217,22 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
         if shared and prefix_cache is None:
             started = time.perf_counter()
             prefix_cache = DynamicCache(config=model.config)
-            decoder(input_ids=torch.tensor([prompts[queue[0]][:shared]], device=device), past_key_values=prefix_cache,
-                    use_cache=True)
+            decoder(
+                input_ids=torch.tensor([prompts[queue[0]][:shared]], device=device),
+                past_key_values=prefix_cache,
+                use_cache=True,
+            )
             carried = time.perf_counter() - started  # counted into the first rows' time
         else:
             carried = 0.0
         while free and queue:
             # Prompts are length-sorted, so a group pads little; its size is bounded in tokens.
             take = [queue.popleft()]
-            while queue and len(take) < len(free) and (len(take) + 1) * (len(prompts[queue[0]]) - shared) <= prefill_tokens:
+            while (
+                queue
+                and len(take) < len(free)
+                and (len(take) + 1) * (len(prompts[queue[0]]) - shared) <= prefill_tokens
+            ):
                 take.append(queue.popleft())
             suffixes = [prompts[r][shared:] for r in take]
             width = max(map(len, suffixes))
@@ -223,15 +242,23 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
             cache = DynamicCache(config=model.config)
             if shared:
                 for i, layer in enumerate(prefix_cache.layers):
-                    cache.update(layer.keys.expand(len(take), -1, -1, -1).contiguous(),
-                                 layer.values.expand(len(take), -1, -1, -1).contiguous(), i)
+                    cache.update(
+                        layer.keys.expand(len(take), -1, -1, -1).contiguous(),
+                        layer.values.expand(len(take), -1, -1, -1).contiguous(),
+                        i,
+                    )
             attention = torch.cat([torch.ones(len(take), shared, dtype=own.dtype, device=device), own], dim=1)
-            hidden = decoder(input_ids=ids, attention_mask=attention, position_ids=shared + (own.cumsum(-1) - 1).clamp(min=0),
-                             past_key_values=cache, use_cache=True).last_hidden_state
+            hidden = decoder(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=shared + (own.cumsum(-1) - 1).clamp(min=0),
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
             if pool is None:
                 pool = _Pool(cache, len(slots), capacity, start=longest)
                 bitmask = xgrammar.allocate_token_bitmask(pool.rows, vocab_size) if grammar is not None else None
-            targets, free[:] = free[:len(take)], free[len(take):]
+            targets, free[:] = free[: len(take)], free[len(take) :]
             for j, (slot, request) in enumerate(zip(targets, take)):
                 pool.place(slot, cache, j, shared, len(suffixes[j]))
                 matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
@@ -274,13 +301,25 @@ def decode(model: Any, prompts: Sequence[list[int]], *, rows: int, max_new_token
             idle = [s for s in range(len(slots)) if slots[s] is None]
             if idle:
                 pool.mask[idle, col] = True  # an idle row attends to its own dummy token (no all-masked row)
-            input_ids = torch.tensor([[slots[s].tokens[-1] if slots[s] is not None else stop_ids[0]]
-                                      for s in range(len(slots))], device=device)
-            positions = torch.tensor([[slots[s].prompt_len + len(slots[s].tokens) - 1 if slots[s] is not None else 0]
-                                      for s in range(len(slots))], device=device)
-            mask = pool.mask[:, None, None, :col + 1]
-            hidden = decoder(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                             past_key_values=pool.cache, use_cache=True).last_hidden_state
+            input_ids = torch.tensor(
+                [[slots[s].tokens[-1] if slots[s] is not None else stop_ids[0]] for s in range(len(slots))],
+                device=device,
+            )
+            positions = torch.tensor(
+                [
+                    [slots[s].prompt_len + len(slots[s].tokens) - 1 if slots[s] is not None else 0]
+                    for s in range(len(slots))
+                ],
+                device=device,
+            )
+            mask = pool.mask[:, None, None, : col + 1]
+            hidden = decoder(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=pool.cache,
+                use_cache=True,
+            ).last_hidden_state
             pool.n += 1
             if idle:
                 pool.mask[idle, col] = False

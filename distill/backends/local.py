@@ -20,9 +20,10 @@ import json
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from tqdm import tqdm
@@ -31,10 +32,17 @@ from data_prep.models import resolve_model
 from distill.backends.attention import use_decode_attention
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
-from distill.backends.continuous import decode as continuous_decode, supports as continuous_supports
+from distill.backends.continuous import decode as continuous_decode
+from distill.backends.continuous import supports as continuous_supports
 
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
 # Re-tokenising a string cut at a token boundary can merge a few tokens differently; this slack
 # keeps the first truncation attempt under the limit.
 _TRUNCATION_SLACK = 8
@@ -77,8 +85,11 @@ def _check_adapter_version(name: str, path: Path) -> None:
         return  # an adapter from elsewhere: nothing recorded to check
     trained = json.loads(meta.read_text()).get("prompt_version")
     if trained != STUDENT_PROMPT_VERSION:
-        warnings.warn(f"adapter '{name}' ({path}) was trained on student prompt version {trained}, this version "
-                      f"expects {STUDENT_PROMPT_VERSION}: rebuild its dataset and retrain it", stacklevel=3)
+        warnings.warn(
+            f"adapter '{name}' ({path}) was trained on student prompt version {trained}, this version "
+            f"expects {STUDENT_PROMPT_VERSION}: rebuild its dataset and retrain it",
+            stacklevel=3,
+        )
 
 
 class LocalBackend:
@@ -86,14 +97,24 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, model: str = "smollm2-135m", adapters: str | dict[str, str] | None = None,
-                 dtype: str = "auto", batch_size: int = 16, max_input_tokens: int = 2048,
-                 merge_adapters: bool = True, device: str = "cpu", cache_merged_mb: int = 2048,
-                 continuous: bool = True):
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        adapters: str | dict[str, str] | None = None,
+        dtype: str = "auto",
+        batch_size: int = 16,
+        max_input_tokens: int = 2048,
+        merge_adapters: bool = True,
+        device: str = "cpu",
+        cache_merged_mb: int = 2048,
+        continuous: bool = True,
+    ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if batch_size < 1 or max_input_tokens < 16:
-            raise ValueError(f"batch_size must be >= 1 and max_input_tokens >= 16 (got {batch_size}, {max_input_tokens})")
+            raise ValueError(
+                f"batch_size must be >= 1 and max_input_tokens >= 16 (got {batch_size}, {max_input_tokens})"
+            )
         self.model = model
         self.model_path = resolve_model(model)
         self.device = device
@@ -155,10 +176,16 @@ class LocalBackend:
         """Compute `adapter`'s merged weights once, if plain LoRA on plain Linear layers and within budget."""
         started = time.perf_counter()
         layers = [m for m in self.hf_model.modules() if adapter in getattr(m, "lora_A", {})]
-        plain = all(type(m.get_base_layer()) is torch.nn.Linear and not getattr(m, "lora_bias", {}).get(adapter)
-                    and adapter not in getattr(m, "lora_variant", {}) for m in layers)
+        plain = all(
+            type(m.get_base_layer()) is torch.nn.Linear
+            and not getattr(m, "lora_bias", {}).get(adapter)
+            and adapter not in getattr(m, "lora_variant", {})
+            for m in layers
+        )
         embedding = any(adapter in getattr(m, "lora_embedding_A", {}) for m in self.hf_model.modules())
-        size_mb = sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size() for m in layers) / 2**20
+        size_mb = (
+            sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size() for m in layers) / 2**20
+        )
         used_mb = sum(w.numel() * w.element_size() for pairs in self._merged_cache.values() for _, w in pairs) / 2**20
         if not layers or not plain or embedding or used_mb + size_mb > self.cache_merged_mb:
             return  # this adapter merges per stage instead
@@ -182,7 +209,9 @@ class LocalBackend:
                     yield
                 return
             if adapter not in self.adapter_paths:
-                raise ValueError(f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+                raise ValueError(
+                    f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})"
+                )
             cached = adapter in self._merged_cache
             # With cached merged weights the LoRA path is off: the swapped-in weights carry the adapter.
             with self.hf_model.disable_adapter() if cached else nullcontext():
@@ -227,8 +256,11 @@ class LocalBackend:
         # nudge the shared base and the drift would build up over many stages. We snapshot the base
         # tensors the adapter touches and copy them back after unmerging: exact, and the extra
         # memory (the targeted weights once) is held only while the stage runs.
-        layers = [m for m in self.hf_model.modules()
-                  if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})]
+        layers = [
+            m
+            for m in self.hf_model.modules()
+            if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})
+        ]
         pristine = [[p.detach().clone() for p in layer.get_base_layer().parameters()] for layer in layers]
         self.hf_model.base_model.merge_adapter([adapter])
 
@@ -263,15 +295,19 @@ class LocalBackend:
         messages[longest]["content"] = ("..." + self.tokenizer.decode(content_ids[-keep:])) if keep else ""
         ids = self._render_ids(messages)
         if len(ids) > self.max_input_tokens:  # the other messages alone exceed the limit
-            ids = ids[-self.max_input_tokens:]
+            ids = ids[-self.max_input_tokens :]
         return ids, [f"input truncated from {original} to {len(ids)} tokens (max_input_tokens={self.max_input_tokens})"]
 
     # --- generation ----------------------------------------------------------------------------
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None) -> list[GenerationResult]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None
+    ) -> list[GenerationResult]:
         for req in requests:
             if req.adapter is not None and req.adapter not in self.adapter_paths:
-                raise ValueError(f"no adapter loaded for role '{req.adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})")
+                raise ValueError(
+                    f"no adapter loaded for role '{req.adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})"
+                )
         encoded = [self.encode(req.messages) for req in requests]
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
@@ -280,8 +316,12 @@ class LocalBackend:
             groups.setdefault(key, []).append(i)
         results: list[Optional[GenerationResult]] = [None] * len(requests)
         # Sorting keys by adapter name first keeps each adapter merged once per call.
-        bar = tqdm(total=len(requests), desc=f"local {self.model}", unit="req",
-                   disable=progress is not None or len(requests) <= self.batch_size)
+        bar = tqdm(
+            total=len(requests),
+            desc=f"local {self.model}",
+            unit="req",
+            disable=progress is not None or len(requests) <= self.batch_size,
+        )
         with bar:
             for key in sorted(groups, key=lambda k: tuple(map(str, k))):
                 idxs = sorted(groups[key], key=lambda i: len(encoded[i][0]))
@@ -290,7 +330,7 @@ class LocalBackend:
                         self._generate_continuous(requests, encoded, idxs, results, bar, progress)
                         continue
                     for start in range(0, len(idxs), self.batch_size):
-                        chunk = idxs[start:start + self.batch_size]
+                        chunk = idxs[start : start + self.batch_size]
                         outs = self._generate_chunk([requests[i] for i in chunk], [encoded[i][0] for i in chunk])
                         for i, out in zip(chunk, outs):
                             out.events = encoded[i][1] + out.events
@@ -300,9 +340,15 @@ class LocalBackend:
                             progress(len(chunk))
         return results  # type: ignore[return-value]
 
-    def _generate_continuous(self, requests: Sequence[GenerationRequest], encoded: list[tuple[list[int], list[str]]],
-                             idxs: list[int], results: list[Optional[GenerationResult]], bar: Any,
-                             progress: Optional[ProgressFn]) -> None:
+    def _generate_continuous(
+        self,
+        requests: Sequence[GenerationRequest],
+        encoded: list[tuple[list[int], list[str]]],
+        idxs: list[int],
+        results: list[Optional[GenerationResult]],
+        bar: Any,
+        progress: Optional[ProgressFn],
+    ) -> None:
         """One group (same adapter, schema, temperature, length) through the continuous decoder."""
         first = requests[idxs[0]]
         prompts = [encoded[i][0] for i in idxs]
@@ -316,11 +362,19 @@ class LocalBackend:
             if progress is not None:
                 progress(1)
 
-        continuous_decode(self.hf_model, prompts, rows=self.batch_size, max_new_tokens=first.max_new_tokens,
-                          temperature=first.temperature, stop_ids=self._eos_ids,
-                          grammar=self._grammars.compiled(first.schema) if first.schema is not None else None,
-                          vocab_size=self.hf_model.config.vocab_size, seed=first.seed, device=self.device,
-                          on_finish=finished)
+        continuous_decode(
+            self.hf_model,
+            prompts,
+            rows=self.batch_size,
+            max_new_tokens=first.max_new_tokens,
+            temperature=first.temperature,
+            stop_ids=self._eos_ids,
+            grammar=self._grammars.compiled(first.schema) if first.schema is not None else None,
+            vocab_size=self.hf_model.config.vocab_size,
+            seed=first.seed,
+            device=self.device,
+            on_finish=finished,
+        )
 
     def _generate_chunk(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[GenerationResult]:
         """One left-padded `generate` over requests that share adapter, schema, temperature and length."""
@@ -335,29 +389,45 @@ class LocalBackend:
             torch.manual_seed(first.seed)
         started = time.perf_counter()
         with torch.inference_mode():
-            out = self.hf_model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                         logits_processor=processors)
+            out = self.hf_model.generate(
+                input_ids=input_ids, attention_mask=attention, generation_config=config, logits_processor=processors
+            )
         # Rows of a batch run in lockstep, so the chunk's wall time is split evenly across them.
         latency = (time.perf_counter() - started) / len(reqs)
-        return [self._result(row[width:].tolist(), len(prompt), req.max_new_tokens, latency)
-                for row, prompt, req in zip(out, prompts, reqs)]
+        return [
+            self._result(row[width:].tolist(), len(prompt), req.max_new_tokens, latency)
+            for row, prompt, req in zip(out, prompts, reqs)
+        ]
 
     def _result(self, new_ids: list[int], prompt_tokens: int, max_new_tokens: int, latency: float) -> GenerationResult:
         stop = next((j for j, tok in enumerate(new_ids) if tok in self._eos_ids), None)
         completion = new_ids if stop is None else new_ids[:stop]
         events = [] if stop is not None else [f"output cut at max_new_tokens={max_new_tokens}"]
-        return GenerationResult(text=self.tokenizer.decode(completion, skip_special_tokens=True),
-                                prompt_tokens=prompt_tokens, completion_tokens=len(completion),
-                                latency_s=latency, events=events)
+        return GenerationResult(
+            text=self.tokenizer.decode(completion, skip_special_tokens=True),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(completion),
+            latency_s=latency,
+            events=events,
+        )
 
     def _generation_config(self, temperature: float, max_new_tokens: int) -> Any:
         from transformers import GenerationConfig
 
         # Built from scratch so a model's own sampling defaults (top_k, top_p, repetition penalty)
         # never leak in: temperature alone decides, as it does for the OpenAI-compatible backend.
-        sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
-        return GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=self._eos_ids, pad_token_id=self._pad_id,
-                                bos_token_id=self.hf_model.config.bos_token_id, **sampling)
+        sampling = (
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            if temperature > 0
+            else dict(do_sample=False)
+        )
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self._eos_ids,
+            pad_token_id=self._pad_id,
+            bos_token_id=self.hf_model.config.bos_token_id,
+            **sampling,
+        )
 
     def _stop_token_ids(self) -> list[int]:
         configured = self.hf_model.generation_config.eos_token_id
@@ -370,10 +440,16 @@ class LocalBackend:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "backend": self.name, "model": self.model, "model_path": self.model_path, "device": self.device,
-            "dtype": str(self.torch_dtype).removeprefix("torch."), "batch_size": self.batch_size,
-            "max_input_tokens": self.max_input_tokens, "merge_adapters": self.merge_adapters,
-            "merged_cached": sorted(self._merged_cache), "continuous": self.continuous,
+            "backend": self.name,
+            "model": self.model,
+            "model_path": self.model_path,
+            "device": self.device,
+            "dtype": str(self.torch_dtype).removeprefix("torch."),
+            "batch_size": self.batch_size,
+            "max_input_tokens": self.max_input_tokens,
+            "merge_adapters": self.merge_adapters,
+            "merged_cached": sorted(self._merged_cache),
+            "continuous": self.continuous,
             "decode_attention": self.decode_attention,
             "adapters": dict(self.adapter_paths),
         }

@@ -19,8 +19,9 @@ import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Literal, Optional
 
 import openai
 from aiolimiter import AsyncLimiter
@@ -50,8 +51,12 @@ class OpenAIBackendConfig(BaseModel):
     backoff_max_s: float = Field(30.0, gt=0)
     model_per_role: bool = Field(False, description="send the role name as `model` (multi-LoRA servers, distill serve)")
     response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
-    strict_schema: bool = Field(True, description="OpenAI strict mode where the schema allows; off keeps maxLength etc. for local servers")
-    prices: dict[str, Any] = Field(default_factory=dict, description="USD per 1M tokens overrides: {model: {input, output}}")
+    strict_schema: bool = Field(
+        True, description="OpenAI strict mode where the schema allows; off keeps maxLength etc. for local servers"
+    )
+    prices: dict[str, Any] = Field(
+        default_factory=dict, description="USD per 1M tokens overrides: {model: {input, output}}"
+    )
 
 
 class TransportError(Exception):
@@ -59,8 +64,16 @@ class TransportError(Exception):
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, TransportError,
-                        openai.APIResponseValidationError, json.JSONDecodeError)):
+    if isinstance(
+        exc,
+        (
+            openai.APITimeoutError,
+            openai.APIConnectionError,
+            TransportError,
+            openai.APIResponseValidationError,
+            json.JSONDecodeError,
+        ),
+    ):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -101,7 +114,11 @@ def schema_for_api(schema: type[BaseModel], strict: bool) -> tuple[dict[str, Any
                 node.pop(key, None)
             if node.get("type") == "object" and "properties" in node:
                 # Strict mode needs every property required and no extra keys.
-                ok = ok and set(node.get("required", [])) == set(node["properties"]) and node.get("additionalProperties") is False
+                ok = (
+                    ok
+                    and set(node.get("required", [])) == set(node["properties"])
+                    and node.get("additionalProperties") is False
+                )
             for value in node.values():
                 visit(value)
         elif isinstance(node, list):
@@ -128,7 +145,9 @@ class OpenAIBackend:
 
     # --- public, synchronous -------------------------------------------------------------------
 
-    def generate(self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None) -> list[GenerationResult]:
+    def generate(
+        self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None
+    ) -> list[GenerationResult]:
         """Run one stage's requests concurrently; results come back in request order."""
         work = self._generate_all(list(requests), progress)
         try:
@@ -150,15 +169,19 @@ class OpenAIBackend:
         if not key and "api.openai.com" in (self.config.base_url or "api.openai.com"):
             raise ValueError(f"backend openai: set the environment variable {self.config.api_key_env} to your API key")
         key = key or "not-needed"  # self-hosted servers accept any key
-        return openai.AsyncOpenAI(api_key=key, base_url=self.config.base_url, timeout=self.config.timeout_s,
-                                  max_retries=0)  # tenacity owns retries so each one is counted
+        return openai.AsyncOpenAI(
+            api_key=key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
+        )  # tenacity owns retries so each one is counted
 
-    async def _generate_all(self, requests: list[GenerationRequest], progress: Optional[ProgressFn]) -> list[GenerationResult]:
+    async def _generate_all(
+        self, requests: list[GenerationRequest], progress: Optional[ProgressFn]
+    ) -> list[GenerationResult]:
         cfg = self.config
         gate = asyncio.Semaphore(cfg.max_concurrency)
         rpm = AsyncLimiter(cfg.requests_per_minute, 60) if cfg.requests_per_minute else None
         tpm = AsyncLimiter(cfg.tokens_per_minute, 60) if cfg.tokens_per_minute else None
         async with self._client() as client:
+
             async def one(req: GenerationRequest) -> GenerationResult:
                 async with gate:
                     if rpm:
@@ -181,8 +204,10 @@ class OpenAIBackend:
         events: list[str] = []
         started = time.perf_counter()
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1), wait=self._wait,
-            retry=retry_if_exception(_is_transient), before_sleep=lambda s: events.append(self._retry_note(s)),
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_is_transient),
+            before_sleep=lambda s: events.append(self._retry_note(s)),
             reraise=True,
         )
         try:
@@ -191,14 +216,26 @@ class OpenAIBackend:
                     text, usage = await self._call(client, req, model, events)
         except Exception as exc:  # retries exhausted or a permanent 4xx: the pipeline records the failure
             self.cost_guard.settle(self.model, reserved, (0, 0))
-            return GenerationResult(text="", latency_s=time.perf_counter() - started, events=events,
-                                    transport_retries=_count_retries(events), error=f"{_describe_exc(exc)}: {exc}"[:300])
+            return GenerationResult(
+                text="",
+                latency_s=time.perf_counter() - started,
+                events=events,
+                transport_retries=_count_retries(events),
+                error=f"{_describe_exc(exc)}: {exc}"[:300],
+            )
         self.cost_guard.settle(self.model, reserved, usage)
-        return GenerationResult(text=text, prompt_tokens=usage[0], completion_tokens=usage[1],
-                                latency_s=time.perf_counter() - started, events=events,
-                                transport_retries=_count_retries(events))
+        return GenerationResult(
+            text=text,
+            prompt_tokens=usage[0],
+            completion_tokens=usage[1],
+            latency_s=time.perf_counter() - started,
+            events=events,
+            transport_retries=_count_retries(events),
+        )
 
-    async def _call(self, client: openai.AsyncOpenAI, req: GenerationRequest, model: str, events: list[str]) -> tuple[str, tuple[int, int]]:
+    async def _call(
+        self, client: openai.AsyncOpenAI, req: GenerationRequest, model: str, events: list[str]
+    ) -> tuple[str, tuple[int, int]]:
         body = self.request_body(req, model)
         try:
             resp = await client.chat.completions.create(**body)
@@ -225,14 +262,20 @@ class OpenAIBackend:
     def request_body(self, req: GenerationRequest, model: Optional[str] = None) -> dict[str, Any]:
         """The chat.completions body for one request; the Batch API writes the same body per line."""
         model = model or self.model_for(req)
-        body: dict[str, Any] = {"model": model, "messages": req.messages, "temperature": req.temperature,
-                                "max_tokens": req.max_new_tokens}
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": req.messages,
+            "temperature": req.temperature,
+            "max_tokens": req.max_new_tokens,
+        }
         if req.seed is not None:
             body["seed"] = req.seed
         if req.schema is not None and self._format == "json_schema":
             schema, strict = schema_for_api(req.schema, self.config.strict_schema)
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": req.schema.__name__, "schema": schema, "strict": strict}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": req.schema.__name__, "schema": schema, "strict": strict},
+            }
         elif req.schema is not None and self._format == "json_object":
             body["response_format"] = {"type": "json_object"}
         return body
