@@ -23,7 +23,7 @@ from distill.trace import Trace
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
-    from distill.datasets import DatasetOptions, RoleCounts
+    from distill.sft_data import DatasetOptions, RoleCounts
 
 RUN_META_FILE = "run.json"
 _SECRET_KEY = re.compile(r"api[_-]?key|secret|passw|authorization|bearer|token$|credential", re.I)

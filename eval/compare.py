@@ -19,8 +19,9 @@ from typing import Any, Optional
 import yaml
 
 from data_prep.dialogues import Dialogue
-from eval.metrics_text import diversity_metrics
-from eval.metrics_trace import cost_and_speed, emotion_accuracy, schema_valid_rate, teacher_agreement
+from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
+from eval.cost import cost_and_speed
+from eval.diversity import diversity_metrics
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
@@ -82,7 +83,8 @@ def score_system(
     run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun], reference_lm
 ) -> dict[str, Any]:
     """Every metric for one system on the test dialogues (its traces are in test order)."""
-    from eval.metrics_model import bertscore, perplexity
+    from eval.bertscore import bertscore
+    from eval.perplexity import perplexity
 
     responses = [t.response or "" for t in run.traces]
     result: dict[str, Any] = {
@@ -179,7 +181,7 @@ def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
     reference = next(r for r in runs if r.name == config.reference_system())
     reference_lm = None
     if config.ppl is not None:
-        from eval.metrics_model import load_reference_lm
+        from eval.perplexity import load_reference_lm
 
         reference_lm = load_reference_lm(config.ppl.model)
     systems = [score_system(run, test, config, reference, reference_lm) for run in runs]

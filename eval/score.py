@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from data_prep.taxonomy import EKMAN, to_ekman
-from eval.metrics_text import diversity_metrics
+from eval.diversity import diversity_metrics
 
 
 class ScoreInputError(ValueError):
@@ -65,7 +65,7 @@ def column(rows: list[dict[str, Any]], name: str, path: str, required: bool = Tr
 
 
 def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    from eval.metrics_trace import emotion_accuracy
+    from eval.accuracy import emotion_accuracy
 
     responses = [r or "" for r in column(rows, args.column, args.responses)]
     out: dict[str, Any] = {
@@ -91,13 +91,13 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine
         )
     if args.gold_column:
-        from eval.metrics_model import bertscore
+        from eval.bertscore import bertscore
 
         out["bertscore"] = bertscore(
             responses, column(rows, args.gold_column, args.responses, required=False), args.bertscore_model
         )
     if args.ppl_model:
-        from eval.metrics_model import perplexity
+        from eval.perplexity import perplexity
 
         out["ppl"] = perplexity(responses, args.ppl_model, "response")
     return out

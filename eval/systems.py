@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_prep.dialogues import Dialogue
 from distill.trace import Trace
+from eval.cost import PeakRSS
 from eval.judge import ASPECTS
-from eval.metrics_trace import PeakRSS
 
 
 class CompareError(ValueError):

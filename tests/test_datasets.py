@@ -14,8 +14,8 @@ import pytest
 from data_prep.dialogues import Dialogue, Turn
 from distill.__main__ import main as distill_main
 from distill.config import PipelineConfig
-from distill.datasets import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
 from distill.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
+from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
 from distill.trace import Trace, trace_key
 
 

@@ -9,15 +9,15 @@ import pytest
 
 from data_prep.taxonomy import EKMAN
 from distill.trace import Step, Trace
-from eval.metrics_text import distinct_n, ead_n, ngrams, whitespace_tokens
-from eval.metrics_trace import (
+from eval.accuracy import (
     classification_report,
-    cost_and_speed,
     emotion_accuracy,
     schema_valid_rate,
     teacher_agreement,
     token_f1,
 )
+from eval.cost import cost_and_speed
+from eval.diversity import distinct_n, ead_n, ngrams, whitespace_tokens
 from eval.stats import bootstrap_ci, mean_with_ci, percentile, sign_test
 
 MODULES = Path(__file__).resolve().parents[1] / "eval" / "modules"
@@ -170,7 +170,7 @@ def test_perplexity_by_hand(smollm_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.metrics_model import perplexity
+    from eval.perplexity import perplexity
 
     lm = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(smollm_path)
@@ -192,7 +192,7 @@ def test_perplexity_by_hand(smollm_path):
 
 @pytest.mark.slow
 def test_bertscore_local_encoder():
-    from eval.metrics_model import bertscore
+    from eval.bertscore import bertscore
 
     out = bertscore(["the cat sat on the mat", "hello", ""], ["the cat sat on the mat", None, "a reply"])
     assert out["f1"]["n"] == 2 and out["empty_candidates"] == 1

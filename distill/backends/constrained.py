@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 # Whitespace is fixed rather than free: a small model left free to emit whitespace can spend its
 # whole token budget on newlines. The layout is pydantic's compact `model_dump_json()`, the form
-# distill.datasets writes SFT targets in, so a student decodes exactly what it was trained on
+# distill.sft_data writes SFT targets in, so a student decodes exactly what it was trained on
 # (and compact JSON is ~20% fewer tokens than `json.dumps`' spaced default).
 JSON_SEPARATORS = (",", ":")
 

@@ -1,0 +1,95 @@
+"""Cost and speed of a system, read off its traces: latency, throughput, tokens per role, dollars, memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections.abc import Sequence
+from typing import Optional
+
+from distill.pricing import estimate_cost
+from distill.trace import Trace
+from eval.stats import mean_with_ci, percentile
+
+
+def cost_and_speed(
+    traces: Sequence[Trace], wall_s: Optional[float] = None, peak_rss_mb: Optional[float] = None, price_table=None
+) -> dict:
+    """Latency per dialogue (sum of its steps' latencies) p50/p95/mean, throughput, tokens per role, $ per 1k.
+
+    Throughput is dialogues / wall-clock seconds of the run when the run was timed here, else
+    dialogues / summed latency (an upper bound on time for a batched run read from disk). Cost uses
+    `distill.pricing.estimate_cost` on the traces' model id (self-hosted models cost 0).
+    """
+    n = len(traces)
+    latencies = [sum(s.latency_s for s in t.steps) for t in traces]
+    tokens: dict[str, dict[str, float]] = {}
+    usd = 0.0
+    for t in traces:
+        for s in t.steps:
+            slot = tokens.setdefault(s.role, {"prompt": 0.0, "completion": 0.0})
+            slot["prompt"] += s.prompt_tokens
+            slot["completion"] += s.completion_tokens
+            usd += estimate_cost(t.model, s.prompt_tokens, s.completion_tokens, price_table)
+    per_role = (
+        {
+            r: {"prompt_per_dialogue": v["prompt"] / n, "completion_per_dialogue": v["completion"] / n}
+            for r, v in tokens.items()
+        }
+        if n
+        else {}
+    )
+    seconds = wall_s if wall_s else sum(latencies)
+    return {
+        "n": n,
+        "latency_s": mean_with_ci(latencies),
+        "latency_p50_s": percentile(latencies, 50),
+        "latency_p95_s": percentile(latencies, 95),
+        "throughput_dps": n / seconds if seconds else None,
+        "throughput_source": "wall clock" if wall_s else "summed step latency",
+        "tokens_per_role": per_role,
+        "usd_per_1k": usd / n * 1000 if n else None,
+        "peak_rss_mb": peak_rss_mb,
+    }
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs, in MiB.
+
+    Samples /proc/self/statm every ``interval`` seconds from a thread (Linux); elsewhere falls back to
+    ``resource.getrusage(RUSAGE_SELF).ru_maxrss``, which is the process's lifetime peak. The number
+    covers the whole process (weights of every model loaded so far), not only this system.
+    """
+
+    method = "RSS sampled from /proc/self/statm every 0.1 s during generation (whole process)"
+
+    def __init__(self, interval: float = 0.1):
+        self.interval, self.peak_mb = interval, 0.0
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def _sample(self) -> float:
+        try:
+            with open("/proc/self/statm") as fh:
+                return int(fh.read().split()[1]) * self._page / 2**20
+        except OSError:
+            self.method = "resource.getrusage ru_maxrss (process lifetime peak)"
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, self._sample())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak_mb = self._sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_mb = max(self.peak_mb, self._sample())
