@@ -11,70 +11,64 @@ from typing import Literal
 EKMAN: tuple[str, ...] = ("anger", "fear", "disgust", "happiness", "sadness", "surprise")
 Ekman = Literal["anger", "fear", "disgust", "happiness", "sadness", "surprise"]
 
-# All 32 EmpatheticDialogues emotions → Ekman's six. ED has no official mapping; this one groups
-# each label by valence and arousal with the Ekman family it is a variant of. `prepared` (a calm,
-# positive readiness) is the label most often forgotten.
+# All 32 EmpatheticDialogues emotions → Ekman's six, exactly as TRACE maps them
+# (sunbus100/TRACE, Agent1.py `get_emotion_definitions`); TRACE's gold `emotion_id` labels follow this
+# map. The less obvious entries are TRACE's: anticipating → surprise, impressed and sentimental →
+# happiness. TRACE's map has no `prepared`, so its pipeline cannot label such a conversation; we map it
+# to happiness, beside its nearest neighbours in TRACE's map (confident, hopeful), so that data loaded
+# from the original ED release keeps every conversation.
 ED_TO_EKMAN: dict[str, str] = {
-    "angry": "anger",
-    "annoyed": "anger",
-    "furious": "anger",
-    "jealous": "anger",
-    "afraid": "fear",
-    "anxious": "fear",
-    "apprehensive": "fear",
-    "terrified": "fear",
+    "joyful": "happiness", "excited": "happiness", "proud": "happiness", "grateful": "happiness",
+    "content": "happiness", "impressed": "happiness", "caring": "happiness", "trusting": "happiness",
+    "faithful": "happiness", "hopeful": "happiness", "confident": "happiness", "sentimental": "happiness",
+    "sad": "sadness", "lonely": "sadness", "disappointed": "sadness", "devastated": "sadness",
+    "nostalgic": "sadness", "guilty": "sadness", "ashamed": "sadness", "embarrassed": "sadness",
+    "angry": "anger", "furious": "anger", "annoyed": "anger", "jealous": "anger",
+    "afraid": "fear", "terrified": "fear", "anxious": "fear", "apprehensive": "fear",
     "disgusted": "disgust",
-    "anticipating": "happiness",
-    "caring": "happiness",
-    "confident": "happiness",
-    "content": "happiness",
-    "excited": "happiness",
-    "faithful": "happiness",
-    "grateful": "happiness",
-    "hopeful": "happiness",
-    "joyful": "happiness",
-    "prepared": "happiness",
-    "proud": "happiness",
-    "trusting": "happiness",
-    "ashamed": "sadness",
-    "devastated": "sadness",
-    "disappointed": "sadness",
-    "embarrassed": "sadness",
-    "guilty": "sadness",
-    "lonely": "sadness",
-    "nostalgic": "sadness",
-    "sad": "sadness",
-    "sentimental": "sadness",
-    "impressed": "surprise",
-    "surprised": "surprise",
-}
+    "surprised": "surprise", "anticipating": "surprise",
+    "prepared": "happiness",  # not in TRACE's map: see above
+}  # fmt: skip
+NOT_IN_TRACE_MAP: tuple[str, ...] = ("prepared",)
 ED_EMOTIONS: tuple[str, ...] = tuple(sorted(ED_TO_EKMAN))
 
+# What each class covers, in TRACE's terms: the ED labels it groups (derived from the map above, so the
+# prompt's boundaries can never disagree with the gold labels).
 EKMAN_DEFINITIONS: dict[str, str] = {
-    "anger": "the seeker feels wronged, blocked or treated unfairly (angry, annoyed, furious, jealous)",
-    "fear": "the seeker expects harm or an uncertain bad outcome (afraid, anxious, apprehensive, terrified)",
-    "disgust": "the seeker is repelled by something offensive, unclean or morally wrong",
-    "happiness": "the seeker feels good about something that happened or will happen (joy, pride, gratitude, hope)",
-    "sadness": "the seeker feels loss, disappointment, loneliness, guilt or shame",
-    "surprise": "the seeker did not expect what happened, pleasantly or not (surprised, impressed)",
+    e: "covers the finer emotions " + ", ".join(f for f, m in ED_TO_EKMAN.items() if m == e) for e in EKMAN
 }
 
+# TRACE's six antecedent-event categories for the global cause (Agent2.py `cause_taxonomy`), spelled as
+# TRACE spells them so outputs compare with its own. The definitions are ours.
 CAUSE_CATEGORIES: tuple[str, ...] = (
-    "relationships",
-    "work_or_school",
-    "health",
-    "loss",
-    "achievement",
-    "daily_events",
+    "Social Connection & Affection",
+    "Conflict & Injustice",
+    "Loss & Failure",
+    "Achievement & Success",
+    "Threat & Potential Danger",
+    "Unexpectedness & Novelty",
 )
-CauseCategory = Literal["relationships", "work_or_school", "health", "loss", "achievement", "daily_events"]
+CauseCategory = Literal[
+    "Social Connection & Affection",
+    "Conflict & Injustice",
+    "Loss & Failure",
+    "Achievement & Success",
+    "Threat & Potential Danger",
+    "Unexpectedness & Novelty",
+]
 CAUSE_DEFINITIONS: dict[str, str] = {
-    "relationships": "family, partners, friends, neighbours or other people's behaviour",
-    "work_or_school": "jobs, colleagues, exams, studies, money earned or lost at work",
-    "health": "illness, injury, medical news, the body or mental health",
-    "loss": "death, break-up, losing a pet, a possession or an opportunity",
-    "achievement": "success or failure at a goal, a competition, a purchase or a milestone",
-    "daily_events": "everyday happenings: travel, weather, pets, home, hobbies, strangers",
+    "Social Connection & Affection": "closeness with others: being cared for, missing or reuniting with someone, "
+    "love, friendship, family warmth",
+    "Conflict & Injustice": "being wronged or blocked by someone: unfair treatment, rudeness, betrayal, "
+    "broken rules or promises",
+    "Loss & Failure": "something valued is gone or a goal was missed: death, break-up, rejection, a lost "
+    "possession, a failed attempt",
+    "Achievement & Success": "a goal reached or progress made: a win, a promotion, a good result, a "
+    "milestone, something earned",
+    "Threat & Potential Danger": "possible harm ahead: risk to health, safety, money or status, an "
+    "uncertain outcome to come",
+    "Unexpectedness & Novelty": "something sudden, new or out of the ordinary: a surprise, a first "
+    "experience, an unforeseen turn",
 }
 
 # Sharma et al. (2020) EPITOME communication mechanisms, as used by TRACE's planner.
@@ -107,10 +101,20 @@ PHASE_DEFINITIONS: dict[str, str] = {
 
 
 def to_ekman(label: str) -> str:
-    """Map an ED fine label or an Ekman label (any case) to Ekman; raise ValueError on anything else."""
-    key = label.strip().lower()
+    """Map an ED fine label, an Ekman label (any case) or an Ekman id to Ekman; ValueError on anything else.
+
+    Ids are TRACE's (dataset/emotion_to_id_ekman.json, the `emotion_id` column of its CSVs): 0 anger,
+    1 fear, 2 disgust, 3 happiness, 4 sadness, 5 surprise, which is the order of `EKMAN`. TRACE's agents
+    write -1/-2 for a failed prediction; those, like any other id, are unknown labels here.
+    """
+    key = str(label).strip().lower()
     if key in EKMAN:
         return key
     if key in ED_TO_EKMAN:
         return ED_TO_EKMAN[key]
-    raise ValueError(f"unknown emotion label '{label}' (expected one of the 32 ED emotions or {', '.join(EKMAN)})")
+    if key.isdigit() and int(key) < len(EKMAN):
+        return EKMAN[int(key)]
+    raise ValueError(
+        f"unknown emotion label '{label}' (expected one of the 32 ED emotions, {', '.join(EKMAN)}, "
+        f"or an id 0-{len(EKMAN) - 1})"
+    )

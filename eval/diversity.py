@@ -6,12 +6,24 @@ They need no model, which is why `python -m eval score` runs them in seconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Optional, Union
 
 Tokenizer = Callable[[str], Sequence]
 DEFAULT_EAD_ENCODING = "cl100k_base"
+_WHITESPACE_RUN = re.compile(r"\s+")
+
+
+def normalize_response(text: Optional[str]) -> str:
+    """TRACE's `normalize_text` (evaluation.py): strip, then collapse every whitespace run to one space."""
+    return _WHITESPACE_RUN.sub(" ", (text or "").strip())
+
+
+def normalized_corpus(responses: Sequence[Optional[str]]) -> list[str]:
+    """The responses TRACE's evaluation scores: normalised, blank ones dropped."""
+    return [t for t in map(normalize_response, responses) if t]
 
 
 def whitespace_tokens(text: str) -> list[str]:
@@ -81,14 +93,16 @@ def ead_n(
     and V the vocabulary size: the denominator is the number of distinct tokens expected from C
     uniform draws, which removes Dist's bias against long outputs. TRACE's setting (the default):
     cl100k_base token ids of the responses concatenated into one sequence, V = the encoding's
-    vocabulary size. A corpus with no n-gram scores 0.0.
+    vocabulary size, each response whitespace-normalised and blank ones dropped first (evaluation.py's
+    `normalize_text` and filter), so whitespace can never add n-grams. N-grams span response boundaries,
+    as in TRACE. A corpus with no n-gram scores 0.0.
     """
     encode, vocab = resolve_tokenizer(tokenizer, vocab_size)
     if vocab < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab}")
     ids: list = []
-    for r in responses:
-        ids.extend(encode(r or ""))
+    for r in normalized_corpus(responses):
+        ids.extend(encode(r))
     grams = ngrams(ids, n)
     total = len(grams)
     if total == 0:
@@ -109,6 +123,7 @@ def diversity_metrics(
         "ead1": ead_n(responses, 1, ead_tokenizer, ead_vocab_size),
         "ead2": ead_n(responses, 2, ead_tokenizer, ead_vocab_size),
         "n": len(responses),
+        "n_nonblank": len(normalized_corpus(responses)),
         "ead_tokenizer": ead_tokenizer
         if isinstance(ead_tokenizer, str)
         else getattr(ead_tokenizer, "__name__", "custom"),

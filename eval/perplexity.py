@@ -13,9 +13,14 @@ from typing import Any, Literal, Optional, Union
 
 from tqdm.auto import tqdm
 
+from eval.diversity import normalize_response
 from eval.stats import bootstrap_ci
 
-PplContext = Literal["response", "dialogue"]
+# What a response is conditioned on. "response": nothing, TRACE's evaluation.py `compute_ppl` (no start token
+# is added and the first token, predicted from nothing, is not scored). "document_start": the LM's
+# document-start token, so every response token is scored. "dialogue": the start token and the dialogue.
+PplContext = Literal["response", "document_start", "dialogue"]
+PPL_CONTEXTS: tuple[str, ...] = ("response", "document_start", "dialogue")
 DEFAULT_PPL_MODEL = "smollm2-135m"
 
 
@@ -43,21 +48,25 @@ def _document_start_id(tok) -> Optional[int]:
 
 
 def _encode_pairs(
-    tok, responses: Sequence[str], contexts: Optional[Sequence[str]]
+    tok, responses: Sequence[str], context: PplContext, contexts: Optional[Sequence[str]]
 ) -> list[tuple[list[int], list[int]]]:
-    """(prefix ids, response ids) per item. The prefix is the document start alone, or it + the dialogue context,
-    so every response token, the first included, is predicted from something."""
+    """(prefix ids, response ids) per item; only response tokens that have a prefix token before them are scored."""
     start = _document_start_id(tok)
     pairs = []
     for i, resp in enumerate(responses):
-        prefix = [start] if start is not None else []
-        if contexts is not None:
+        prefix = [start] if context != "response" and start is not None else []
+        if context == "dialogue":
             prefix += tok.encode(contexts[i] + "\nresponder:", add_special_tokens=False)
-        text = (resp or "").strip()
-        # after "responder:" the reply starts with a space, exactly as it would in running text
-        text = " " + text if contexts is not None and text else text
+        # TRACE normalises whitespace before scoring; a reply after "responder:" starts with a space, as in
+        # running text
+        text = normalize_response(resp)
+        text = " " + text if context == "dialogue" and text else text
         pairs.append((prefix, tok.encode(text, add_special_tokens=False) if text else []))
     return pairs
+
+
+def _scored_tokens(prefix: list[int], resp: list[int]) -> int:
+    return len(resp) if prefix else max(len(resp) - 1, 0)
 
 
 def _batch_nll(lm, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> list[float]:
@@ -65,6 +74,8 @@ def _batch_nll(lm, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> lis
     import torch
 
     width = max(len(p) + len(r) for p, r in pairs)
+    if width < 2:  # nothing is predicted from anything
+        return [0.0] * len(pairs)
     ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     labels = torch.full_like(ids, -100)
@@ -90,32 +101,33 @@ def perplexity(
     batch_size: int = 8,
     progress: bool = True,
 ) -> dict:
-    """Corpus perplexity, token-weighted: exp(total NLL / total response tokens) (Jelinek et al. 1977).
+    """Corpus perplexity, token-weighted: exp(total NLL / total scored response tokens) (Jelinek et al. 1977).
 
-    ``context="response"`` scores each response alone after the document-start token (TRACE's evaluation);
-    ``"dialogue"`` scores it after its dialogue context (``contexts[i]`` plus ``"\\nresponder:"``),
-    counting only the response tokens. ``model`` is an alias/path or an already loaded
+    ``context="response"`` is TRACE's definition: each whitespace-normalised response alone, no start
+    token added, its first token not scored. ``"document_start"`` scores every token after the LM's
+    document-start token. ``"dialogue"`` scores the response after its dialogue context (``contexts[i]``
+    plus ``"\\nresponder:"``), counting only the response tokens. ``model`` is an alias/path or an already loaded
     ``(model, tokenizer)``; a PEFT model is scored with its adapters disabled. The CI is a bootstrap
     over responses of the same token-weighted statistic. Empty responses add no tokens.
     """
     import torch
 
-    if context not in ("response", "dialogue"):
-        raise ValueError(f"ppl context must be 'response' or 'dialogue', got '{context}'")
+    if context not in PPL_CONTEXTS:
+        raise ValueError(f"ppl context must be one of {', '.join(PPL_CONTEXTS)}, got '{context}'")
     if context == "dialogue" and (contexts is None or len(contexts) != len(responses)):
         raise ValueError("ppl context 'dialogue' needs one dialogue context per response")
     name = (
         model if isinstance(model, str) else getattr(getattr(model[0], "config", None), "_name_or_path", "loaded model")
     )
     lm, tok = load_reference_lm(model) if isinstance(model, str) else model
-    pairs = _encode_pairs(tok, responses, contexts if context == "dialogue" else None)
+    pairs = _encode_pairs(tok, responses, context, contexts)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     per_item: list[tuple[float, int]] = []
     base_only = lm.disable_adapter() if hasattr(lm, "disable_adapter") else nullcontext()
     with torch.no_grad(), base_only:
         for start in tqdm(range(0, len(pairs), batch_size), desc=f"ppl ({context})", disable=not progress):
             chunk = pairs[start : start + batch_size]
-            per_item += [(nll, len(r)) for nll, (_, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
+            per_item += [(nll, _scored_tokens(p, r)) for nll, (p, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
 
     def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
         tokens = sum(t for _, t in items)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from data_prep.taxonomy import EKMAN, to_ekman
+from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
 from eval.diversity import diversity_metrics
 
 
@@ -85,8 +85,8 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
                 raise ScoreInputError(
                     f"{args.responses} row {number}: field '{args.gold_emotion_column}': {err}"
                 ) from None
-        # gold given as ED's 32 labels also yields a 32-class score; Ekman gold gives 6-class only
-        gold_fine = gold if all(g and g.strip().lower() not in EKMAN for g in gold) else None
+        # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
+        gold_fine = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
         out["i_acc"] = emotion_accuracy(
             column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine
         )
@@ -99,7 +99,7 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
     if args.ppl_model:
         from eval.perplexity import perplexity
 
-        out["ppl"] = perplexity(responses, args.ppl_model, "response")
+        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context)
     return out
 
 
@@ -112,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)"
     )
     parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
+    parser.add_argument(
+        "--ppl-context",
+        default="response",
+        choices=["response", "document_start"],
+        help="response: TRACE's PPL (no start token, first token unscored); document_start: every token "
+        "scored after the LM's document-start token",
+    )
     parser.add_argument(
         "--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)"
     )

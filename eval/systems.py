@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,6 +20,7 @@ from data_prep.dialogues import Dialogue
 from distill.trace import Trace
 from eval.cost import PeakRSS
 from eval.judge import ASPECTS
+from eval.perplexity import PplContext
 
 
 class CompareError(ValueError):
@@ -56,7 +57,7 @@ class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = "smollm2-135m"
-    context: Literal["response", "dialogue"] = "response"
+    context: PplContext = "response"
     batch_size: int = 8
 
 

@@ -30,7 +30,7 @@ CONFIG = {
 
 ANSWERS = {
     "ASIOutput": {"reasoning": "The seeker describes a loss.", "emotion": "sadness"},
-    "CAEOutput": {"triggers": ["sold"], "cause": "Something they loved is gone.", "category": "loss"},
+    "CAEOutput": {"triggers": ["sold"], "cause": "Something they loved is gone.", "category": "Loss & Failure"},
     "SRPOutput": {"reasoning": "Acknowledge the feeling first.", "strategy": "ER"},
     "ERSOutput": {"response": "That sounds really hard, I am sorry."},
 }

@@ -23,7 +23,11 @@ def teacher_outputs(d: Dialogue, emotion: str | None = None) -> dict[str, dict]:
     seeker = d.turns[-1].text
     return {
         "asi": {"reasoning": f"The seeker says: {seeker[:40]}", "emotion": emotion or d.emotion},
-        "cae": {"triggers": [seeker[:30]], "cause": f"Because of {d.situation[:40]}", "category": "daily_events"},
+        "cae": {
+            "triggers": [seeker[:30]],
+            "cause": f"Because of {d.situation[:40]}",
+            "category": "Unexpectedness & Novelty",
+        },
         "srp": {"reasoning": "They need warmth first.", "strategy": "ER"},
         "ers": {"response": f"Oh no, {seeker[:20].lower()} sounds hard."},
     }

@@ -47,7 +47,7 @@ def _hand_trace_run(
     for d in dialogues:
         outputs = {
             "asi": {"reasoning": "r", "emotion": emotion},
-            "cae": {"triggers": ["x y"], "cause": "c", "category": "loss"},
+            "cae": {"triggers": ["x y"], "cause": "c", "category": "Loss & Failure"},
             "srp": {"reasoning": "r", "strategy": "ER"},
             "ers": {"response": f"{reply} {d.id}"},
         }

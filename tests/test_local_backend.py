@@ -56,7 +56,7 @@ def test_grammar_enforces_every_schema_constraint(tiny):
     assert not _matches(g, schemas.ASIOutput, {"reasoning": "x" * 241, "emotion": "fear"})  # maxLength
     assert not _matches(g, schemas.ASIOutput, {"reasoning": "x", "emotion": "joy"})  # enum
     assert not _matches(g, schemas.ASIOutput, {"reasoning": "x"})  # required key
-    cae = {"cause": "c", "category": "loss"}
+    cae = {"cause": "c", "category": "Loss & Failure"}
     assert _matches(g, schemas.CAEOutput, {"triggers": ["a", "b"], **cae})
     assert not _matches(g, schemas.CAEOutput, {"triggers": [], **cae})  # minItems
     assert not _matches(g, schemas.CAEOutput, {"triggers": ["a", "b", "c"], **cae})  # maxItems

@@ -127,10 +127,13 @@ def _trace(i: int, emotion, category, strategy, triggers, valid=True, latency=1.
 
 
 def test_teacher_agreement_and_validity():
-    teacher = [_trace(0, "sadness", "loss", "ER", ["sold the piano"]), _trace(1, "anger", "health", "EX", ["car"])]
+    teacher = [
+        _trace(0, "sadness", "Loss & Failure", "ER", ["sold the piano"]),
+        _trace(1, "anger", "Threat & Potential Danger", "EX", ["car"]),
+    ]
     student = [
-        _trace(0, "sadness", "health", "ER", ["the piano"], valid=False),
-        _trace(1, "fear", "health", "IP", ["car"]),
+        _trace(0, "sadness", "Threat & Potential Danger", "ER", ["the piano"], valid=False),
+        _trace(1, "fear", "Threat & Potential Danger", "IP", ["car"]),
     ]
     agree = teacher_agreement(student, teacher)
     assert agree["emotion"]["value"] == 0.5 and agree["emotion"]["n"] == 2
@@ -140,7 +143,7 @@ def test_teacher_agreement_and_validity():
 
 
 def test_cost_and_speed():
-    traces = [_trace(i, "sadness", "loss", "ER", ["x"], latency=float(i + 1)) for i in range(4)]
+    traces = [_trace(i, "sadness", "Loss & Failure", "ER", ["x"], latency=float(i + 1)) for i in range(4)]
     out = cost_and_speed(traces, wall_s=2.0)
     assert out["latency_p50_s"] == 2.5 and out["throughput_dps"] == 2.0
     assert out["tokens_per_role"]["asi"] == {"prompt_per_dialogue": 100.0, "completion_per_dialogue": 10.0}
@@ -175,7 +178,9 @@ def test_perplexity_by_hand(smollm_path):
     lm = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(smollm_path)
     responses = ["That sounds hard.", "", "Wow"]
-    out = perplexity(responses, (lm, tok), batch_size=2, progress=False)
+    # the old definition, kept as an option: after <|endoftext|>, every token scored (TRACE's is in
+    # test_faithfulness.py)
+    out = perplexity(responses, (lm, tok), context="document_start", batch_size=2, progress=False)
     total_nll, total_tok = 0.0, 0
     with torch.no_grad():
         for r in ["That sounds hard.", "Wow"]:  # the empty response adds no token

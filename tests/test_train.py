@@ -25,7 +25,7 @@ from train.sft import METADATA_FILE, train_roles
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {
     "asi": lambda d: {"emotion": d.emotion},
-    "cae": lambda d: {"triggers": [d.turns[-1].text[:30]], "cause": d.situation, "category": "loss"},
+    "cae": lambda d: {"triggers": [d.turns[-1].text[:30]], "cause": d.situation, "category": "Loss & Failure"},
 }
 
 
