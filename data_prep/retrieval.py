@@ -4,9 +4,12 @@ TRACE shows those two roles a few past situations with the human listener's repl
 
 1. embed the query's situation prompt with all-MiniLM-L6-v2 (mean pooling, L2-normalised, so a dot
    product is the cosine similarity σ);
-2. **precise** search: entries with the same Ekman emotion and σ > τ;
-3. if that finds nothing, **fuzzy** search: entries with σ > τ, any emotion;
+2. **precise** search: entries with the same Ekman emotion;
+3. if that finds nothing, **fuzzy** search: entries of any emotion;
 4. return the top-k by σ.
+
+That is TRACE's `rag_handler.intelligent_search_cases` with `top_k=2` (Agent3.py, Agent4.py), which has
+no similarity threshold. The paper's text adds one (σ > τ in both searches): pass ``tau`` to get it.
 
 The index never returns an exemplar from the query's own conversation (the leakage guard), and by
 default at most one exemplar per conversation, because turns of one conversation share a situation
@@ -30,6 +33,7 @@ from data_prep.models import resolve_model
 from data_prep.taxonomy import EKMAN, to_ekman
 
 INDEX_FORMAT = 1
+TRACE_TOP_K = 2  # Agent3.py / Agent4.py: intelligent_search_cases(..., top_k=2)
 _VECTORS_FILE = "vectors.npy"
 _META_FILE = "index.json"
 
@@ -228,13 +232,14 @@ class ExemplarIndex:
         situations: Sequence[str],
         emotions: Sequence[Optional[str]],
         exclude_conv_ids: Optional[Sequence[Optional[str]]] = None,
-        k: int = 3,
-        tau: float = 0.5,
+        k: int = TRACE_TOP_K,
+        tau: Optional[float] = None,
         exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
         distinct_convs: bool = True,
     ) -> list[list[Exemplar]]:
-        """Top-k exemplars for each situation: precise (same emotion, σ > τ) if any, else fuzzy (σ > τ).
+        """Top-k exemplars for each situation: precise (same emotion) if any, else fuzzy (any emotion).
 
+        ``tau`` None (TRACE) keeps every candidate; a number keeps only σ > τ in both searches.
         ``emotions[i]`` None skips the precise search. Entries whose conv_id equals
         ``exclude_conv_ids[i]`` or whose dialogue id equals ``exclude_dialogue_ids[i]`` are never returned.
         """
@@ -250,8 +255,8 @@ class ExemplarIndex:
         vectors: np.ndarray,
         emotions: Sequence[Optional[str]],
         exclude_conv_ids: Optional[Sequence[Optional[str]]] = None,
-        k: int = 3,
-        tau: float = 0.5,
+        k: int = TRACE_TOP_K,
+        tau: Optional[float] = None,
         exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
         distinct_convs: bool = True,
     ) -> list[list[Exemplar]]:
@@ -271,7 +276,9 @@ class ExemplarIndex:
         skip_id = _lookup_codes(self._id_lookup, exclude_dialogue_ids, n)
         results = []
         for i in range(n):
-            allowed = (scores[i] > tau) & (self._conv_codes != skip_conv[i]) & (self._id_codes != skip_id[i])
+            allowed = (self._conv_codes != skip_conv[i]) & (self._id_codes != skip_id[i])
+            if tau is not None:
+                allowed &= scores[i] > tau
             precise = allowed & (self._emotion_codes == wanted[i]) if wanted[i] is not None else None
             if precise is not None and precise.any():
                 results.append(self._top_k(scores[i], precise, k, "precise", distinct_convs))
@@ -283,8 +290,8 @@ class ExemplarIndex:
         self,
         dialogues: Sequence[Dialogue],
         emotions: Optional[Sequence[Optional[str]]] = None,
-        k: int = 3,
-        tau: float = 0.5,
+        k: int = TRACE_TOP_K,
+        tau: Optional[float] = None,
         distinct_convs: bool = True,
     ) -> list[list[Exemplar]]:
         """`query` with each dialogue's situation, excluding its own conversation and id.
@@ -360,10 +367,10 @@ def _ekman(label: str, row: int, what: Optional[str] = None) -> str:
         ) from None
 
 
-def _check_query_args(n: int, emotions, exclude_conv_ids, exclude_dialogue_ids, k: int, tau: float) -> None:
+def _check_query_args(n: int, emotions, exclude_conv_ids, exclude_dialogue_ids, k: int, tau: Optional[float]) -> None:
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if not -1.0 <= float(tau) <= 1.0:
+    if tau is not None and not -1.0 <= float(tau) <= 1.0:
         raise ValueError(f"tau is a cosine similarity threshold in [-1, 1], got {tau!r}")
     for name, values in (
         ("emotions", emotions),

@@ -1,14 +1,17 @@
 """Pipeline configuration: which roles run, how they are prompted, and the TRACE/MERG/EmoStage switches.
 
-YAML files under configs/ fill these models; their keys mirror the CLI flags.
+YAML files under configs/ fill these models; their keys mirror the CLI flags. The defaults are the `trace`
+preset: TRACE's four roles, exemplar retrieval with its code's top-2 and no similarity threshold, and its
+temperatures (the registry's). Every other switch goes beyond TRACE and is off by default.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from data_prep.retrieval import TRACE_TOP_K
 from distill.roles import CORE_ROLES, STAGE_ORDER
 
 
@@ -29,8 +32,10 @@ class PipelineConfig(BaseModel):
     )
 
     rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
-    rag_k: int = Field(3, ge=1)
-    rag_tau: float = Field(0.5, description="cosine threshold for precise and fuzzy search")
+    rag_k: int = Field(TRACE_TOP_K, ge=1, description="exemplars per prompt (TRACE: 2)")
+    rag_tau: Optional[float] = Field(
+        None, ge=-1, le=1, description="cosine threshold for both searches; null = none, as in TRACE's code"
+    )
 
     prompt_style: Literal["teacher", "student"] = "teacher"
     gold_emotion: bool = Field(False, description="tell the teacher the gold emotion (STaR rationalisation)")

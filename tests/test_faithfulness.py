@@ -215,3 +215,13 @@ def test_perplexity_traces_rule_skips_the_first_token_and_adds_no_start():
     doc = perplexity(responses, (lm, tok), context="document_start", batch_size=2, progress=False)
     assert doc["tokens"] == n2 == 6 and doc["value"] == pytest.approx(math.exp(nll2 / n2), rel=1e-4)
     assert doc["value"] != pytest.approx(out["value"], rel=1e-3)
+
+
+def test_trace_temperatures_are_the_registry_defaults():
+    # Agent1-3.py call the API with temperature=0.0; the paper gives 0.5 for the synthesizer
+    assert {r: ROLES[r].temperature for r in ("asi", "cae", "srp", "ers")} == {
+        "asi": 0.0,
+        "cae": 0.0,
+        "srp": 0.0,
+        "ers": 0.5,
+    }

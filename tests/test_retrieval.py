@@ -253,3 +253,17 @@ def test_embedder_rejects_bad_batch_size_before_loading():
 
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         Embedder(batch_size=0)
+
+
+def test_trace_defaults_top2_and_no_threshold():
+    """TRACE's rag_handler: top_k=2, precise search first, fuzzy only when it is empty, no σ threshold."""
+    index, query = _toy_index(), np.array([[1.0, 0.0]], dtype=np.float32)
+    # with the default (no τ), the 80° fear entry is still a precise hit once t1 is excluded
+    [hits] = index.query_vectors(query, ["fear"], exclude_conv_ids=["conv1"])
+    assert [(h.dialogue_id, h.search) for h in hits] == [("t3#1", "precise")]
+    [hits] = index.query_vectors(query, [None])
+    assert len(hits) == 2 and [h.dialogue_id for h in hits] == ["t0#1", "t1#1"]
+    from distill.config import PipelineConfig
+
+    config = PipelineConfig()
+    assert (config.rag, config.rag_k, config.rag_tau) == (True, 2, None)
