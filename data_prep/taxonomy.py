@@ -75,11 +75,12 @@ CAUSE_DEFINITIONS: dict[str, str] = {
 STRATEGIES: tuple[str, ...] = ("ER", "IP", "EX")
 Strategy = Literal["ER", "IP", "EX"]
 STRATEGY_DEFINITIONS: dict[str, str] = {
-    "ER": "Emotional Reaction: express warmth, compassion or concern about what the seeker feels.",
-    "IP": "Interpretation: show you understand the seeker's feelings and experience by restating or relating to them.",
-    "EX": (
-        "Exploration: ask a gentle question that invites the seeker to say more about what they feel or went through."
-    ),
+    "ER": "Emotional Reaction: express the feelings reading the seeker's situation stirs in you (warmth, "
+    "compassion, concern), ideally naming them, to build rapport.",
+    "IP": "Interpretation: show you understand the feelings and experience you infer from the seeker's "
+    "situation, by naming the inferred feeling or by relating a similar experience of your own.",
+    "EX": "Exploration: ask a specific, gentle question about feelings or experiences the seeker has not "
+    "said outright, to understand them better.",
 }
 
 # MERG pragmatic plan: the four dimensions and the values each may take.

@@ -24,19 +24,8 @@ from distill.config import PipelineConfig
 from distill.roles import prompt_version
 
 # Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
-_SWITCHES = (
-    "use_asi",
-    "use_cae",
-    "use_srp",
-    "perspective",
-    "phase",
-    "plan",
-    "reflection",
-    "rag",
-    "gold_emotion",
-    "gold_response",
-    "use_adapters",
-)
+# Every on/off setting of the pipeline is a flag: the role switches (from the registry) and the rest.
+_SWITCHES = tuple(name for name, f in PipelineConfig.model_fields.items() if f.annotation is bool)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

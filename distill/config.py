@@ -9,23 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from data_prep.retrieval import TRACE_TOP_K
-from distill.roles import CORE_ROLES, STAGE_ORDER
+from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 
-class PipelineConfig(BaseModel):
+class _PipelineSettings(BaseModel):
+    """Everything but the role switches, which `PipelineConfig` adds from the registry."""
+
     model_config = ConfigDict(extra="forbid")
 
-    # TRACE's four roles run unless ablated; EmoStage/MERG roles are opt-in.
-    use_asi: bool = Field(True, description="ablation: without ASI")
-    use_cae: bool = Field(True, description="ablation: without CAE")
-    use_srp: bool = Field(True, description="ablation: without SRP")
-    perspective: bool = Field(False, description="EmoStage perspective-taking role")
-    phase: bool = Field(False, description="EmoStage counselling-phase role")
-    plan: bool = Field(False, description="MERG pragmatic plan (goal, stance, tactic, tone)")
-    reflection: bool = Field(False, description="MERG global reflection agent and refinement loop")
     max_refinements: int = Field(2, ge=0, le=5)
     later_iteration_penalty: float = Field(
         0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer"
@@ -48,22 +42,32 @@ class PipelineConfig(BaseModel):
     )
     seed: int = 0
 
+    def runs(self, role: str) -> bool:
+        switch = ROLES[role].switch
+        return switch is None or bool(getattr(self, switch))
+
     def stages(self) -> list[str]:
         """Enabled generation stages in order (gra excluded: it runs after them)."""
-        on = {
-            "asi": self.use_asi,
-            "cae": self.use_cae,
-            "srp": self.use_srp,
-            "ers": True,
-            "perspective": self.perspective,
-            "phase": self.phase,
-            "plan": self.plan,
-        }
-        return [r for r in STAGE_ORDER if on[r]]
+        return [r for r in STAGE_ORDER if self.runs(r)]
 
     def key_dict(self) -> dict[str, Any]:
         """The part of the config that changes outputs, for trace keys."""
         return self.model_dump()
 
 
-__all__ = ["PipelineConfig", "CORE_ROLES"]
+ROLE_SWITCHES: tuple[str, ...] = tuple(spec.switch for spec in ROLES.values() if spec.switch)
+
+# One bool field per switchable role, named by its registry entry: TRACE's four roles run unless
+# ablated (`use_cae: false`); the MERG and EmoStage roles are opt-in (`plan: true`).
+PipelineConfig = create_model(
+    "PipelineConfig",
+    __base__=_PipelineSettings,
+    __module__=__name__,
+    **{
+        spec.switch: (bool, Field(spec.default_on, description=spec.switch_help))
+        for spec in ROLES.values()
+        if spec.switch
+    },
+)
+
+__all__ = ["PipelineConfig", "CORE_ROLES", "ROLE_SWITCHES"]

@@ -111,6 +111,10 @@ compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + 
 `conv_id` and `key` (the trace key) link rows back to the trace run. Load with
 `datasets.load_from_disk("<this directory>")`.
 
+## Labels
+
+{_label_section(spec.schema)}
+
 ## Teacher
 
 - trace run: `{run_dir}`
@@ -144,6 +148,13 @@ Traces read: {counts.read}; kept: {counts.kept}.
 |---|---|---|
 {splits}
 """
+
+
+def _label_section(schema: type) -> str:
+    """Each closed label set the role answers with (from data_prep.taxonomy, through the schema)."""
+    props = schema.model_json_schema().get("properties", {})
+    rows = [f"- `{name}`: {', '.join(map(str, p['enum']))}" for name, p in props.items() if "enum" in p]
+    return "\n".join(rows) if rows else "This role answers in free text (no closed label set)."
 
 
 def write_card(

@@ -202,7 +202,7 @@ class Pipeline:
             temperature = max(temperature, RETRY_TEMPERATURE)
         return GenerationRequest(
             messages=messages,
-            schema=spec.schema_for(self.config.prompt_style),
+            schema=spec.schema_for(self.config.prompt_style, self.stages),
             temperature=temperature,
             max_new_tokens=spec.max_new_tokens,
             adapter=spec.name if self.config.use_adapters else None,

@@ -19,7 +19,6 @@ from distill.roles import PromptStyle, RoleSpec
 from distill.schemas import CAEOutput, GRAOutput
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
-_NULLISH = {"", "none", "null", "nil", "n/a"}
 
 
 class OutputRejected(ValueError):
@@ -46,12 +45,12 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def parse_output(spec: RoleSpec, text: str, stages: Sequence[str], style: PromptStyle = "teacher") -> BaseModel:
-    """Validate one raw answer against the role's schema for `style` (and the GRA's stage names).
+    """Validate one raw answer against the role's schema for `style` and the run's enabled `stages`.
 
     Returns the role's full schema (a student's decision-only answer is lifted into it); raises
     OutputRejected.
     """
-    schema = spec.schema_for(style)
+    schema = spec.schema_for(style, stages)
     candidate = _json_candidate(text.strip())
     if not candidate.strip():
         raise OutputRejected("empty output")
@@ -66,29 +65,7 @@ def parse_output(spec: RoleSpec, text: str, stages: Sequence[str], style: Prompt
             parsed = None
         if parsed is None:
             raise OutputRejected(_first_error(exc)) from None
-    if isinstance(parsed, GRAOutput):
-        parsed = _check_gra(parsed, stages)
     return spec.from_student(parsed)
-
-
-def _check_gra(out: GRAOutput, stages: Sequence[str]) -> GRAOutput:
-    """The GRA may only judge stages that ran; a made-up stage name would send the rerun nowhere."""
-    checks = []
-    for check in out.checks:
-        name = check.stage.strip().lower()  # 'ASI' and 'asi' name the same stage
-        if name not in stages:
-            raise OutputRejected(f"field 'checks.stage': '{check.stage}' is not an enabled stage ({', '.join(stages)})")
-        checks.append(check.model_copy(update={"stage": name}))
-    failure = out.earliest_failure
-    if failure is not None:
-        failure = failure.strip().lower()
-        if failure in _NULLISH:
-            failure = None
-        elif failure not in stages:
-            raise OutputRejected(
-                f"field 'earliest_failure': '{out.earliest_failure}' is not an enabled stage ({', '.join(stages)})"
-            )
-    return out.model_copy(update={"checks": checks, "earliest_failure": failure})
 
 
 def trigger_warnings(out: BaseModel, dialogue: Dialogue) -> list[str]:

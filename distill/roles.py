@@ -8,7 +8,7 @@ so the prompt a student is trained on is byte-for-byte the prompt it sees at inf
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -16,16 +16,9 @@ from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
-from data_prep.taxonomy import (
-    CAUSE_DEFINITIONS,
-    EKMAN_DEFINITIONS,
-    PHASE_DEFINITIONS,
-    PLAN_DIMENSIONS,
-    STRATEGY_DEFINITIONS,
-)
-from distill import schemas
+from distill import schemas, teacher_prompts
 
-PROMPT_VERSION = "v1"  # the teacher renderer
+PROMPT_VERSION = "v2"  # the teacher renderer: v2 follows TRACE's agent specifications
 # The student renderer and the student's answer format: v2 = classification roles answer with the
 # decision alone (`RoleSpec.student_schema`). Adapters record the version they were trained on.
 STUDENT_PROMPT_VERSION = "v2"
@@ -55,18 +48,28 @@ class RoleSpec:
     max_new_tokens: int
     task: str  # the teacher's instruction for this role
     uses_exemplars: bool = False
-    optional: bool = False
+    # The PipelineConfig switch that runs this role (a bool field derived from the registry), its
+    # default and help; None = always runs. `stage=False`: runs after the stages (the reflection audit).
+    switch: Optional[str] = None
+    default_on: bool = True
+    switch_help: str = ""
+    stage: bool = True
     # What the student answers, when it is less than `schema`: the decision without the rationale.
     # A 135M student that writes the teacher's rationale first conditions its label on its own weak
     # rationale: in the real-data experiment its asi scored 0.41 I-ACC that way and 0.56 trained on
     # the decision alone (same 465 examples), and the shorter answer is cheaper to train and decode.
     student_schema: Optional[type[BaseModel]] = None
+    # A schema that depends on the run's enabled stages (the reflection audit names only those).
+    stage_schema: Optional[Callable[[tuple[str, ...]], type[BaseModel]]] = None
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
 
-    def schema_for(self, style: PromptStyle) -> type[BaseModel]:
-        """The schema this style answers with: the student's reduced one where the role has one."""
+    def schema_for(self, style: PromptStyle, stages: Sequence[str] = ()) -> type[BaseModel]:
+        """The schema this style answers with: the student's reduced one where the role has one, or the
+        one built for the run's enabled ``stages`` where the role's depends on them."""
+        if self.stage_schema is not None and stages:
+            return self.stage_schema(tuple(stages))
         return self.student_schema if style == "student" and self.student_schema is not None else self.schema
 
     def student_target(self, answer: BaseModel) -> BaseModel:
@@ -129,10 +132,7 @@ def _upstream_lines(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
 
 def _exemplar_block(exemplars: list[Exemplar]) -> str:
     rows = [f"- situation: {e.situation}\n  emotion: {e.emotion}\n  listener reply: {e.response}" for e in exemplars]
-    return (
-        "Examples of how human listeners replied in similar situations (mirror their tone, do not copy):\n"
-        + "\n".join(rows)
-    )
+    return "Retrieved cases: how human listeners replied in similar situations:\n" + "\n".join(rows)
 
 
 def _schema_hint(schema: type[BaseModel]) -> str:
@@ -140,13 +140,39 @@ def _schema_hint(schema: type[BaseModel]) -> str:
     return f"Answer with one JSON object with the keys {fields} and nothing else."
 
 
+def _briefing(spec: RoleSpec, inp: RoleInput) -> str:
+    """Which earlier agents ran and what each produced, as TRACE tells every later agent."""
+    ran = [name for name in spec.inputs if name in inp.upstream]
+    if not ran:
+        return ""
+    lines = [f"- the {ROLES[name].title} {teacher_prompts.BRIEFS[name]}." for name in ran]
+    return "Earlier agents in this team:\n" + "\n".join(lines)
+
+
+def _case_file(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
+    """The earlier agents' decisions, grouped under each agent's title."""
+    blocks = []
+    for name in wanted:
+        lines = _upstream_lines(inp, (name,))
+        if lines:
+            blocks.append(f"From the {ROLES[name].title}:\n" + "\n".join(f"- {line}" for line in lines))
+    return blocks
+
+
 def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
-    """Full instructions, label definitions, exemplars and (optionally) gold guidance."""
-    system = f"You are the {spec.title} in a team of agents that writes empathetic replies.\n{spec.task}"
-    parts = [f"Situation: {inp.dialogue.situation}", f"Dialogue:\n{inp.dialogue.render_context()}"]
-    up = _upstream_lines(inp, spec.inputs)
-    if up:
-        parts.append("Analysis so far:\n" + "\n".join(up))
+    """Full instructions, label definitions, the briefing on earlier agents, exemplars and gold guidance.
+
+    Like TRACE's agents, the teacher sees the dialogue, not ED's situation prompt (the seeker's own
+    description, which often names the emotion); the situation is only the retrieval query.
+    """
+    system = "\n\n".join(
+        p for p in (f"You are the {spec.title} in a team of agents that writes empathetic replies.", spec.task) if p
+    )
+    parts = [f"Dialogue:\n{inp.dialogue.render_context()}"]
+    briefing = _briefing(spec, inp)
+    if briefing:
+        parts.insert(0, briefing)
+        parts += _case_file(inp, spec.inputs)
     if spec.uses_exemplars and inp.exemplars:
         parts.append(_exemplar_block(inp.exemplars))
     if inp.gold_emotion:
@@ -173,112 +199,62 @@ def render_student(spec: RoleSpec, inp: RoleInput) -> Messages:
 
 
 # --- the registry ------------------------------------------------------------------------------
+# Order is stage order. A new role is a schema plus one entry here: stages, config switches and CLI flags
+# derive from it.
 
-
-def _defs(d: dict[str, str]) -> str:
-    return "\n".join(f"- {k}: {v}" for k, v in d.items())
-
-
-_PLAN_TEXT = "\n".join(f"- {dim}: one of {', '.join(vals)}" for dim, vals in PLAN_DIMENSIONS.items())
+_ALL_BEFORE_ERS = ("asi", "cae", "caef", "perspective", "phase", "srp", "plan")
 
 ROLES: dict[str, RoleSpec] = {
-    "asi": RoleSpec(
-        "asi",
-        "Affective State Identifier",
-        schemas.ASIOutput,
-        (),
-        0.0,
-        96,
-        "Identify the seeker's dominant emotion as one of Ekman's six:\n"
-        + _defs(EKMAN_DEFINITIONS)
-        + "\nGive a short reasoning that cites cues in the seeker's words, then the emotion.",
-        student_schema=schemas.ASIDecision,
-    ),
-    "cae": RoleSpec(
-        "cae",
-        "Causal Analysis Engine",
-        schemas.CAEOutput,
-        ("asi",),
-        0.0,
-        128,
-        "Find why the seeker feels this way. Quote 1-2 short trigger spans verbatim from the seeker's turns, "
-        "summarise the cause in one sentence, and pick one cause category:\n" + _defs(CAUSE_DEFINITIONS),
-    ),
-    "perspective": RoleSpec(
-        "perspective",
-        "Perspective Taker",
-        schemas.PerspectiveOutput,
-        ("asi", "cae"),
-        0.0,
-        128,
-        "Take the seeker's perspective: describe their psychological state and the support they need, "
-        "one short sentence each.",
-        optional=True,
-    ),
-    "phase": RoleSpec(
-        "phase",
-        "Counselling Phase Recogniser",
-        schemas.PhaseOutput,
-        ("asi",),
-        0.0,
-        16,
-        "Decide which counselling phase the conversation is in:\n" + _defs(PHASE_DEFINITIONS),
-        optional=True,
-    ),
-    "srp": RoleSpec(
-        "srp",
-        "Strategic Response Planner",
-        schemas.SRPOutput,
-        ("asi", "cae", "perspective", "phase"),
-        0.0,
-        96,
-        "Choose the communication strategy for the reply:\n"
-        + _defs(STRATEGY_DEFINITIONS)
-        + "\nGive a short reasoning, then the strategy.",
-        uses_exemplars=True,
-        student_schema=schemas.SRPDecision,
-    ),
-    "plan": RoleSpec(
-        "plan",
-        "Pragmatic Planner",
-        schemas.PlanOutput,
-        ("asi", "cae", "phase", "srp"),
-        0.0,
-        80,
-        "Plan the reply along four pragmatic dimensions:\n" + _PLAN_TEXT,
-        optional=True,
-    ),
-    "ers": RoleSpec(
-        "ers",
-        "Empathetic Response Synthesizer",
-        schemas.ERSOutput,
-        ("asi", "cae", "perspective", "phase", "srp", "plan"),
-        0.5,
-        96,
-        "Write the listener's next turn: one or two sentences that follow the chosen strategy, weave in a "
-        "concrete detail from the trigger spans, and speak directly to the seeker.",
-        uses_exemplars=True,
-    ),
-    "gra": RoleSpec(
-        "gra",
-        "Global Reflection Agent",
-        schemas.GRAOutput,
-        ("asi", "cae", "perspective", "phase", "srp", "plan", "ers"),
-        0.0,
-        256,
-        "Audit the analysis stages in order. For each stage say whether it passed: the emotion fits the "
-        "dialogue, the cause is grounded in the seeker's words, the strategy suits the emotion, and the "
-        "reply is empathetic, specific and consistent with the plan. Name the earliest failed stage "
-        "(or null) and give a one-sentence correction for it.",
-        optional=True,
-    ),
-}
-STAGE_ORDER: tuple[str, ...] = ("asi", "cae", "perspective", "phase", "srp", "plan", "ers")
-CORE_ROLES: tuple[str, ...] = ("asi", "cae", "srp", "ers")
-
-
-def get_role(name: str) -> RoleSpec:
-    try:
-        return ROLES[name]
-    except KeyError:
-        raise ValueError(f"unknown role '{name}' (known: {', '.join(ROLES)})") from None
+    spec.name: spec
+    for spec in (
+        RoleSpec(
+            "asi", "Affective State Identifier", schemas.ASIOutput, (), 0.0, 96, teacher_prompts.ASI_TASK,
+            student_schema=schemas.ASIDecision,
+            switch="use_asi", switch_help="TRACE's emotion identifier (false ablates it)",
+        ),
+        RoleSpec(
+            "cae", "Causal Analysis Engine", schemas.CAEOutput, ("asi",), 0.0, 128, teacher_prompts.CAE_TASK,
+            switch="use_cae", switch_help="TRACE's cause analysis (false ablates it)",
+        ),
+        RoleSpec(
+            "caef", "Consistency-Aware Emotion Forecaster", schemas.CAEFOutput, ("asi", "cae"), 0.0, 112,
+            teacher_prompts.CAEF_TASK,
+            switch="caef", default_on=False, switch_help="MERG's consistency-aware emotion forecast",
+        ),
+        RoleSpec(
+            "perspective", "Perspective Taker", schemas.PerspectiveOutput, ("asi", "cae"), 0.0, 128,
+            teacher_prompts.PERSPECTIVE_TASK,
+            switch="perspective", default_on=False, switch_help="EmoStage perspective-taking role",
+        ),
+        RoleSpec(
+            "phase", "Counselling Phase Recogniser", schemas.PhaseOutput, ("asi",), 0.0, 16,
+            teacher_prompts.PHASE_TASK,
+            switch="phase", default_on=False, switch_help="EmoStage counselling-phase role",
+        ),
+        RoleSpec(
+            "srp", "Strategic Response Planner", schemas.SRPOutput, ("asi", "cae", "perspective", "phase"), 0.0,
+            96, teacher_prompts.SRP_TASK,
+            uses_exemplars=True, student_schema=schemas.SRPDecision,
+            switch="use_srp", switch_help="TRACE's strategy planner (false ablates it)",
+        ),
+        RoleSpec(
+            "plan", "Pragmatic Planner", schemas.PlanOutput, ("asi", "cae", "caef", "phase", "srp"), 0.0, 80,
+            teacher_prompts.PLAN_TASK,
+            switch="plan", default_on=False, switch_help="MERG pragmatic plan (goal, stance, tactic, tone)",
+        ),
+        RoleSpec(
+            "ers", "Empathetic Response Synthesizer", schemas.ERSOutput, _ALL_BEFORE_ERS, 0.5, 96,
+            teacher_prompts.ERS_TASK,
+            uses_exemplars=True,
+        ),
+        RoleSpec(
+            "gra", "Global Reflection Agent", schemas.GRAOutput, (*_ALL_BEFORE_ERS, "ers"), 0.0, 256,
+            teacher_prompts.GRA_TASK,
+            stage_schema=schemas.audit_schema, stage=False,
+            switch="reflection", default_on=False,
+            switch_help="MERG global reflection agent and refinement loop",
+        ),
+    )
+}  # fmt: skip
+STAGE_ORDER: tuple[str, ...] = tuple(name for name, spec in ROLES.items() if spec.stage)
+CORE_ROLES: tuple[str, ...] = ("asi", "cae", "srp", "ers")  # TRACE's four: the quickstart's and train's default

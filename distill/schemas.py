@@ -6,9 +6,10 @@ completion token costs training and inference time.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from data_prep.taxonomy import CauseCategory, Ekman, Phase, Strategy
 
@@ -39,6 +40,15 @@ class CAEOutput(_Strict):
     )
     cause: str = Field(max_length=200, description="one-sentence cause summary")
     category: CauseCategory
+
+
+class CAEFOutput(_Strict):
+    """MERG's consistency-aware emotion forecast: the emotion the reply should carry, checked against the
+    perceived emotion and the evidence."""
+
+    reasoning: str = Field(max_length=240, description="why this emotion fits the seeker's emotion and its cause")
+    forecast: Ekman = Field(description="the emotion the reply should carry")
+    consistent: bool = Field(description="the forecast agrees with the perceived emotion and the evidence")
 
 
 class SRPOutput(_Strict):
@@ -81,3 +91,23 @@ class GRAOutput(_Strict):
     checks: list[StageCheck] = Field(max_length=8)
     earliest_failure: Optional[str] = Field(default=None, description="the first failed stage, or null if all passed")
     correction: str = Field(default="", max_length=240, description="what the failed stage should fix")
+
+
+@lru_cache(maxsize=64)
+def audit_schema(stages: tuple[str, ...]) -> type[GRAOutput]:
+    """`GRAOutput` whose stage names are an enum of the run's enabled stages.
+
+    With a free string, the embedded teacher named stages that do not exist ('survey'), every audit was
+    rejected and no stage was ever rerun; an enum lets constrained decoding produce only real stages.
+    """
+    if not stages:
+        raise ValueError("an audit needs at least one enabled stage")
+    stage = Literal[stages]  # Literal over a tuple of strings is the enum of those strings
+    suffix = "_".join(stages)
+    check = create_model(f"StageCheck_{suffix}", __base__=StageCheck, stage=(stage, ...))
+    return create_model(
+        f"GRAOutput_{suffix}",
+        __base__=GRAOutput,
+        checks=(list[check], Field(max_length=len(stages))),
+        earliest_failure=(Optional[stage], Field(default=None, description="the first failed stage, or null")),
+    )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 from data_prep.taxonomy import to_ekman
 from distill.config import PipelineConfig
-from distill.roles import ROLES, STAGE_ORDER, build_role_input
+from distill.roles import ROLES, build_role_input
 from distill.trace import Trace
 
 SPLITS = ("train", "validation")
@@ -86,10 +86,10 @@ def enabled_roles(traces: Sequence[Trace]) -> list[str]:
     for t in traces:
         try:
             config = PipelineConfig.model_validate(t.config)
-            on.update(config.stages() + (["gra"] if config.reflection else []))
+            on.update(r for r in ROLES if config.runs(r))
         except ValidationError:
             on.update(t.outputs)  # a config from another version: trust what was actually produced
-    return [r for r in (*STAGE_ORDER, "gra") if r in on]
+    return [r for r in ROLES if r in on]
 
 
 def validation_conv_ids(conv_ids: Sequence[str], eval_fraction: float, seed: int) -> set[str]:

@@ -267,14 +267,20 @@ def test_parse_output_rules():
         parse_output(asi, '{"reasoning": "x", "emotion": "joy"}', ["asi"])
     with pytest.raises(ValueError, match="truncated JSON"):
         parse_output(asi, '{"reasoning": "x", "emo', ["asi"])
-    with pytest.raises(ValueError, match="'plan' is not an enabled stage"):
+    # the audit's stage names are an enum of the run's enabled stages
+    with pytest.raises(ValueError, match="field 'checks.0.stage'"):
         parse_output(
             gra, '{"checks": [{"stage": "plan", "passed": false}], "earliest_failure": "plan"}', ["asi", "ers"]
         )
+    with pytest.raises(ValueError, match="field 'earliest_failure'"):
+        parse_output(gra, '{"checks": [], "earliest_failure": "survey"}', ["asi", "ers"])
     audit = parse_output(
-        gra, '{"checks": [{"stage": "asi", "passed": true}], "earliest_failure": "none"}', ["asi", "ers"]
+        gra, '{"checks": [{"stage": "asi", "passed": true}], "earliest_failure": null}', ["asi", "ers"]
     )
     assert audit.earliest_failure is None
+    schema = gra.schema_for("teacher", ["asi", "ers"]).model_json_schema()
+    stage_enum = schema["$defs"][schema["properties"]["checks"]["items"]["$ref"].split("/")[-1]]["properties"]
+    assert stage_enum["stage"]["enum"] == ["asi", "ers"]
 
 
 def test_student_answers_the_decision_alone_and_traces_keep_one_schema():
