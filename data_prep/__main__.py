@@ -22,9 +22,12 @@ SKIPPED_FILE = "skipped.jsonl"
 
 
 def _ratios(text: str) -> tuple[float, float, float]:
-    parts = [float(p) for p in text.split(",")]
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError("give three comma-separated numbers, e.g. 0.8,0.1,0.1")
+    try:
+        parts = [float(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or any(p < 0 for p in parts) or sum(parts) <= 0:
+        raise argparse.ArgumentTypeError("give three non-negative numbers with a positive sum, e.g. 0.8,0.1,0.1")
     return parts[0], parts[1], parts[2]
 
 
@@ -71,24 +74,33 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _write_skip_report(out: Path, skipped: list) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / SKIPPED_FILE, "w", encoding="utf-8") as handle:
+        for record in skipped:
+            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+    print(f"skipped {len(skipped)} invalid rows/conversations: see {out / SKIPPED_FILE}", file=sys.stderr)
+
+
 def run_dialogues(args: argparse.Namespace) -> int:
     from data_prep.loaders import load_dialogues, save_dialogues, split_dialogues
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(str(out), None, None, "--out exists and is not a directory")
     loaded = load_dialogues(args.source, fmt=args.format, skip_invalid=args.skip_invalid)
     if loaded.has_splits:
         splits = loaded.splits
     else:
         splits = split_dialogues(loaded.splits["all"], seed=args.seed, ratios=args.split_ratios)
     if not any(splits.values()):
+        if loaded.skipped:  # every row was bad: the report says why, and nothing else is written
+            _write_skip_report(out, loaded.skipped)
         raise DataError(str(args.source), None, None, "no valid dialogues to write")
-    out = Path(args.out)
     save_dialogues(splits, out)
     (out / SKIPPED_FILE).unlink(missing_ok=True)  # never leave an earlier run's report beside new output
     if loaded.skipped:
-        with open(out / SKIPPED_FILE, "w", encoding="utf-8") as handle:
-            for record in loaded.skipped:
-                handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-        print(f"skipped {len(loaded.skipped)} invalid rows/conversations: see {out / SKIPPED_FILE}", file=sys.stderr)
+        _write_skip_report(out, loaded.skipped)
     for name, dialogues in splits.items():
         counts = Counter(d.emotion for d in dialogues)
         convs = len({d.conv_id for d in dialogues})

@@ -15,9 +15,10 @@ silently.
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -84,13 +85,21 @@ def check_columns(columns: Iterable[str], fmt: str, file: str) -> None:
             raise DataError(file, 1, col, f"missing column '{col}' (needed by the {fmt} format)")
 
 
+def raise_csv_field_limit() -> None:
+    """Let one CSV field be as long as a Python string can be: the csv module's default of 131,072
+    characters ends the read of a file with one long field in a `_csv.Error` traceback."""
+    csv.field_size_limit(2**31 - 1)
+
+
 def read_csv_rows(path: Path) -> tuple[list[str], Iterator[Row]]:
     """Header and (row_number, dict) rows of a CSV; row 1 is the header, as in a spreadsheet.
 
     Rows with more fields than the header (the ED release has some) keep the header's columns and
     drop the overflow; undecodable bytes are reported by `clean_field` with their row and column.
     """
-    handle = open(path, encoding="utf-8", errors="surrogateescape", newline="")
+    raise_csv_field_limit()
+    # utf-8-sig: a BOM is dropped before the csv module sees the header, so a quoted first name still parses
+    handle = open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")
     reader = csv.reader(handle)
     try:
         header = [h.strip().lstrip("\ufeff") for h in next(reader)]
@@ -110,6 +119,11 @@ def read_csv_rows(path: Path) -> tuple[list[str], Iterator[Row]]:
                 yield number, dict(zip(header, fields + [None] * (len(header) - len(fields))))
 
     return header, rows()
+
+
+def undecodable(text: str) -> bool:
+    """True when `text` holds bytes that were not UTF-8 (kept as surrogates by `read_csv_rows`)."""
+    return bool(_SURROGATE.search(text))
 
 
 def clean_field(value, file: str, row: int, column: str, *, required: bool = True) -> str:
@@ -167,9 +181,13 @@ def _ed_conversations(rows: Iterable[Row], file: str, skipped: Optional[list]) -
             skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
             bad_convs.add(conv_id)  # a conversation with a hole in it would give a wrong context
             continue
-        utterances, _ = convs.setdefault(
-            conv_id, ([], {"fine": fine, "ekman": ekman, "situation": situation, "row": number})
+        utterances, meta = convs.setdefault(
+            conv_id, ([], {"fine": fine, "ekman": ekman, "situation": situation, "row": number, "seen": {}})
         )
+        first = meta["seen"].setdefault(int(index_text), number)
+        if first != number:  # a repeated row would add its turn to the context a second time
+            _skip_duplicate(skipped, file, number, f"utterance_idx {index_text} of '{conv_id}'", first)
+            continue
         utterances.append(_EDUtterance(number, int(index_text), text))
     for conv_id, (utterances, meta) in convs.items():
         if conv_id in bad_convs:
@@ -180,6 +198,16 @@ def _ed_conversations(rows: Iterable[Row], file: str, skipped: Optional[list]) -
             )
             continue
         yield conv_id, sorted(utterances, key=lambda u: u.index), meta
+
+
+def _skip_duplicate(skipped: Optional[list], file: str, row: int, what: str, first_row: int) -> None:
+    """Duplicates are dropped whether or not invalid rows are skipped, and always reported: in the skip
+    report under --skip-invalid, else as a warning line."""
+    record = SkippedRecord(file, row, None, f"duplicate of row {first_row} ({what}): dropped")
+    if skipped is not None:
+        skipped.append(record)
+    else:
+        print(f"warning: {record.file} row {row}: {record.reason}", file=sys.stderr)
 
 
 def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None) -> list[Dialogue]:
@@ -235,7 +263,7 @@ def _trace_turns(text: str, file: str, row: int) -> list[Turn]:
     return turns
 
 
-def _trace_row(number: int, raw: dict, file: str, example_id: str) -> Dialogue:
+def _trace_row(number: int, raw: dict, file: str, id_prefix: str) -> Dialogue:
     turns = _trace_turns(clean_field(raw.get("utterances"), file, number, "utterances"), file, number)
     situation = clean_field(raw.get("prompt"), file, number, "prompt")
     label = clean_field(raw.get("emotion_id"), file, number, "emotion_id")
@@ -246,6 +274,7 @@ def _trace_row(number: int, raw: dict, file: str, example_id: str) -> Dialogue:
     else:  # also accept an Ekman or ED name, which some re-exports write instead of the index
         fine, emotion = _fine_and_ekman(label, file, number, "emotion_id")
     gold = clean_field(raw.get("gold_response"), file, number, "gold_response")
+    example_id = content_id(situation, turns, id_prefix)
     return Dialogue(
         id=example_id,
         conv_id=example_id,
@@ -257,18 +286,38 @@ def _trace_row(number: int, raw: dict, file: str, example_id: str) -> Dialogue:
     )
 
 
+def content_id(situation: str, turns: Sequence[Turn], prefix: str = "trace") -> str:
+    """A conversation id from its situation and utterances, so two files never give one id to different
+    dialogues and the same dialogue gets the same id in every file (positional ids collided across
+    files). The situation is part of it because short openings ("seeker: I'm so happy!") recur across
+    conversations."""
+    lines = [" ".join(situation.split())] + [f"{t.speaker}: {' '.join(t.text.split())}" for t in turns]
+    return f"{prefix}-{hashlib.sha256(chr(10).join(lines).encode('utf-8')).hexdigest()[:16]}"
+
+
 def trace_dialogues(
     rows: Iterable[Row], file: str, skipped: Optional[list] = None, id_prefix: str = "trace"
 ) -> list[Dialogue]:
-    """Dialogues from TRACE-prepared rows, one per row, ids '<id_prefix>-<k>' for the k-th data row from 0."""
+    """Dialogues from TRACE-prepared rows, one per row, ids from content (`content_id`).
+
+    A row whose dialogue already appeared is dropped and reported, so no conversation can land in
+    two splits.
+    """
     out: list[Dialogue] = []
-    for k, (number, raw) in enumerate(rows):
+    first_row: dict[str, int] = {}
+    for number, raw in rows:
         try:
-            out.append(_trace_row(number, raw, file, f"{id_prefix}-{k}"))
+            dialogue = _trace_row(number, raw, file, id_prefix)
         except DataError as err:
             if skipped is None:
                 raise
             skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+            continue
+        first = first_row.setdefault(dialogue.conv_id, number)
+        if first != number:
+            _skip_duplicate(skipped, file, number, "same situation and utterances", first)
+            continue
+        out.append(dialogue)
     return out
 
 

@@ -72,7 +72,7 @@ def _progress(rows, desc: str):
 
 
 def _rows_to_dialogues(
-    header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list], id_prefix: str
+    header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list], id_prefix: str = "trace"
 ) -> list[Dialogue]:
     if fmt == "auto":
         fmt = detect_format(header, file)
@@ -126,7 +126,6 @@ def _from_datasets(obj, name: str, fmt: str, skipped: Optional[list]) -> dict[st
                 fmt,
                 label,
                 skipped,
-                id_prefix=f"trace-{split}" if split != "all" else "trace",
             )
     return splits
 
@@ -180,7 +179,7 @@ def load_dialogues(source: str | Path, fmt: str = "auto", skip_invalid: bool = F
                 None,
                 "directory holds neither train.csv/valid.csv/test.csv nor a `datasets` save_to_disk copy",
             )
-        splits = {split: read_csv(p, fmt, skipped, id_prefix=f"trace-{split}") for split, p in files.items()}
+        splits = {split: read_csv(p, fmt, skipped) for split, p in files.items()}
     elif str(source).endswith(".csv") or str(source).startswith((".", "/", "~")):
         raise DataError(str(source), None, None, "no such file or directory")
     else:

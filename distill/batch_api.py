@@ -327,14 +327,22 @@ def _inputs(state: dict[str, Any]):
     return dialogues, index
 
 
+class BatchInputError(ValueError):
+    """A batch command cannot start: the message says which input and why."""
+
+
+# What `data_prep.commands` reports as one line (exit 2) instead of a traceback.
+USER_ERRORS = (ValueError, FileNotFoundError)
+
+
 def _start_state(args: argparse.Namespace) -> dict[str, Any]:
-    import yaml
+    from distill.cli_generate import load_config
 
     if not (args.config and args.dialogues):
-        raise SystemExit("batch submit: --config and --dialogues are required")
-    config = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-    if (config.get("backend") or {}).get("type") != "openai":
-        raise SystemExit(f"{args.config}: field 'backend.type' must be 'openai' for the Batch API")
+        raise BatchInputError("batch submit: --config and --dialogues are required")
+    config = load_config(args.config)  # the same validated loader as `distill generate`
+    if config["backend"].get("type") != "openai":
+        raise BatchInputError(f"{args.config}: field 'backend.type' must be 'openai' for the Batch API")
     return {
         "config": config,
         "dialogues": str(Path(args.dialogues).resolve()),
@@ -353,7 +361,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out)
     if args.action == "submit":
         if (run_dir / BATCH_DIR / "state.json").exists():
-            raise SystemExit(f"{run_dir / BATCH_DIR / 'state.json'} exists: use `batch poll --out {run_dir}` to resume")
+            raise BatchInputError(
+                f"{run_dir / BATCH_DIR / 'state.json'} exists: use `batch poll --out {run_dir}` to resume"
+            )
         state = _start_state(args)
         save_state(run_dir, state)
     else:
@@ -381,5 +391,5 @@ def _api_key(env: str) -> str:
 
     key = os.environ.get(env)
     if not key:
-        raise SystemExit(f"the Batch API needs an API key in the environment variable {env}")
+        raise BatchInputError(f"the Batch API needs an API key in the environment variable {env}")
     return key

@@ -59,8 +59,9 @@ def load_config(path: str) -> dict[str, Any]:
     """The YAML as a dict with a `backend` mapping and an optional `pipeline` mapping."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read config ({exc})") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc).splitlines()[0]
+        raise ValueError(f"{path}: cannot read config ({reason})") from None
     if not isinstance(data, dict) or not isinstance(data.get("backend"), dict):
         raise ValueError(f"{path}: field 'backend' must be a mapping with a 'type'")
     unknown = set(data) - {"backend", "pipeline"}

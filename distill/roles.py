@@ -213,7 +213,7 @@ ROLES: dict[str, RoleSpec] = {
             switch="use_asi", switch_help="TRACE's emotion identifier (false ablates it)",
         ),
         RoleSpec(
-            "cae", "Causal Analysis Engine", schemas.CAEOutput, ("asi",), 0.0, 128, teacher_prompts.CAE_TASK,
+            "cae", "Causal Analysis Engine", schemas.CAEOutput, ("asi",), 0.0, 192, teacher_prompts.CAE_TASK,
             switch="use_cae", switch_help="TRACE's cause analysis (false ablates it)",
         ),
         RoleSpec(
@@ -243,7 +243,7 @@ ROLES: dict[str, RoleSpec] = {
             switch="plan", default_on=False, switch_help="MERG pragmatic plan (goal, stance, tactic, tone)",
         ),
         RoleSpec(
-            "ers", "Empathetic Response Synthesizer", schemas.ERSOutput, _ALL_BEFORE_ERS, 0.5, 96,
+            "ers", "Empathetic Response Synthesizer", schemas.ERSOutput, _ALL_BEFORE_ERS, 0.5, 128,
             teacher_prompts.ERS_TASK,
             uses_exemplars=True,
         ),

@@ -14,22 +14,42 @@ nothing). Bad requests get a 4xx with an OpenAI-style error body, never a 500.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
+import os
 import time
 import uuid
 from contextlib import asynccontextmanager
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from distill.backends.base import GenerationRequest
 from distill.serve_batcher import RequestBatcher
+from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, ServeGuard
+
+# Fields of OpenAI's chat API that would change the answer and that this server does not implement: a
+# request that sets one is refused, as OpenAI refuses what a model cannot do, never silently ignored.
+UNSUPPORTED_FIELDS = (
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "logprobs", "top_logprobs",
+    "logit_bias", "stop", "audio", "modalities", "prediction",
+)  # fmt: skip
+SEED_MAX = 2**63 - 1  # the decoder seeds a torch.Generator, which takes a signed 64-bit value
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: str
+
+    @field_validator("content")
+    @classmethod
+    def _encodable(cls, text: str) -> str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(f"not valid Unicode text: lone surrogate at character {err.start}") from None
+        return text
 
 
 class ChatRequest(BaseModel):
@@ -38,12 +58,24 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=0, le=SEED_MAX)
     n: int = Field(1, ge=1, le=1, description="one choice per request")
     stream: Literal[False] = False
     response_format: Optional[dict[str, Any]] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unsupported(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            used = [name for name in UNSUPPORTED_FIELDS if data.get(name) not in (None, False, [], {})]
+            if used:
+                raise ValueError(f"'{used[0]}' is not supported by this server")
+            if data.get("top_p") not in (None, 1, 1.0):
+                raise ValueError("top_p other than 1 is not supported by this server (use temperature)")
+        return data
 
 
 class BadRequest(Exception):
@@ -161,8 +193,12 @@ def create_app(
     max_input_tokens: int = 2048,
     max_new_tokens_cap: int = 1024,
     batch_window_ms: float = 10.0,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    api_key: Optional[str] = None,
 ):
-    """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names)."""
+    """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names).
+
+    With `api_key`, every route but /health needs `Authorization: Bearer <api_key>`."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -177,6 +213,7 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="trace-distill serve", lifespan=lifespan)
+    app.add_middleware(ServeGuard, max_body_bytes=max_body_bytes, api_key=api_key)
 
     def error(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> JSONResponse:
         counters["bad_requests"] += status < 500
@@ -226,7 +263,8 @@ def _add_routes(app, state: ServeState, batcher: RequestBatcher, counters: dict,
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest):
-        request = state.to_generation_request(body)
+        # tokenizing a long prompt takes a while: off the event loop, so other clients are not held up
+        request = await asyncio.to_thread(state.to_generation_request, body)
         batcher.stats.by_model[body.model] += 1
         batcher.stats.by_prompt[prompt_digest(body.model, request.messages)] += 1
         try:
@@ -256,7 +294,24 @@ def _add_routes(app, state: ServeState, batcher: RequestBatcher, counters: dict,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2-135m", help="base model: alias, local path or hub id")
     parser.add_argument("--adapters", default=None, help="directory of role adapters (one subdirectory per role)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on. 127.0.0.1 (the default) answers this machine only; 0.0.0.0 answers every "
+        "network interface, so anyone who can reach the machine can use the model: set --api-key-env then",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="require 'Authorization: Bearer <key>' (what the OpenAI client sends), the key read from this "
+        "environment variable; /health stays open",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="larger request bodies get a 413 before they are read",
+    )
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch", type=int, default=16, help="requests generated together")
     parser.add_argument("--batch-window-ms", type=float, default=10.0, help="how long to wait for a batch to fill")
@@ -265,10 +320,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16 or float32")
 
 
+USER_ERRORS = (ValueError,)  # reported as one line by data_prep.commands
+
+
+def _api_key(env_name: Optional[str]) -> Optional[str]:
+    if not env_name:
+        return None
+    key = os.environ.get(env_name, "").strip()
+    if not key:
+        raise ValueError(f"--api-key-env {env_name}: that environment variable is unset or empty")
+    return key
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from distill.backends.local import LocalBackend
+
+    api_key = _api_key(args.api_key_env)
 
     backend = LocalBackend(
         model=args.model,
@@ -285,6 +354,8 @@ def run(args: argparse.Namespace) -> int:
         max_input_tokens=args.max_input_tokens,
         max_new_tokens_cap=args.max_new_tokens,
         batch_window_ms=args.batch_window_ms,
+        max_body_bytes=args.max_body_bytes,
+        api_key=api_key,
     )
     print(
         f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "

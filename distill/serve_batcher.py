@@ -3,7 +3,8 @@
 HTTP handlers put (request, future) pairs on an asyncio queue. One worker takes the first pair,
 keeps collecting for a few milliseconds or until `max_batch` pairs are waiting, groups them by
 what must be uniform inside one local `generate` (the adapter), and runs each group in a worker
-thread so the event loop keeps accepting requests meanwhile. Only one `generate` runs at a time:
+thread so the event loop keeps accepting requests meanwhile. When a group's `generate` fails, each of
+its requests is retried alone, so a request that breaks the decoder fails by itself. Only one `generate` runs at a time:
 the model is a single shared object and CPU throughput comes from batching, not from threads.
 """
 
@@ -99,15 +100,20 @@ class RequestBatcher:
 
     async def _generate(self, group: list[_Pending]) -> None:
         started = time.perf_counter()
+        failure: Optional[Exception] = None
         try:
             results = await asyncio.to_thread(self.backend.generate, [p.request for p in group])
-        except Exception as exc:  # a backend fault fails this group's requests, never the server
-            for p in group:
-                if not p.future.done():
-                    p.future.set_exception(exc)
-            return
+        except Exception as exc:  # a backend fault fails requests, never the server
+            failure = exc
         finally:
             self.stats.busy_s += time.perf_counter() - started
+        if failure is not None:
+            if len(group) > 1:  # one bad request must not fail the others: each alone, only the culprit fails
+                for p in group:
+                    await self._generate([p])
+            elif not group[0].future.done():
+                group[0].future.set_exception(failure)
+            return
         self.stats.batches += 1
         self.stats.requests += len(group)
         self.stats.largest_batch = max(self.stats.largest_batch, len(group))

@@ -12,12 +12,12 @@ when a gold column is given, PPL only with ``--ppl-model``. The metrics JSON goe
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
 from eval.diversity import diversity_metrics
 
@@ -43,11 +43,16 @@ def read_rows(path: str) -> list[dict[str, Any]]:
             if not isinstance(row, dict):
                 raise ScoreInputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)
+        if not rows:
+            raise ScoreInputError(f"{path}: no rows to score")
         return rows
     if file.suffix.lower() != ".csv":
         raise ScoreInputError(f"{path}: expected a .csv or .jsonl file")
-    with open(file, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    _, rows = read_csv_rows(file)
+    found = [row for _, row in rows]
+    if not found:
+        raise ScoreInputError(f"{path}: no rows to score")
+    return found
 
 
 def column(rows: list[dict[str, Any]], name: str, path: str, required: bool = True) -> list[Optional[str]]:
@@ -60,6 +65,8 @@ def column(rows: list[dict[str, Any]], name: str, path: str, required: bool = Tr
         value = row.get(name)
         if value is None and required:
             raise ScoreInputError(f"{path} row {number}: field '{name}' is missing")
+        if value is not None and undecodable(str(value)):
+            raise ScoreInputError(f"{path} row {number}: field '{name}': non-UTF-8 bytes (save the file as UTF-8)")
         values.append(None if value is None else str(value))
     return values
 
@@ -128,6 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.out and Path(args.out).is_dir():
+            raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
         metrics = score_rows(read_rows(args.responses), args)
     except ScoreInputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -122,13 +122,28 @@ class SystemRun:
     memory_method: Optional[str] = None
 
 
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
 def check_index_disjoint(index, test: Sequence[Dialogue], index_dir: str) -> None:
-    """The exemplar memory must never hold a test conversation (it would leak the gold reply)."""
+    """The exemplar memory must never hold a test conversation (it would leak the gold reply).
+
+    Checked by id and by content (the same situation and reply), so a copy of a test conversation under
+    another id is caught too, and two files whose ids merely look alike are not refused.
+    """
     leaked = sorted(index.conv_ids & {d.conv_id for d in test})
     if leaked:
         raise CompareError(
             f"index {index_dir}: contains {len(leaked)} test conversation(s), e.g. conv_id "
             f"'{leaked[0]}'; build the index from the train split only"
+        )
+    held = {(_squash(e.situation), _squash(e.response)) for e in index.entries}
+    copies = [d for d in test if (_squash(d.situation), _squash(d.gold_response or "")) in held]
+    if copies:
+        raise CompareError(
+            f"index {index_dir}: holds the situation and gold reply of {len(copies)} test dialogue(s) under "
+            f"other ids, e.g. '{copies[0].id}'; build the index from data without the test conversations"
         )
 
 

@@ -347,3 +347,23 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
         assert len(rows) == len(ok)  # every complete trace gives one row per role; its dialogue makes it unique
         card = (tmp_path / "sft" / role / "README.md").read_text()
         assert '"model": "smollm2-135m"' in card and backend.model_path in card
+
+
+def test_caef_role_runs_when_switched_on_and_gets_its_own_dataset(tiny_dialogues):
+    """MERG's emotion forecast: one registry entry; plan/ers read it; it is distilled like any role."""
+    config = PipelineConfig(caef=True)
+    assert config.stages() == ["asi", "cae", "caef", "srp", "ers"] and not PipelineConfig().runs("caef")
+    forecast = {"reasoning": "Sympathy fits a loss.", "forecast": "sadness", "consistent": True}
+    traces = [make_trace(d, {**teacher_outputs(d), "caef": forecast}, config=config) for d in tiny_dialogues[:4]]
+    built = build_role_datasets(traces, options=DatasetOptions(eval_fraction=0.0))
+    assert sorted(built) == sorted([*CORE_ROLES, "caef"])
+    row = built["caef"]["train"][0]
+    assert json.loads(row["completion"][0]["content"]) == forecast
+    ers_prompt = built["ers"]["train"][0]["prompt"][1]["content"]
+    assert "forecast: sadness" in ers_prompt and "consistent: True" in ers_prompt
+    teacher = ROLES["ers"].render(
+        RoleInput(dialogue=tiny_dialogues[0], upstream={"caef": ROLES["caef"].schema(**forecast)}), "teacher"
+    )
+    assert "From the Consistency-Aware Emotion Forecaster:\n- forecast: sadness" in teacher[1]["content"]
+    audit = ROLES["gra"].schema_for("teacher", config.stages()).model_json_schema()
+    assert "caef" in json.dumps(audit["$defs"])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections import Counter, defaultdict
 
 import pytest
 
 from data_prep import taxonomy
 from data_prep.__main__ import main
-from data_prep.ed_formats import DataError
+from data_prep.ed_formats import DataError, content_id
 from data_prep.loaders import (
     SAMPLE_PATH,
     SPLITS,
@@ -137,8 +138,9 @@ def test_ed_directory_keeps_its_splits(tmp_path):
 
 def test_trace_csv_one_example_per_row(tmp_path):
     dialogues = read_csv(write_trace(tmp_path / "trace.csv"))
-    assert [d.id for d in dialogues] == ["trace-0", "trace-1"]
-    assert [d.conv_id for d in dialogues] == ["trace-0", "trace-1"]
+    assert [d.id for d in dialogues] == [content_id(d.situation, d.turns) for d in dialogues]
+    assert [d.conv_id for d in dialogues] == [d.id for d in dialogues]
+    assert all(re.fullmatch(r"trace-[0-9a-f]{16}", d.id) for d in dialogues)
     assert [d.emotion for d in dialogues] == ["anger", "happiness"]
     assert dialogues[0].emotion_fine is None
     assert [t.speaker for t in dialogues[0].turns] == ["seeker", "responder", "seeker"]
@@ -388,3 +390,40 @@ def test_index_command_embeds_the_train_split(tmp_path, capsys):
     assert hits and all(h.conv_id != train[0].conv_id for h in hits)
     assert main(["index", "--dialogues", str(tmp_path / "missing"), "--out", str(index_dir)]) == 2
     assert "not a dialogues directory" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- duplicates, ids across files, long fields
+
+
+def test_trace_duplicates_are_dropped_and_reported_so_no_conversation_spans_splits(tmp_path, capsys):
+    rows = TRACE_ROWS + TRACE_ROWS + [TRACE_ROWS[0]]  # every row repeated
+    path = write_trace(tmp_path / "dup.csv", rows)
+    dialogues = read_csv(path)
+    assert len(dialogues) == len(TRACE_ROWS) and len({d.conv_id for d in dialogues}) == len(TRACE_ROWS)
+    assert capsys.readouterr().err.count("duplicate of row") == len(TRACE_ROWS) + 1
+    skipped: list = []
+    read_csv(path, skipped=skipped)
+    assert [(r.row, r.reason.split(" (")[0]) for r in skipped][0] == (2 + len(TRACE_ROWS), "duplicate of row 2")
+
+
+def test_ed_duplicate_rows_do_not_double_the_context(tmp_path):
+    lines = ed_lines()
+    path = write_lines(tmp_path / "train.csv", lines[:1] + lines[1:] + lines[1:3])  # two rows again
+    clean = read_csv(write_lines(tmp_path / "clean.csv", lines))
+    doubled = read_csv(path, skipped=(skipped := []))
+    assert dumps(doubled) == dumps(clean) and len(skipped) == 2
+
+
+def test_trace_ids_come_from_content_so_files_never_collide(tmp_path):
+    first = read_csv(write_trace(tmp_path / "a.csv", TRACE_ROWS[:1]))
+    second = read_csv(write_trace(tmp_path / "b.csv", TRACE_ROWS[1:2]))
+    again = read_csv(write_trace(tmp_path / "c.csv", TRACE_ROWS[1:2] + TRACE_ROWS[:1]))
+    assert first[0].conv_id != second[0].conv_id  # both were 'trace-0' when ids were row positions
+    assert [d.conv_id for d in again] == [second[0].conv_id, first[0].conv_id]
+
+
+def test_fields_over_the_csv_default_limit_load(tmp_path):
+    long_reply = "so " * 70_000  # 210,000 characters: over csv's default 131,072
+    row = {**TRACE_ROWS[0], "gold_response": long_reply}
+    [dialogue] = read_csv(write_trace(tmp_path / "long.csv", [row]))
+    assert dialogue.gold_response == long_reply.strip()

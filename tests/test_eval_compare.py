@@ -138,8 +138,10 @@ def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
 
 
 def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogues):
-    from data_prep.retrieval import build_index
+    from data_prep.retrieval import ExemplarIndex, build_index
+    from eval.systems import check_index_disjoint
 
+    load_index = ExemplarIndex.load
     build_index(tiny_dialogues[:2]).save(tmp_path / "leaky-index")
     run_dir = _hand_trace_run(tmp_path / "run", tiny_dialogues[:4])
     cfg = {
@@ -148,6 +150,15 @@ def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogu
         "systems": [{"name": "teacher", "traces": run_dir}],
     }
     assert "contains 2 test conversation(s), e.g. conv_id 'tiny0'" in _run_bad(tmp_path, capsys, cfg)
+    # the same conversations under other ids (another file, another id scheme) are caught by content
+    copies = [d.model_copy(update={"id": f"other{i}#1", "conv_id": f"other{i}"}) for i, d in enumerate(tiny_dialogues)]
+    build_index(copies[:2]).save(tmp_path / "copied-index")
+    cfg["index"] = str(tmp_path / "copied-index")
+    assert "holds the situation and gold reply of 2 test dialogue(s)" in _run_bad(tmp_path, capsys, cfg)
+    # ...while different conversations with look-alike ids are not refused
+    build_index(copies[4:]).save(tmp_path / "clean-index")
+    cfg["index"] = str(tmp_path / "clean-index")
+    check_index_disjoint(load_index(tmp_path / "clean-index"), tiny_dialogues[:4], "clean-index")
 
 
 def _tiny_adapters(smollm_path: str, out: Path) -> str:

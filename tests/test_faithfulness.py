@@ -225,3 +225,53 @@ def test_trace_temperatures_are_the_registry_defaults():
         "srp": 0.0,
         "ers": 0.5,
     }
+
+
+# --- MERG's reflection on real dialogues ------------------------------------------------------------
+
+
+class FirstAuditFaults:
+    """The embedded model answers every request; the first audit of each dialogue is then replaced by
+    one that faults `cae`. The embedded 135M teacher's own audits are valid now that stage names are an
+    enum, but it passes every stage, so the rerun path needs an audit that flags one."""
+
+    FLAG = '{"checks":[{"stage":"asi","passed":true},{"stage":"cae","passed":false}],"earliest_failure":"cae",'
+    FLAG += '"correction":"Quote the seeker\'s own words as the trigger."}'
+
+    def __init__(self, inner):
+        self.inner, self.name, self.model = inner, inner.name, inner.model
+        self.audited: set[str] = set()
+
+    def generate(self, requests, progress=None):
+        results = self.inner.generate(requests, progress)
+        for request, result in zip(requests, results):
+            dialogue = request.messages[-1]["content"]
+            if "Global Reflection Agent" in request.messages[0]["content"] and dialogue not in self.audited:
+                self.audited.add(dialogue)
+                result.text = self.FLAG
+        return results
+
+    def describe(self):
+        return self.inner.describe()
+
+
+@pytest.mark.slow
+def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
+    from data_prep.loaders import load_dialogues
+    from distill.backends.local import LocalBackend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+
+    dialogues = load_dialogues(shared_ed_csv).splits["all"][:3]
+    config = PipelineConfig(caef=True, plan=True, reflection=True, rag=False, max_attempts=2, max_refinements=1)
+    backend = FirstAuditFaults(LocalBackend("smollm2-135m", batch_size=16))
+    traces = Pipeline(config, backend).run(dialogues, progress=False)
+    stages = config.stages()
+    for trace in traces:
+        assert trace.status == "ok", trace.failure
+        audits = [s for s in trace.steps if s.role == "gra"]
+        assert [s.iteration for s in audits] == [0, 1] and all(s.valid for s in audits)
+        assert audits[1].parsed["earliest_failure"] in (None, *stages)  # the model's own audit, enum-valid
+        rerun = [s for s in trace.steps if s.iteration == 1 and s.role != "gra"]
+        assert [s.role for s in rerun] == stages[stages.index("cae") :]  # from the faulted stage on
+        assert "Quote the seeker's own words" in rerun[0].messages[1]["content"]

@@ -80,7 +80,7 @@ def test_full_trace_pipeline_is_stage_batched_and_schema_valid(backend, tiny_dia
         _assert_schema_valid(trace, config.stages())
         assert [s.role for s in trace.steps] == ["asi", "cae", "srp", "ers"]
         srp_prompt = trace.steps[2].messages[1]["content"]
-        assert "Examples of how human listeners replied" in srp_prompt
+        assert "Retrieved cases: how human listeners replied" in srp_prompt
         assert f"- situation: {trace.dialogue.situation}" not in srp_prompt  # never its own conversation
         assert trace.key == Pipeline(config, counting).key(trace.dialogue)
     # Stage by stage: the first call carries all 8 ASI requests, and no call mixes roles.
@@ -156,7 +156,7 @@ def test_rag_off_shows_no_exemplars_and_gold_guidance_is_prompted_and_recorded(b
     assert trace.gold_guidance.emotion and trace.gold_guidance.response
     for step in trace.steps:
         prompt = step.messages[1]["content"]
-        assert "Examples of how human listeners" not in prompt
+        assert "Retrieved cases:" not in prompt
         assert "the seeker's true emotion is sadness" in prompt
         assert "the human listener actually replied: That sounds like a lot to take in." in prompt
     # Without guidance the same role input renders without those lines, and student prompts never show them.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from data_prep.commands import USER_ERRORS
 from train.config import ConfigError
 
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
 
         train_roles(cfg)
         return 0
-    except ConfigError as err:
+    except (ConfigError, *USER_ERRORS) as err:
         # Bad input is one line naming the file and field, never a traceback.
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

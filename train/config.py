@@ -186,6 +186,41 @@ def read_yaml(path: str | Path) -> dict:
     return {key.replace("-", "_"): value for key, value in data.items()}
 
 
+_TRISTATE = ("bf16", "completion_head")  # declared str, but YAML's true/false are welcome too
+_AT_LEAST = {
+    "r": 1, "alpha": 1, "batch_size": 1, "grad_accum": 1, "max_length": 8, "logging_steps": 1,
+    "save_total_limit": 1, "max_steps": -1, "max_tokens_budget": 0, "save_steps": 0, "num_threads": 0,
+    "dataloader_num_workers": 0, "weight_decay": 0, "warmup_ratio": 0, "dropout": 0,
+}  # fmt: skip
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def check_values(cfg: TrainConfig, source: str) -> None:
+    """Types and ranges of every option, before any model is loaded; errors name the source and field."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")  # HfArgumentParser resolves
+        wanted = _TYPES.get(type_name, ())
+        wrong_bool = isinstance(value, bool) and bool not in wanted
+        if f.name not in _TRISTATE and wanted and (wrong_bool or not isinstance(value, wanted)):
+            raise ConfigError(f"{source}: field '{f.name}': expected {type_name}, got {value!r}")
+        if f.name in _AT_LEAST and value < _AT_LEAST[f.name]:
+            raise ConfigError(f"{source}: field '{f.name}': must be >= {_AT_LEAST[f.name]}, got {value!r}")
+    if not cfg.model.strip():
+        raise ConfigError(f"{source}: field 'model': empty")
+    if cfg.max_steps <= 0 and cfg.epochs <= 0:
+        raise ConfigError(f"{source}: field 'epochs': must be > 0 when max_steps is not set, got {cfg.epochs!r}")
+    if not (cfg.learning_rate > 0 and cfg.dropout < 1 and cfg.warmup_ratio <= 1):
+        raise ConfigError(f"{source}: learning_rate must be > 0, dropout < 1 and warmup_ratio <= 1")
+    from transformers import SchedulerType
+
+    schedulers = [s.value for s in SchedulerType]
+    if cfg.lr_scheduler_type not in schedulers:
+        raise ConfigError(
+            f"{source}: field 'lr_scheduler_type': unknown '{cfg.lr_scheduler_type}' (known: {', '.join(schedulers)})"
+        )
+
+
 def parse_config(argv: list[str], prog: str = "python -m train") -> TrainConfig:
     """`--config file.yaml` sets the defaults, flags override them (HfArgumentParser, TrlParser-style)."""
     argv = list(argv)
@@ -196,15 +231,18 @@ def parse_config(argv: list[str], prog: str = "python -m train") -> TrainConfig:
         epilog="--config FILE.yaml sets defaults from a YAML file whose keys are these flags; "
         "flags on the command line override it. `python -m train export --help` for export.",
     )
+    source = "command line"
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise ConfigError("--config needs a YAML file path")
         parser.set_defaults(**read_yaml(argv[i + 1]))
+        source = f"{argv[i + 1]} (or its command-line overrides)"
         del argv[i : i + 2]
     cfg, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if extra:
         raise ConfigError(f"unknown arguments: {' '.join(extra)}")
+    check_values(cfg, source)
     cfg.role_list()  # validate early, before any model is loaded
     cfg.use_bf16()
     cfg.use_completion_head()
@@ -218,6 +256,7 @@ def config_from_dict(values: dict, source: str = "<dict>") -> TrainConfig:
         if key not in known:
             raise ConfigError(f"{source}: unknown key '{key}'")
     cfg = TrainConfig(**values)
+    check_values(cfg, source)
     cfg.role_list()
     cfg.use_bf16()
     cfg.use_completion_head()

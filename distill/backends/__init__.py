@@ -30,8 +30,8 @@ def make_backend(cfg: dict[str, Any], **extra: Any) -> Backend:
     backend_class = getattr(importlib.import_module(module_name), class_name)
     try:
         return backend_class(**options, **extra)
-    except TypeError as exc:  # an unknown or missing option: name it instead of showing a traceback
-        raise ValueError(f"backend '{kind}': {exc}") from None
+    except TypeError as exc:  # an unknown or missing option, or a value of the wrong type: name it
+        raise ValueError(f"backend '{kind}': {exc} (options given: {', '.join(sorted(options)) or 'none'})") from None
 
 
 __all__ = ["Backend", "BACKEND_TYPES", "GenerationRequest", "GenerationResult", "make_backend"]

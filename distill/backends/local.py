@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from pydantic import validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_model
@@ -97,6 +98,7 @@ class LocalBackend:
 
     name = "local"
 
+    @validate_call  # a YAML value of the wrong type is named here, before any model loads
     def __init__(
         self,
         model: str = "smollm2-135m",
