@@ -6,6 +6,7 @@ schema-valid JSON), so faults and retries are cheap; the trace-format test uses 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -361,3 +362,10 @@ def test_generate_cli_max_cost_stops_cleanly(tiny_server, tiny_dialogues, tmp_pa
     )
     assert code == 3 and "--max-cost $0.0100" in capsys.readouterr().err
     assert tiny_server.metrics()["requests"] == before and not TraceStore(tmp_path / "run").read()[0]
+
+
+def test_credentials_in_base_url_never_reach_the_run_description():
+    url = "https://alice:sk-secret@proxy.example.com:8443/v1?api_key=sk-query"
+    desc = OpenAIBackend(model="gpt-4o", base_url=url, api_key_env="TD_NO_SUCH_KEY_SET").describe()
+    assert desc["base_url"] == "https://<redacted>@proxy.example.com:8443/v1?api_key=<redacted>"
+    assert "sk-" not in json.dumps(desc) and "alice" not in json.dumps(desc)

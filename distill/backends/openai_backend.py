@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Optional
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import openai
 from aiolimiter import AsyncLimiter
@@ -99,6 +100,19 @@ def _describe_exc(exc: BaseException) -> str:
     return "malformed response"
 
 
+def redact_url(url: Optional[str]) -> Optional[str]:
+    """`url` without credentials: user:password@ and query values (an `?api_key=` would otherwise land in
+    run.json and on dataset cards)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = ("<redacted>@" if parts.username or parts.password else "") + host
+    netloc += f":{parts.port}" if parts.port else ""
+    query = "&".join(f"{k}=<redacted>" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
 def schema_for_api(schema: type[BaseModel], strict: bool) -> tuple[dict[str, Any], bool]:
     """The `response_format.json_schema` body for a pydantic model, and whether strict mode holds."""
     full = schema.model_json_schema()
@@ -140,7 +154,7 @@ class OpenAIBackend:
 
     def describe(self) -> dict[str, Any]:
         desc = self.config.model_dump(exclude={"prices"})
-        desc.update(backend=self.name, response_format_used=self._format)
+        desc.update(backend=self.name, response_format_used=self._format, base_url=redact_url(self.config.base_url))
         return desc
 
     # --- public, synchronous -------------------------------------------------------------------
