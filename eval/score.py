@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     text = json.dumps(metrics, indent=2, ensure_ascii=False)
     print(text)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(text + "\n", encoding="utf-8")
+        except OSError as err:
+            print(f"error: {args.out}: cannot write the metrics JSON ({err.strerror})", file=sys.stderr)
+            return 2
     return 0

@@ -98,6 +98,7 @@ CASES = [
     ("distill", "datasets --traces {empty_dir} --out {out}", "empty_dir"),
     ("distill", "datasets --traces {traces} --out {out}", "traces"),
     ("distill", "datasets --traces {traces} --roles wizard --out {out}", "wizard"),
+    ("distill", "datasets --traces {missing_dir} --out {existing_file}", "missing_dir"),
     ("distill", "serve --model smollm2-135n", "smollm2-135n"),
     ("distill", "serve --model smollm2-135m --adapters {missing_dir}", "missing_dir"),
     ("distill", "batch submit --config {missing.yaml} --dialogues {empty_dir} --out {out}", "missing.yaml"),
@@ -121,6 +122,7 @@ CASES = [
     ("eval", "score --responses {bom_quoted.csv} --column nope", "nope"),
     ("eval", "score --responses {bom_quoted.csv} --column response --ppl-model smollm2-135n", "smollm2-135n"),
     ("eval", "score --responses {bom_quoted.csv} --column response --out {empty_dir}", "empty_dir"),
+    ("eval", "score --responses {bom_quoted.csv} --column response --out {existing_file}/m.json", "existing_file"),
     ("eval", "compare --config {missing.yaml} --out {out}", "missing.yaml"),
     ("eval", "compare --config {bad.yaml} --out {out}", "bad.yaml"),
     ("eval", "compare --config {eval_unknown.yaml} --out {out}", "colour"),
@@ -148,3 +150,14 @@ def test_bad_input_exits_nonzero_with_one_line(tmp_path, capsys, monkeypatch, di
     assert "Traceback" not in output
     assert needle in output, output
     assert {p: p.read_bytes() for p in before} == before  # nothing that existed was changed
+
+
+def test_a_quoted_header_after_a_bom_reads_and_an_all_bad_file_still_gets_its_skip_report(tmp_path, capsys):
+    files = _files(tmp_path)
+    assert eval_cli.main(["score", "--responses", str(files["bom_quoted.csv"]), "--column", "response"]) == 0
+    assert '"n": 1' in capsys.readouterr().out
+    out = tmp_path / "out"
+    code = data_prep_cli.main(
+        ["dialogues", "--source", str(files["badlabel.csv"]), "--skip-invalid", "--out", str(out)]
+    )
+    assert code == 2 and "joyous" in (out / "skipped.jsonl").read_text()

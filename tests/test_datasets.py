@@ -224,8 +224,12 @@ def test_cli_writes_loadable_datasets_with_cards(tiny_dialogues, tmp_path, capsy
         f"| validation | {dd['validation'].num_rows} | `{dd['validation']._fingerprint}` |",
         "gold guidance shown to the teacher: emotion no, response no",
         '"use_cae": true',
+        "- `emotion`: anger, fear, disgust, happiness, sadness, surprise",
     ):
         assert expected in card, expected
+    cae_card = (tmp_path / "sft" / "cae" / "README.md").read_text()  # TRACE's six antecedent-event categories
+    assert "- `category`: Social Connection & Affection, Conflict & Injustice, Loss & Failure, " in cae_card
+    assert "Achievement & Success, Threat & Potential Danger, Unexpectedness & Novelty" in cae_card
 
 
 def test_cli_reports_a_damaged_run_and_still_builds(tiny_dialogues, tmp_path, capsys):
