@@ -1,7 +1,8 @@
 """What a teacher run costs: a price table, per-call cost estimates and a spending cap.
 
 Prices are USD per 1M tokens, looked up by model id. The defaults cover OpenAI's gpt-4o family;
-anything served by yourself (vLLM, Ollama, `distill serve`) costs 0. A YAML `prices:` block
+anything else counts as free in reports (self-hosted: vLLM, Ollama, `distill serve`), but `--max-cost`
+refuses a model with no known price, because the cap could never trip. A YAML `prices:` block
 overrides or extends the table. `CostGuard` is the `--max-cost` check: the OpenAI backend asks it
 before every request, and once the next call could pass the cap it stops sending and the generate
 CLI ends the run cleanly with every finished trace kept. eval imports `estimate_cost` for its
@@ -54,13 +55,18 @@ def price_table(overrides: Optional[Mapping[str, object]] = None) -> dict[str, P
     return table
 
 
-def lookup_price(model: str, table: Optional[Mapping[str, Price]] = None) -> Price:
-    """Exact id first, then the longest known prefix (dated snapshots), else free (self-hosted)."""
+def known_price(model: str, table: Optional[Mapping[str, Price]] = None) -> Optional[Price]:
+    """Exact id first, then the longest known prefix (dated snapshots); None when the table has neither."""
     table = DEFAULT_PRICES if table is None else table
     if model in table:
         return table[model]
     prefixes = [m for m in table if model.startswith(m)]
-    return table[max(prefixes, key=len)] if prefixes else FREE
+    return table[max(prefixes, key=len)] if prefixes else None
+
+
+def lookup_price(model: str, table: Optional[Mapping[str, Price]] = None) -> Price:
+    """`known_price`, or free: the cost column of a report for self-hosted models."""
+    return known_price(model, table) or FREE
 
 
 def estimate_cost(
@@ -85,6 +91,14 @@ class CostGuard:
     spent: float = 0.0
     tripped: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def require_price(self, model: str) -> None:
+        """With a cap, an unpriced model would count as free and the cap would never trip: refuse it."""
+        if self.max_cost is not None and known_price(model, self.table) is None:
+            raise ValueError(
+                f"--max-cost: no price is known for model '{model}', so the cap could never trip; give its "
+                f"prices in the backend config (prices: {{{model}: {{input: X, output: Y}}}}, USD per 1M tokens)"
+            )
 
     def reserve(self, model: str, prompt_tokens: int, max_completion_tokens: int) -> bool:
         """True if a call of this size still fits under the cap; False trips the guard for good."""

@@ -40,6 +40,8 @@ def _files(root: Path) -> dict[str, Path]:
         "wrong_types.yaml": b"backend: {type: local, model: smollm2-135m, batch_size: many}\n",
         "unknown_key.yaml": b"backend: {type: local, model: smollm2-135m}\npipeline: {use_everything: true}\n",
         "bad_backend.yaml": b"backend: {type: carrier-pigeon}\n",
+        # nothing listens on port 9: a request that got out would fail there, not at the price check
+        "gpt5.yaml": b"backend: {type: openai, model: gpt-5, base_url: 'http://127.0.0.1:9/v1', api_key_env: NO_KEY}\n",
         "train_r0.yaml": b"r: 0\n",
         "train_rlist.yaml": b"r: [1, 2]\n",
         "train_bs0.yaml": b"batch_size: 0\n",
@@ -94,6 +96,7 @@ CASES = [
     ("distill", "generate --config {wrong_types.yaml} --dialogues {dialogues} --out {out}", "batch_size"),
     ("distill", "generate --config {unknown_key.yaml} --dialogues {dialogues} --out {out}", "use_everything"),
     ("distill", "generate --config {bad_backend.yaml} --dialogues {dialogues} --out {out}", "carrier-pigeon"),
+    ("distill", "generate --config {gpt5.yaml} --dialogues {dialogues} --max-cost 5 --out {out}", "no price is known"),
     ("distill", "datasets --traces {missing_dir} --out {out}", "missing_dir"),
     ("distill", "datasets --traces {empty_dir} --out {out}", "empty_dir"),
     ("distill", "datasets --traces {traces} --out {out}", "traces"),

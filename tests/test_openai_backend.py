@@ -191,9 +191,10 @@ def test_json_schema_rejection_falls_back_to_json_object(tiny_server):
 
 @pytest.mark.slow
 def test_max_cost_stops_before_sending(tiny_server, tiny_dialogues):
-    guard = CostGuard(max_cost=0.001, table=price_table({"priced": {"input": 1000.0, "output": 1000.0}}))
+    # the served model priced like a paid API (an unpriced model is refused under a cap)
+    served = _base_name(tiny_server.url)
+    guard = CostGuard(max_cost=0.001, table=price_table({served: {"input": 1000.0, "output": 1000.0}}))
     backend = _backend(tiny_server.url, cost_guard=guard)
-    backend.model = "priced"  # priced like a paid API; the server itself answers as its base model
     before = tiny_server.metrics()["requests"]
     with pytest.raises(CostLimitReached, match="--max-cost"):
         Pipeline(PipelineConfig(**STUDENT_CORE), backend).run(tiny_dialogues[:2], progress=False)
@@ -369,3 +370,14 @@ def test_credentials_in_base_url_never_reach_the_run_description():
     desc = OpenAIBackend(model="gpt-4o", base_url=url, api_key_env="TD_NO_SUCH_KEY_SET").describe()
     assert desc["base_url"] == "https://<redacted>@proxy.example.com:8443/v1?api_key=<redacted>"
     assert "sk-" not in json.dumps(desc) and "alice" not in json.dumps(desc)
+
+
+def test_max_cost_needs_a_price_for_the_model():
+    from distill.pricing import CostGuard, price_table
+
+    with pytest.raises(ValueError, match="no price is known for model 'o3-mini'"):
+        OpenAIBackend(model="o3-mini", cost_guard=CostGuard(max_cost=5.0))
+    priced = CostGuard(max_cost=5.0, table=price_table({"o3-mini": {"input": 1.1, "output": 4.4}}))
+    backend = OpenAIBackend(model="o3-mini", cost_guard=priced)
+    assert backend.cost_guard.reserve("o3-mini", 1_000_000, 0) and priced.spent == pytest.approx(1.1)
+    assert OpenAIBackend(model="o3-mini").cost_guard.max_cost is None  # no cap: unpriced is fine (reports say $0)

@@ -150,6 +150,7 @@ class OpenAIBackend:
         self.config = OpenAIBackendConfig(**config)
         self.model = self.config.model
         self.cost_guard = cost_guard or CostGuard(table=price_table(self.config.prices))
+        self.cost_guard.require_price(self.model)
         self._format = self.config.response_format  # may fall back to json_object once per instance
 
     def describe(self) -> dict[str, Any]:
