@@ -20,22 +20,30 @@ def bertscore(
     model: str = DEFAULT_BERTSCORE_MODEL,
     num_layers: Optional[int] = None,
     batch_size: int = 32,
+    keep_items: bool = False,
 ) -> dict:
     """BERTScore P/R/F1 (Zhang et al. 2020) of each candidate vs its gold reply, with bootstrap CIs.
 
     Uses ``bert_score.score`` with a local encoder directory as ``model_type`` (no hub), no IDF and no
     baseline rescaling. ``num_layers`` defaults to all of the encoder's layers (6 for MiniLM); the
     papers use roberta-large at layer 17. Pairs without a reference are skipped; n counts the rest;
-    an empty candidate scores 0.
+    an empty candidate scores 0. ``keep_items`` adds each candidate's F1 (None without a reference),
+    for paired comparisons.
     """
     from transformers import AutoConfig
 
     from data_prep.models import resolve_model
 
-    pairs = [(c or "", r) for c, r in zip(candidates, references) if r and r.strip()]
+    has_ref = [bool(r and r.strip()) for r in references]
+    pairs = [(c or "", r) for c, r, ok in zip(candidates, references, has_ref) if ok]
     empty = {k: mean_with_ci([]) for k in ("precision", "recall", "f1")}
     if not pairs:
-        return {**empty, "model": model, "num_layers": num_layers}
+        return {
+            **empty,
+            "model": model,
+            "num_layers": num_layers,
+            **({"items": [None] * len(has_ref)} if keep_items else {}),
+        }
     path = resolve_model(model)
     layers = num_layers or AutoConfig.from_pretrained(path).num_hidden_layers
     import bert_score
@@ -63,4 +71,11 @@ def bertscore(
         "model": model,
         "num_layers": layers,
         "empty_candidates": len(pairs) - len(scored),
+        **({"items": _spread(f_all, has_ref)} if keep_items else {}),
     }
+
+
+def _spread(values: list[float], has_ref: list[bool]) -> list[Optional[float]]:
+    """Scores of the scored pairs back in candidate order, None where there was no reference."""
+    it = iter(values)
+    return [next(it) if ok else None for ok in has_ref]

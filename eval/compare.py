@@ -22,7 +22,8 @@ from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
 from eval.diversity import diversity_metrics
-from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from eval.paired import human_gold, paired_comparisons, per_dialogue
+from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
 REPORT_JSON = "report.json"
@@ -81,8 +82,9 @@ def load_index(config: CompareConfig, test: Sequence[Dialogue], config_file: str
 
 def score_system(
     run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun], reference_lm
-) -> dict[str, Any]:
-    """Every metric for one system on the test dialogues (its traces are in test order)."""
+) -> tuple[dict[str, Any], dict[str, list]]:
+    """Every metric for one system on the test dialogues (its traces are in test order), and the
+    per-dialogue values the paired comparisons resample."""
     from eval.bertscore import bertscore
     from eval.perplexity import perplexity
 
@@ -94,20 +96,20 @@ def score_system(
         "n": len(test),
         "failed_traces": sum(t.status == "failed" for t in run.traces),
         "empty_responses": sum(not r.strip() for r in responses),
+        "length_words": mean_with_ci([len(r.split()) for r in responses]),
         "diversity": diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size),
     }
+    extras: dict[str, list] = {}
     if config.ppl is not None:
         contexts = [d.render_context() for d in test]
-        result["ppl"] = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size)
-        result["ppl"]["model"] = config.ppl.model
+        ppl = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size, keep_items=True)
+        extras["ppl"] = ppl.pop("items")
+        result["ppl"] = {**ppl, "model": config.ppl.model}
     if config.bertscore is not None:
-        result["bertscore"] = bertscore(
-            responses,
-            [d.gold_response for d in test],
-            config.bertscore.model,
-            config.bertscore.num_layers,
-            config.bertscore.batch_size,
-        )
+        b = config.bertscore
+        score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
+        extras["bertscore_f1"] = score.pop("items")
+        result["bertscore"] = score
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
     result["i_acc"] = (
         emotion_accuracy(
@@ -124,12 +126,16 @@ def score_system(
         else None
     )
     result["schema_valid"] = schema_valid_rate(run.traces)
+    result["cost"] = _cost(run)
+    return result, per_dialogue(run, test, reference, extras)
+
+
+def _cost(run: SystemRun) -> dict[str, Any]:
     cost = cost_and_speed(run.traces, run.wall_s, run.peak_rss_mb)
     cost["prompt_tokens_per_dialogue"] = sum(v["prompt_per_dialogue"] for v in cost["tokens_per_role"].values())
     cost["completion_tokens_per_dialogue"] = sum(v["completion_per_dialogue"] for v in cost["tokens_per_role"].values())
     cost["memory_method"] = run.memory_method
-    result["cost"] = cost
-    return result
+    return cost
 
 
 def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[Dialogue]) -> Optional[dict]:
@@ -152,13 +158,17 @@ def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[D
             config.judge.aspects,
             config.judge.max_new_tokens,
         )
+        adjusted = holm({aspect: counts["p_value"] for aspect, counts in out["aspects"].items()})
+        for aspect, counts in out["aspects"].items():
+            counts["p_holm"] = adjusted[aspect]
         results[run.name] = {"aspects": out["aspects"], "outcomes": out["outcomes"]}
     return {
         "against": against.name,
         "aspects": list(config.judge.aspects),
         "judge": backend.describe(),
         "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie; "
-        "p is a two-sided sign test on wins vs losses (ties excluded)",
+        "p is a two-sided sign test on wins vs losses (ties excluded); p_holm is Holm's adjustment over "
+        "one pair's aspects (family-wise error rate), the p to read when claiming any aspect",
         "results": results,
     }
 
@@ -184,7 +194,9 @@ def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
         from eval.perplexity import load_reference_lm
 
         reference_lm = load_reference_lm(config.ppl.model)
-    systems = [score_system(run, test, config, reference, reference_lm) for run in runs]
+    scored = [score_system(run, test, config, reference, reference_lm) for run in runs]
+    systems = [result for result, _ in scored]
+    paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
     return rounded(
         {
             "config_file": config_file,
@@ -204,6 +216,8 @@ def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
             },
             "systems": systems,
+            "human_gold": human_gold(test, config, reference_lm),
+            "paired": paired,
             "judge": judge_systems(config, runs, test),
         }
     )

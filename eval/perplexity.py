@@ -100,6 +100,7 @@ def perplexity(
     contexts: Optional[Sequence[str]] = None,
     batch_size: int = 8,
     progress: bool = True,
+    keep_items: bool = False,
 ) -> dict:
     """Corpus perplexity, token-weighted: exp(total NLL / total scored response tokens) (Jelinek et al. 1977).
 
@@ -108,7 +109,8 @@ def perplexity(
     document-start token. ``"dialogue"`` scores the response after its dialogue context (``contexts[i]``
     plus ``"\\nresponder:"``), counting only the response tokens. ``model`` is an alias/path or an already loaded
     ``(model, tokenizer)``; a PEFT model is scored with its adapters disabled. The CI is a bootstrap
-    over responses of the same token-weighted statistic. Empty responses add no tokens.
+    over responses of the same token-weighted statistic. Empty responses add no tokens. ``keep_items``
+    adds each response's (summed NLL, scored tokens), for paired comparisons.
     """
     import torch
 
@@ -129,10 +131,6 @@ def perplexity(
             chunk = pairs[start : start + batch_size]
             per_item += [(nll, _scored_tokens(p, r)) for nll, (p, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
 
-    def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
-        tokens = sum(t for _, t in items)
-        return math.exp(sum(n for n, _ in items) / tokens) if tokens else float("nan")
-
     tokens = sum(t for _, t in per_item)
     low, high = bootstrap_ci([it for it in per_item if it[1]], statistic=corpus_ppl)
     return {
@@ -143,4 +141,11 @@ def perplexity(
         "tokens": tokens,
         "model": name,
         "context": context,
+        **({"items": per_item} if keep_items else {}),
     }
+
+
+def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
+    """exp(total NLL / total scored tokens) over (summed NLL, scored tokens) items."""
+    tokens = sum(t for _, t in items)
+    return math.exp(sum(n for n, _ in items) / tokens) if tokens else float("nan")

@@ -34,45 +34,50 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def _quality_row(s: dict) -> list[str]:
+    div, ppl = s["diversity"], s.get("ppl") or {}
+    acc = (s.get("i_acc") or {}).get("ekman6") or {}
+    acc32 = (s.get("i_acc") or {}).get("ed32") or {}
+    return [
+        s["name"],
+        fmt(s["n"]),
+        with_ci(ppl) if ppl else DASH,
+        fmt(div["dist1"]),
+        fmt(div["dist2"]),
+        fmt(div["ead1"]),
+        fmt(div["ead2"]),
+        with_ci(s.get("length_words")),
+        with_ci(acc.get("accuracy")),
+        fmt(acc.get("n_invalid")),
+        fmt(acc.get("macro_f1")),
+        with_ci(acc32.get("accuracy")),
+        with_ci((s.get("bertscore") or {}).get("f1")),
+    ]
+
+
 def quality_table(report: dict) -> list[str]:
-    """TRACE Table 1/3 layout: one row per system, automatic metrics."""
-    rows = []
-    for s in report["systems"]:
-        div, ppl = s["diversity"], s.get("ppl") or {}
-        acc = (s.get("i_acc") or {}).get("ekman6") or {}
-        acc32 = (s.get("i_acc") or {}).get("ed32") or {}
-        bert = (s.get("bertscore") or {}).get("f1")
-        rows.append(
-            [
-                s["name"],
-                fmt(s["n"]),
-                with_ci(ppl) if ppl else DASH,
-                fmt(div["dist1"]),
-                fmt(div["dist2"]),
-                fmt(div["ead1"]),
-                fmt(div["ead2"]),
-                with_ci(acc.get("accuracy")),
-                fmt(acc.get("macro_f1")),
-                with_ci(acc32.get("accuracy")),
-                with_ci(bert),
-            ]
-        )
-    return _table(
+    """TRACE Table 1/3 layout: one row per system, automatic metrics, and the human replies for scale."""
+    rows = [_quality_row(s) for s in report["systems"]]
+    if report.get("human_gold"):
+        rows.append(_quality_row(report["human_gold"]))
+    header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6)"]
+    header += ["invalid", "macro-F1 (6)", "I-ACC (32)", "BERTScore F"]
+    return _table(header, rows)
+
+
+def paired_table(report: dict) -> list[str]:
+    rows = [
         [
-            "System",
-            "n",
-            "PPL ↓",
-            "Dist-1",
-            "Dist-2",
-            "EAD-1",
-            "EAD-2",
-            "I-ACC (6)",
-            "macro-F1 (6)",
-            "I-ACC (32)",
-            "BERTScore F",
-        ],
-        rows,
-    )
+            f"{p['pair'][0]} − {p['pair'][1]}",
+            p["metric"],
+            f"{fmt(p['diff'])} [{fmt(p['ci_low'])}, {fmt(p['ci_high'])}]",
+            fmt(p["n"]),
+            p["reading"],
+            "yes" if p["ci_low"] is not None and (p["ci_low"] > 0 or p["ci_high"] < 0) else "no",
+        ]
+        for p in report.get("paired") or []
+    ]
+    return _table(["Pair (first − second)", "metric", "difference [95% CI]", "n", "reading", "CI excludes 0"], rows)
 
 
 def agreement_table(report: dict) -> list[str]:
@@ -142,10 +147,12 @@ def judge_table(judge: dict) -> list[str]:
                     fmt(c["tie"]),
                     fmt(c["n"]),
                     fmt(c["p_value"]),
+                    fmt(c.get("p_holm")),
                     fmt(c["invalid"]),
                 ]
             )
-    return _table(["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "invalid verdicts"], rows)
+    header = ["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "Holm p", "invalid verdicts"]
+    return _table(header, rows)
 
 
 def _notes(report: dict) -> list[str]:
@@ -188,11 +195,24 @@ def render_markdown(report: dict) -> str:
         "",
         *agreement_table(report),
         "",
+        "## Paired differences (same dialogues, bootstrap over dialogues)",
+        "",
+        "Each row resamples the test dialogues and takes both systems' values on the same draw, so the "
+        "interval is for the difference itself. PPL's is the corpus statistic on each draw.",
+        "",
+        *paired_table(report),
+        "",
         "## Cost and speed",
         "",
         *cost_table(report),
         "",
+        "## Plots",
+        "",
+        "![metrics per system](metrics.png)",
+        "",
     ]
+    if any((s.get("i_acc") or {}).get("ekman6") for s in report["systems"]):
+        lines += ["![emotion confusion matrices](confusion.png)", ""]
     if report.get("judge"):
         j = report["judge"]
         lines += [
@@ -231,6 +251,8 @@ def plot_metrics(report: dict, path: Path) -> Path:
             [max(0.0, (st.get("ci_high") if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)],
         ]
         ax.bar(names, values, yerr=err, capsize=4, color="#4C72B0")
+        if title == "PPL" and all(v > 0 for v in values):
+            ax.set_yscale("log")  # one wide interval would otherwise flatten every other bar
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
@@ -253,12 +275,15 @@ def plot_confusions(report: dict, path: Path) -> Optional[Path]:
     for ax, s in zip(axes[0], systems):
         conf = s["i_acc"]["ekman6"]["confusion"]
         ax.imshow(conf["matrix"], cmap="Blues")
+        peak = max((c for row in conf["matrix"] for c in row), default=0)
         ax.set_xticks(range(len(conf["columns"])), conf["columns"], rotation=60, fontsize=7)
         ax.set_yticks(range(len(conf["rows"])), conf["rows"], fontsize=7)
         for i, row in enumerate(conf["matrix"]):
             for j, count in enumerate(row):
                 if count:
-                    ax.text(j, i, str(count), ha="center", va="center", fontsize=7)
+                    # white on the dark cells, black on the light ones: legible on every shade
+                    colour = "white" if count > peak / 2 else "black"
+                    ax.text(j, i, str(count), ha="center", va="center", fontsize=7, color=colour)
         ax.set_title(f"{s['name']} (n={s['n']})")
         ax.set_xlabel("predicted")
         ax.set_ylabel("gold")

@@ -74,3 +74,50 @@ def percentile(values: Sequence[float], q: float) -> Optional[float]:
     pos = (len(xs) - 1) * q / 100.0
     lo, hi = int(math.floor(pos)), int(math.ceil(pos))
     return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def paired_bootstrap(
+    a: Sequence,
+    b: Sequence,
+    statistic: Callable[[Sequence], float] | None = None,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = 0.95,
+) -> dict:
+    """Paired percentile bootstrap of ``statistic(a) - statistic(b)`` over the same items.
+
+    Each resample draws item indices once and applies them to both systems, so the interval is for
+    the difference on these dialogues, not two separate intervals that ignore the pairing. ``a[i]``
+    and ``b[i]`` must describe the same item; ``statistic`` defaults to the mean.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_bootstrap: {len(a)} items against {len(b)}")
+    n = len(a)
+    if n == 0:
+        return {"diff": None, "ci_low": None, "ci_high": None, "n": 0}
+    stat = statistic or (lambda xs: sum(xs) / len(xs))
+    rng = random.Random(seed)
+    diffs = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        diffs.append(stat([a[i] for i in idx]) - stat([b[i] for i in idx]))
+    diffs.sort()
+    alpha = (1.0 - level) / 2
+    low = diffs[int(math.floor(alpha * (resamples - 1)))]
+    high = diffs[int(math.ceil((1 - alpha) * (resamples - 1)))]
+    return {"diff": float(stat(a) - stat(b)), "ci_low": float(low), "ci_high": float(high), "n": n}
+
+
+def holm(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment (Holm 1979) of a family of p-values; keys keep their names.
+
+    The i-th smallest of m p-values is multiplied by m - i + 1, then made monotone (never below an
+    earlier adjusted value) and capped at 1. Rejecting where the adjusted p < α controls the
+    family-wise error rate at α.
+    """
+    order = sorted(p_values, key=lambda k: p_values[k])
+    m, running, adjusted = len(order), 0.0, {}
+    for i, key in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p_values[key]))
+        adjusted[key] = running
+    return adjusted

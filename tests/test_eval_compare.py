@@ -93,7 +93,19 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     # gpt-4o list price: 4 roles x (40 in, 9 out) tokens per dialogue
     assert other["cost"]["usd_per_1k"] == round(4 * (40 * 2.5 + 9 * 10) / 1e6 * 1000, 4)
     assert (out / "metrics.png").stat().st_size > 0 and (out / "confusion.png").stat().st_size > 0
-    numbers = _numbers_in_tables((out / "report.md").read_text())
+    # the human replies as a row of their own; the fixture's gold reply is the same 8-word sentence each time
+    gold = report["human_gold"]
+    assert gold["n"] == 4 and gold["length_words"]["value"] == 8.0 and "bertscore" not in gold
+    # a paired difference per metric both systems have: each is right once (teacher on the sadness dialogue,
+    # other on the anger one), so the difference is 0 and its interval spans both signs
+    paired = {p["metric"]: p for p in report["paired"] if p["pair"] == ["teacher", "other"]}
+    assert paired["i_acc"]["diff"] == 0.0 and paired["i_acc"]["n"] == 4
+    assert paired["i_acc"]["ci_low"] < 0 < paired["i_acc"]["ci_high"]
+    assert paired["latency_s"]["diff"] == 0.0 and paired["latency_s"]["ci_low"] == 0.0
+    md = (out / "report.md").read_text()
+    assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.0 [" in md
+    assert "![metrics per system](metrics.png)" in md and "![emotion confusion matrices](confusion.png)" in md
+    numbers = _numbers_in_tables(md)
     assert len(numbers) > 20 and not [n for n in numbers if n not in _json_numbers(report)]
 
 

@@ -203,3 +203,28 @@ def test_bertscore_local_encoder():
     assert out["f1"]["n"] == 2 and out["empty_candidates"] == 1
     assert out["f1"]["value"] == pytest.approx(0.5, abs=1e-4)  # identical pair 1.0, empty candidate 0.0
     assert out["model"] == "minilm" and out["num_layers"] == 6
+
+
+def test_paired_bootstrap_by_hand():
+    from eval.stats import paired_bootstrap
+
+    # a constant shift: every resample gives the same difference
+    shift = paired_bootstrap([3, 5, 9], [1, 3, 7])
+    assert shift["n"] == 3 and [shift[k] for k in ("diff", "ci_low", "ci_high")] == pytest.approx([2.0] * 3)
+    # two dialogues, a right on one: a resample's difference is 0, 0.5 or 1 with probability 1/4, 1/2, 1/4,
+    # so the 2.5th percentile is 0 and the 97.5th is 1
+    out = paired_bootstrap([1, 0], [0, 0])
+    assert (out["diff"], out["ci_low"], out["ci_high"]) == (0.5, 0.0, 1.0)
+    # pairing matters: the same values unpaired would not give a zero-width interval
+    assert paired_bootstrap([1, 2, 3, 4], [0, 1, 2, 3])["ci_low"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="3 items against 2"):
+        paired_bootstrap([1, 2, 3], [1, 2])
+
+
+def test_holm_by_hand():
+    from eval.stats import holm
+
+    # sorted: a 0.01*3 = 0.03; c 0.03*2 = 0.06; b 0.04*1 = 0.04, raised to 0.06 to stay monotone
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert holm({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}
+    assert holm({}) == {}

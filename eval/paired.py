@@ -1,0 +1,88 @@
+"""Per-dialogue comparisons between systems, and the dataset's human replies scored as a system.
+
+Two separate confidence intervals say little about a difference; a paired bootstrap over the same
+test dialogues does. Every pair of systems gets one for each per-dialogue metric both have: I-ACC
+(correct or not), PPL (the corpus statistic over the resampled dialogues), BERTScore F, emotion
+agreement with the reference system, and latency. The human-gold row gives a reader the scale of
+diversity and fluency that real listeners reach on the same dialogues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+from typing import Any, Optional
+
+from data_prep.dialogues import Dialogue
+from data_prep.taxonomy import to_ekman
+from eval.diversity import diversity_metrics
+from eval.perplexity import corpus_ppl
+from eval.stats import mean_with_ci, paired_bootstrap
+
+# metric -> (what a positive difference means, statistic over the per-dialogue values)
+PAIRED_METRICS = {
+    "i_acc": "higher is better",
+    "ppl": "lower is better",
+    "bertscore_f1": "higher is better",
+    "emotion_agreement": "higher is better",
+    "latency_s": "lower is better",
+}
+
+
+def _emotion(trace) -> Optional[str]:
+    label = (trace.outputs.get("asi") or {}).get("emotion")
+    try:
+        return to_ekman(label) if label else None
+    except ValueError:
+        return None
+
+
+def per_dialogue(run, test: Sequence[Dialogue], reference, extras: dict[str, list]) -> dict[str, list]:
+    """The per-dialogue values of one system (its traces are in test order); `extras` holds PPL items
+    and BERTScore values computed by the scorer."""
+    values: dict[str, list] = {"latency_s": [sum(s.latency_s for s in t.steps) for t in run.traces]}
+    if all(t.config.get("use_asi", True) for t in run.traces):
+        values["i_acc"] = [float(_emotion(t) == to_ekman(d.emotion)) for t, d in zip(run.traces, test)]
+    if reference is not None and reference.name != run.name:
+        values["emotion_agreement"] = [
+            float(_emotion(t) is not None and _emotion(t) == _emotion(r)) for t, r in zip(run.traces, reference.traces)
+        ]
+    values.update(extras)
+    return values
+
+
+def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str, Any]]:
+    """One paired bootstrap per pair of systems and metric both have; diff = first − second."""
+    out = []
+    for first, second in combinations(per_system, 2):
+        a, b = per_system[first], per_system[second]
+        for metric, reading in PAIRED_METRICS.items():
+            if metric not in a or metric not in b:
+                continue
+            xs, ys = a[metric], b[metric]
+            if metric == "bertscore_f1":  # dialogues without a gold reply have no score on either side
+                keep = [i for i, (x, y) in enumerate(zip(xs, ys)) if x is not None and y is not None]
+                xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+            stat = corpus_ppl if metric == "ppl" else None
+            result = paired_bootstrap(xs, ys, statistic=stat)
+            out.append({"pair": [first, second], "metric": metric, "reading": reading, **result})
+    return out
+
+
+def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]:
+    """The gold replies scored like a system: diversity, PPL and length. Not BERTScore: it is scored
+    against these very replies. Not I-ACC or cost: a human reply has no predicted emotion or latency."""
+    from eval.perplexity import perplexity
+
+    replies = [d.gold_response or "" for d in test]
+    row: dict[str, Any] = {
+        "name": "human (gold replies)",
+        "n": len(test),
+        "diversity": diversity_metrics(replies, config.ead.tokenizer, config.ead.vocab_size),
+        "length_words": mean_with_ci([len(r.split()) for r in replies]),
+    }
+    if config.ppl is not None:
+        contexts = [d.render_context() for d in test]
+        row["ppl"] = perplexity(replies, reference_lm, config.ppl.context, contexts, config.ppl.batch_size)
+        row["ppl"]["model"] = config.ppl.model
+    return row
