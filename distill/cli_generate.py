@@ -21,7 +21,6 @@ from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from distill.config import PipelineConfig
-from distill.roles import prompt_version
 
 # Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
 # Every on/off setting of the pipeline is a flag: the role switches (from the registry) and the rest.
@@ -141,17 +140,9 @@ def _generate(args: argparse.Namespace) -> int:
     index = _load_index(args.index) if args.index else None
     store = TraceStore(args.out)
     backend = build_backend(args.config, data["backend"], args)
-    store.claim(
-        {
-            "pipeline": config.key_dict(),
-            "backend_name": backend.name,
-            "model": backend.model,
-            "prompt_version": prompt_version(config.prompt_style),
-            "backend": backend.describe(),
-            "source": {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index},
-        }
-    )
     pipeline = Pipeline(config, backend, index=index)
+    source = {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index}
+    store.claim(pipeline.run_info(source=source))
     return _run_with_progress(pipeline, store, dialogues, args.chunk_size)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel
 from tqdm.auto import tqdm
@@ -69,6 +69,17 @@ class Pipeline:
         self._teacher = config.prompt_style == "teacher"
 
     # --- public API ------------------------------------------------------------------------------
+
+    def run_info(self, **extra: Any) -> dict[str, Any]:
+        """What a trace run's run.json records: the identity a resumed run must match (`TraceStore.claim`)."""
+        return {
+            "pipeline": self.config.key_dict(),
+            "backend_name": self.backend.name,
+            "model": self.backend.model,
+            "prompt_version": prompt_version(self.config.prompt_style),
+            "backend": self.backend.describe(),
+            **extra,
+        }
 
     def key(self, dialogue: Dialogue) -> str:
         return trace_key(

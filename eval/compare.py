@@ -184,10 +184,10 @@ def rounded(value: Any) -> Any:
     return value
 
 
-def build_report(config: CompareConfig, config_file: str) -> dict[str, Any]:
+def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str, Any]:
     test = load_test_dialogues(config, config_file)
     index = load_index(config, test, config_file)
-    runs = collect_systems(config, test, index, config_file)
+    runs = collect_systems(config, test, index, config_file, out)
     reference = next(r for r in runs if r.name == config.reference_system())
     reference_lm = None
     if config.ppl is not None:
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     from eval.report import write_report_files
 
     try:
-        report = build_report(load_config(args.config), args.config)
+        report = build_report(load_config(args.config), args.config, Path(args.out))
     except CompareError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

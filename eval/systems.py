@@ -17,10 +17,13 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_prep.dialogues import Dialogue
+from distill.store import TRACES_FILE
 from distill.trace import Trace
 from eval.cost import PeakRSS
 from eval.judge import ASPECTS
 from eval.perplexity import PplContext
+
+SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
 
 
 class CompareError(ValueError):
@@ -156,7 +159,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     from distill.store import TraceStore
 
     run_dir = Path(spec.traces)
-    if not (run_dir / "traces.jsonl").is_file():
+    if not (run_dir / TRACES_FILE).is_file():
         raise CompareError(
             f"{config_file}: system '{spec.name}': traces '{run_dir}' is not a trace run "
             "(no traces.jsonl); run `python -m distill generate --out` first"
@@ -188,12 +191,36 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     )
 
 
-def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str) -> SystemRun:
-    """Build the system's backend and run the shared `Pipeline` over the test dialogues, timed."""
+def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
+    """The stored traces of every test dialogue when an earlier compare generated this very system."""
+    from distill.trace import trace_key
+
+    info = store.run_info() or {}
+    if info.get("system") != spec.model_dump(mode="json"):
+        return None
+    traces, _ = store.read()
+    by_key = {t.key: t for t in traces}
+    ident = (info["pipeline"], info["backend_name"], info["model"], info["prompt_version"])
+    found = [by_key.get(trace_key(d, *ident)) for d in test]
+    return found if all(found) else None
+
+
+def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path) -> SystemRun:
+    """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
+
+    A rerun reuses what an earlier run of the same system stored there, so a crash later in the
+    compare (the judge, say) never costs a system's generation again.
+    """
     from distill.backends import make_backend
     from distill.config import PipelineConfig
     from distill.pipeline import Pipeline
+    from distill.store import StoreError, TraceStore
 
+    store = TraceStore(run_dir)
+    done = _reused(store, spec, test)
+    if done is not None:
+        info = store.run_info() or {}
+        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": info.get("backend")})
     try:
         pipeline_config = PipelineConfig(**spec.pipeline)
     except Exception as err:  # pydantic's message lists the field; keep it to one line
@@ -203,29 +230,44 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
         backend = make_backend(dict(spec.backend))
     except (ValueError, OSError) as err:
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    pipeline = Pipeline(pipeline_config, backend, index)
+    try:
+        store.claim(pipeline.run_info(system=spec.model_dump(mode="json")))
+    except StoreError as err:
+        raise CompareError(f"system '{spec.name}': {err}") from None
+    stored = store.keys()
+    todo = [d for d in test if pipeline.key(d) not in stored]
     with PeakRSS() as memory:
         start = time.perf_counter()
-        traces = Pipeline(pipeline_config, backend, index).run(list(test))
+        for trace in pipeline.run(todo):
+            store.append(trace)
         wall = time.perf_counter() - start
+    by_key = {t.key: t for t in store.read()[0]}
     local = getattr(backend, "name", "") == "local"
     return SystemRun(
         spec.name,
-        traces,
-        "generated",
+        [by_key[pipeline.key(d)] for d in test],
+        "generated" if len(todo) == len(test) else f"generated {len(todo)} of {len(test)}, the rest reused",
         {"backend": backend.describe(), "pipeline": pipeline_config.model_dump()},
-        wall_s=wall,
+        wall_s=wall if len(todo) == len(test) else None,
         peak_rss_mb=memory.peak_mb if local else None,
         memory_method=memory.method if local else None,
     )
 
 
-def collect_systems(config: CompareConfig, test: Sequence[Dialogue], index, config_file: str) -> list[SystemRun]:
-    """Traces for every system, trace runs checked first so a bad path fails before any generation."""
+def collect_systems(
+    config: CompareConfig, test: Sequence[Dialogue], index, config_file: str, out: Path
+) -> list[SystemRun]:
+    """Traces for every system, trace runs checked first so a bad path fails before any generation;
+    generated systems keep their traces in ``out/systems/<name>``."""
     for spec in config.systems:
         if spec.traces is not None and not Path(spec.traces).exists():
             raise CompareError(f"{config_file}: system '{spec.name}': traces path '{spec.traces}' does not exist")
     loaded = {s.name: load_trace_system(s, test, config_file) for s in config.systems if s.traces is not None}
     runs = []
     for spec in config.systems:
-        runs.append(loaded[spec.name] if spec.name in loaded else generate_system(spec, test, index, config_file))
+        if spec.name in loaded:
+            runs.append(loaded[spec.name])
+        else:
+            runs.append(generate_system(spec, test, index, config_file, out / SYSTEMS_DIR / spec.name))
     return runs

@@ -293,3 +293,35 @@ def test_shipped_eval_configs_validate(path):
     assert config.systems
     for system in config.systems:
         assert (system.traces is None) != (system.backend is None)
+
+
+@pytest.mark.slow
+def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_path, tiny_dialogues, capsys):
+    """The first system is generated and stored, then the compare dies on the second. The rerun reuses
+    the stored traces: the first system's model is deleted in between, so any backend use would fail."""
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fault_proxy import make_tiny_model
+
+    model = make_tiny_model(smollm_path, tmp_path / "tiny")
+    student = {
+        "name": "student",
+        "backend": {"type": "local", "model": str(model), "batch_size": 4},
+        "pipeline": {"max_attempts": 1, "rag": False},
+    }
+    broken = {"name": "broken", "backend": {"type": "local", "model": str(tmp_path / "no-such-model")}}
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:2]), "ppl": None, "bertscore": None}
+    out = tmp_path / "out"
+    cfg["systems"] = [student, broken]
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 2
+    assert "no-such-model" in capsys.readouterr().err
+    stored, _ = TraceStore(out / "systems" / "student").read()
+    assert len(stored) == 2 and not (out / "report.json").exists()
+    shutil.rmtree(model)
+    cfg["systems"] = [student]
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["systems"][0]["source"] == f"reused from {out / 'systems' / 'student'}"
+    assert report["systems"][0]["n"] == 2
