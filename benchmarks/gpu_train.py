@@ -23,10 +23,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+from train_throughput import DEFAULT_DATA, build_dataset  # the script directory is on sys.path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from benchmarks.train_throughput import DEFAULT_DATA, build_dataset  # noqa: E402
 from data_prep.loaders import SAMPLE_PATH  # noqa: E402
 from train.config import config_from_dict  # noqa: E402
 from train.sft import load_base, train_role  # noqa: E402

@@ -29,8 +29,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from data_prep.loaders import load_sample  # noqa: E402
 from distill.backends.local import LocalBackend  # noqa: E402
 from distill.config import PipelineConfig  # noqa: E402

@@ -22,8 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
 from data_prep.loaders import read_csv  # noqa: E402
 from data_prep.retrieval import ExemplarIndex, build_index, shared_embedder  # noqa: E402
 

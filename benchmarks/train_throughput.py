@@ -36,8 +36,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
 from data_prep.loaders import SAMPLE_PATH, read_csv  # noqa: E402
 from distill.roles import ROLES, RoleInput  # noqa: E402
 from train.config import config_from_dict  # noqa: E402

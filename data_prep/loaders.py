@@ -62,9 +62,6 @@ class LoadedSource:
     def has_splits(self) -> bool:
         return "all" not in self.splits
 
-    def all_dialogues(self) -> list[Dialogue]:
-        return [d for split in self.splits.values() for d in split]
-
 
 def _progress(rows, desc: str):
     # delay: small files (the shipped sample, tests) finish before a bar would be worth drawing.

@@ -7,7 +7,6 @@ without a model.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Optional
@@ -134,8 +133,3 @@ def choose_final(candidates: dict[int, Optional[GRAOutput]], stages: Sequence[st
     return max(
         sorted(candidates), key=lambda it: (iteration_score(stage_passes(candidates[it], stages), it, penalty), -it)
     )
-
-
-def dumps_output(out: BaseModel) -> str:
-    """Compact JSON of a parsed output, for logs and the CLI."""
-    return json.dumps(out.model_dump(), ensure_ascii=False)

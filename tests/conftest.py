@@ -108,12 +108,3 @@ def shared_ed_csv() -> Path:
     if not SHARED_ED.is_file():
         pytest.skip(f"real ED data not present at {SHARED_ED}")
     return SHARED_ED
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _offline_hub():
-    # Tests must never reach the hub: make any accidental hub call fail fast instead of hanging.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    yield

@@ -231,14 +231,11 @@ def _batch_endpoint():
 
 @pytest.mark.slow
 def test_batch_cli_submit_then_poll_to_completion(tmp_path, tiny_dialogues, monkeypatch):
-    import sys
     import threading
     import time
 
     import uvicorn
     import yaml
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     from fault_proxy import free_port
 
     from data_prep.loaders import save_dialogues

@@ -300,9 +300,7 @@ def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_pat
     """The first system is generated and stored, then the compare dies on the second. The rerun reuses
     the stored traces: the first system's model is deleted in between, so any backend use would fail."""
     import shutil
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
     from fault_proxy import make_tiny_model
 
     model = make_tiny_model(smollm_path, tmp_path / "tiny")

@@ -11,19 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from fault_proxy import FaultProxy, ServeProcess, make_tiny_model
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fault_proxy import FaultProxy, ServeProcess, make_tiny_model  # noqa: E402
-
-from distill.backends.base import GenerationRequest  # noqa: E402
-from distill.backends.openai_backend import OpenAIBackend, schema_for_api  # noqa: E402
-from distill.config import PipelineConfig  # noqa: E402
-from distill.pipeline import Pipeline  # noqa: E402
-from distill.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table  # noqa: E402
-from distill.roles import ROLES  # noqa: E402
-from distill.schemas import ASIOutput, GRAOutput  # noqa: E402
-from distill.store import TraceStore  # noqa: E402
-from distill.trace import Trace  # noqa: E402
+from distill.backends.base import GenerationRequest
+from distill.backends.openai_backend import OpenAIBackend, schema_for_api
+from distill.config import PipelineConfig
+from distill.pipeline import Pipeline
+from distill.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table
+from distill.roles import ROLES
+from distill.schemas import ASIOutput, GRAOutput
+from distill.store import TraceStore
+from distill.trace import Trace
 
 STUDENT_CORE = dict(rag=False, prompt_style="student")
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
+from fault_proxy import ServeProcess
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fault_proxy import ServeProcess  # noqa: E402
-
-from data_prep.taxonomy import EKMAN  # noqa: E402
-from distill.roles import ROLES, RoleInput  # noqa: E402
+from data_prep.taxonomy import EKMAN
+from distill.roles import ROLES, RoleInput
 
 pytestmark = pytest.mark.slow
 

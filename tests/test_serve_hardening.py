@@ -10,17 +10,13 @@ import copy
 import json
 import os
 import random
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from fault_proxy import ServeProcess, make_tiny_model  # noqa: E402
+from fault_proxy import ServeProcess, make_tiny_model
 
 pytestmark = pytest.mark.slow
 
