@@ -8,6 +8,7 @@ the file and the key, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +213,9 @@ def check_values(cfg: TrainConfig, source: str) -> None:
         raise ConfigError(f"{source}: field 'epochs': must be > 0 when max_steps is not set, got {cfg.epochs!r}")
     if not (cfg.learning_rate > 0 and cfg.dropout < 1 and cfg.warmup_ratio <= 1):
         raise ConfigError(f"{source}: learning_rate must be > 0, dropout < 1 and warmup_ratio <= 1")
+    if cfg.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
+        hint = "pip install 'trace-distill[qlora]'"
+        raise ConfigError(f"{source}: field 'load_in_4bit': QLoRA needs bitsandbytes ({hint})")
     from transformers import SchedulerType
 
     schedulers = [s.value for s in SchedulerType]
