@@ -184,6 +184,16 @@ def rounded(value: Any) -> Any:
     return value
 
 
+def _mark_shared_outputs(runs: list[SystemRun], systems: list[dict[str, Any]]) -> None:
+    """A system whose replies are exactly an earlier system's says so: the quickstart's untuned base is
+    the teacher's own traces, and two identical rows must not read as an independent replication."""
+    seen: dict[tuple, str] = {}
+    for run, system in zip(runs, systems):
+        replies = tuple(t.response or "" for t in run.traces)
+        system["same_outputs_as"] = seen.get(replies)
+        seen.setdefault(replies, run.name)
+
+
 def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str, Any]:
     test = load_test_dialogues(config, config_file)
     index = load_index(config, test, config_file)
@@ -196,6 +206,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
         reference_lm = load_reference_lm(config.ppl.model)
     scored = [score_system(run, test, config, reference, reference_lm) for run in runs]
     systems = [result for result, _ in scored]
+    _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
     return rounded(
         {

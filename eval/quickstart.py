@@ -131,6 +131,7 @@ def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     return {
         "traces_bytes": traces.stat().st_size if traces.is_file() else 0,
         "require_gold_emotion": require_gold_emotion,
+        "ers_target": "gold",
         "student_prompt_version": STUDENT_PROMPT_VERSION,
     }
 
@@ -238,6 +239,10 @@ def run(args: argparse.Namespace) -> int:
                     str(out / "datasets"),
                     "--roles",
                     ",".join(CORE),
+                    # the student's replies are learnt from the human ones: a 135M teacher's replies are
+                    # often fragments, and those would be its targets
+                    "--ers-target",
+                    "gold",
                     *(["--require-gold-emotion"] if args.require_gold_emotion else []),
                 ]
             ),
@@ -294,7 +299,25 @@ def run(args: argparse.Namespace) -> int:
     print(report_md.read_text() if report_md.is_file() else "(no report.md)")
     print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     print(f"report: {report_md}")
+    print(headline(out / "eval" / "report.json"))
     return 0
+
+
+def headline(report_json: Path) -> str:
+    """The result in one sentence: the student's emotion accuracy against the untuned base, paired."""
+    report = json.loads(report_json.read_text()) if report_json.is_file() else {}
+    found = [p for p in report.get("paired") or [] if p["metric"] == "i_acc" and set(p["pair"]) == {"student", "base"}]
+    if not found or found[0]["diff"] is None:
+        return "result: no paired student-vs-base emotion accuracy in the report"
+    p = found[0]
+    sign = 1 if p["pair"][0] == "student" else -1
+    diff, low, high = (sign * p[k] for k in ("diff", "ci_low", "ci_high"))
+    low, high = min(low, high), max(low, high)
+    verdict = "the interval excludes 0" if low > 0 or high < 0 else "the interval includes 0: too few dialogues to tell"
+    return (
+        f"result: the distilled student's emotion accuracy minus the untuned base's is {diff:+.2f} "
+        f"(paired bootstrap 95% CI [{low:+.2f}, {high:+.2f}], n = {p['n']} test dialogues); {verdict}."
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = "trace-distill quickstart") -> int:

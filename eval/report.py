@@ -38,8 +38,9 @@ def _quality_row(s: dict) -> list[str]:
     div, ppl = s["diversity"], s.get("ppl") or {}
     acc = (s.get("i_acc") or {}).get("ekman6") or {}
     acc32 = (s.get("i_acc") or {}).get("ed32") or {}
+    name = s["name"] + (f" (the same outputs as {s['same_outputs_as']})" if s.get("same_outputs_as") else "")
     return [
-        s["name"],
+        name,
         fmt(s["n"]),
         with_ci(ppl) if ppl else DASH,
         fmt(div["dist1"]),

@@ -104,6 +104,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert paired["latency_s"]["diff"] == 0.0 and paired["latency_s"]["ci_low"] == 0.0
     md = (out / "report.md").read_text()
     assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.0 [" in md
+    assert report["systems"][1]["same_outputs_as"] is None  # different replies
     assert "![metrics per system](metrics.png)" in md and "![emotion confusion matrices](confusion.png)" in md
     numbers = _numbers_in_tables(md)
     assert len(numbers) > 20 and not [n for n in numbers if n not in _json_numbers(report)]

@@ -8,7 +8,7 @@ import pytest
 
 from distill.roles import STUDENT_PROMPT_VERSION
 from eval.quickstart import CORE as ROLES
-from eval.quickstart import _adapter_stale, main
+from eval.quickstart import _adapter_stale, headline, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]
 
@@ -27,6 +27,8 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     assert {s["name"] if isinstance(s, dict) else s for s in report["systems"]} >= {"teacher", "student", "base"}
     assert (out / "eval" / "report.md").is_file()
     assert f"report: {out / 'eval' / 'report.md'}" in first
+    assert "result: the distilled student's emotion accuracy minus the untuned base's is " in first
+    assert "| base (the same outputs as teacher) |" in (out / "eval" / "report.md").read_text()
     assert "reusing" not in first
 
     assert main(["--out", str(out), *SMALL]) == 0
@@ -108,3 +110,16 @@ def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     assert argv[argv.index("--split-ratios") + 1] == "0.8,0,0.2" and argv[argv.index("--seed") + 1] == "3"
     stamp = json.loads((tmp_path / "qs" / "quickstart.json").read_text())
     assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3}
+
+
+def test_headline_states_the_paired_result_with_its_interval(tmp_path):
+    path = tmp_path / "report.json"
+    paired = {"metric": "i_acc", "pair": ["base", "student"], "diff": -0.25, "ci_low": -0.5, "ci_high": -0.05, "n": 16}
+    path.write_text(json.dumps({"paired": [paired]}))
+    line = headline(path)
+    assert "is +0.25 (paired bootstrap 95% CI [+0.05, +0.50], n = 16 test dialogues)" in line
+    assert "the interval excludes 0" in line
+    paired.update(diff=0.0, ci_low=-0.2, ci_high=0.2)
+    path.write_text(json.dumps({"paired": [paired]}))
+    assert "too few dialogues to tell" in headline(path)
+    assert "no paired" in headline(tmp_path / "missing.json")
