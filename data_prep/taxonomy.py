@@ -48,14 +48,7 @@ CAUSE_CATEGORIES: tuple[str, ...] = (
     "Threat & Potential Danger",
     "Unexpectedness & Novelty",
 )
-CauseCategory = Literal[
-    "Social Connection & Affection",
-    "Conflict & Injustice",
-    "Loss & Failure",
-    "Achievement & Success",
-    "Threat & Potential Danger",
-    "Unexpectedness & Novelty",
-]
+CauseCategory = Literal[CAUSE_CATEGORIES]  # the same six: a Literal over a tuple of strings
 CAUSE_DEFINITIONS: dict[str, str] = {
     "Social Connection & Affection": "closeness with others: being cared for, missing or reuniting with someone, "
     "love, friendship, family warmth",
