@@ -222,7 +222,7 @@ ROLES: dict[str, RoleSpec] = {
             switch="caef", default_on=False, switch_help="MERG's consistency-aware emotion forecast",
         ),
         RoleSpec(
-            "perspective", "Perspective Taker", schemas.PerspectiveOutput, ("asi", "cae"), 0.0, 128,
+            "perspective", "Perspective Taker", schemas.PerspectiveOutput, ("asi", "cae"), 0.0, 160,
             teacher_prompts.PERSPECTIVE_TASK,
             switch="perspective", default_on=False, switch_help="EmoStage perspective-taking role",
         ),

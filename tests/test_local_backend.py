@@ -272,7 +272,10 @@ def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
-    from distill.roles import ROLES, RoleInput
+    from distill.roles import ROLES, STAGE_ORDER, RoleInput
+
+    # the schema the pipeline sends: the audit's enumerates the run's stages
+    schemas = {name: spec.schema_for("teacher", STAGE_ORDER) for name, spec in ROLES.items()}
 
     # bf16 asked for explicitly: `auto` picks it only on CPUs with native bf16, and not every CI machine has it
     backend = LocalBackend("smollm2-135m", dtype="bfloat16", batch_size=4)
@@ -281,7 +284,7 @@ def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
     # each role's rows share a left-padded constrained batch. Room beyond the registry's budgets:
     # the untuned base rambles inside strings (gra took 197 tokens on these prompts).
     reqs = [
-        GenerationRequest(spec.render(RoleInput(dialogue), "teacher"), schema=spec.schema, max_new_tokens=256)
+        GenerationRequest(spec.render(RoleInput(dialogue), "teacher"), schema=schemas[spec.name], max_new_tokens=256)
         for k, spec in enumerate(ROLES.values())
         for dialogue in (tiny_dialogues[(k + 2) % 8], tiny_dialogues[1])[: 1 if spec.name == "gra" else 2]
     ]

@@ -143,7 +143,7 @@ def test_embedder_unit_rows_in_input_order_whatever_the_batch():
 
 @pytest.mark.slow
 def test_precise_then_fuzzy_with_real_embeddings(hand_index):
-    fear, sad, disgust, anything = hand_index.query([PET_QUERY] * 4, ["fear", "sadness", "disgust", None], tau=TAU)
+    fear, sad, disgust, anything = hand_index.query([PET_QUERY] * 4, ["fear", "sadness", "disgust", None], k=3, tau=TAU)
     assert [(h.situation, h.search) for h in fear] == [(SITUATIONS[2][1], "precise")]
     assert {h.situation for h in sad} == {SITUATIONS[0][1], SITUATIONS[1][1]}  # only 2 sad entries pass τ
     assert all(h.search == "precise" for h in sad)
