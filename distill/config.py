@@ -55,8 +55,6 @@ class _PipelineSettings(BaseModel):
         return self.model_dump()
 
 
-ROLE_SWITCHES: tuple[str, ...] = tuple(spec.switch for spec in ROLES.values() if spec.switch)
-
 # One bool field per switchable role, named by its registry entry: TRACE's four roles run unless
 # ablated (`use_cae: false`); the MERG and EmoStage roles are opt-in (`plan: true`).
 PipelineConfig = create_model(
@@ -70,4 +68,4 @@ PipelineConfig = create_model(
     },
 )
 
-__all__ = ["PipelineConfig", "CORE_ROLES", "ROLE_SWITCHES"]
+__all__ = ["PipelineConfig", "CORE_ROLES"]

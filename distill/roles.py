@@ -165,9 +165,7 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
     Like TRACE's agents, the teacher sees the dialogue, not ED's situation prompt (the seeker's own
     description, which often names the emotion); the situation is only the retrieval query.
     """
-    system = "\n\n".join(
-        p for p in (f"You are the {spec.title} in a team of agents that writes empathetic replies.", spec.task) if p
-    )
+    system = f"You are the {spec.title} in a team of agents that writes empathetic replies.\n\n{spec.task}"
     parts = [f"Dialogue:\n{inp.dialogue.render_context()}"]
     briefing = _briefing(spec, inp)
     if briefing:
