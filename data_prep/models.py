@@ -129,6 +129,20 @@ def resolve_model(name: str) -> str:
     return _resolve_hub_id(name)
 
 
+def hub_id(name: str) -> str | None:
+    """The Hugging Face hub id behind a model name, for cards and configs that leave this machine.
+
+    An alias maps to the model it embeds; an `owner/name` that is not a local path is taken as a hub id;
+    a local path has none we can know (None).
+    """
+    alias = name.strip().lower()
+    if alias in ALIASES:
+        return ALIASES[alias]
+    if Path(name).expanduser().exists() or name.count("/") != 1 or name.startswith((".", "/", "~")):
+        return None
+    return name
+
+
 def _resolve_hub_id(name: str) -> str:
     if name.count("/") != 1 or name.startswith((".", "/")):
         raise ModelNotAvailable(
