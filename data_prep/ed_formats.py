@@ -263,7 +263,7 @@ def _trace_turns(text: str, file: str, row: int) -> list[Turn]:
     return turns
 
 
-def _trace_row(number: int, raw: dict, file: str, id_prefix: str) -> Dialogue:
+def _trace_row(number: int, raw: dict, file: str) -> Dialogue:
     turns = _trace_turns(clean_field(raw.get("utterances"), file, number, "utterances"), file, number)
     situation = clean_field(raw.get("prompt"), file, number, "prompt")
     label = clean_field(raw.get("emotion_id"), file, number, "emotion_id")
@@ -274,7 +274,7 @@ def _trace_row(number: int, raw: dict, file: str, id_prefix: str) -> Dialogue:
     else:  # also accept an Ekman or ED name, which some re-exports write instead of the index
         fine, emotion = _fine_and_ekman(label, file, number, "emotion_id")
     gold = clean_field(raw.get("gold_response"), file, number, "gold_response")
-    example_id = content_id(situation, turns, id_prefix)
+    example_id = content_id(situation, turns)
     return Dialogue(
         id=example_id,
         conv_id=example_id,
@@ -295,9 +295,7 @@ def content_id(situation: str, turns: Sequence[Turn], prefix: str = "trace") -> 
     return f"{prefix}-{hashlib.sha256(chr(10).join(lines).encode('utf-8')).hexdigest()[:16]}"
 
 
-def trace_dialogues(
-    rows: Iterable[Row], file: str, skipped: Optional[list] = None, id_prefix: str = "trace"
-) -> list[Dialogue]:
+def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None) -> list[Dialogue]:
     """Dialogues from TRACE-prepared rows, one per row, ids from content (`content_id`).
 
     A row whose dialogue already appeared is dropped and reported, so no conversation can land in
@@ -307,7 +305,7 @@ def trace_dialogues(
     first_row: dict[str, int] = {}
     for number, raw in rows:
         try:
-            dialogue = _trace_row(number, raw, file, id_prefix)
+            dialogue = _trace_row(number, raw, file)
         except DataError as err:
             if skipped is None:
                 raise

@@ -68,9 +68,7 @@ def _progress(rows, desc: str):
     return tqdm(rows, desc=desc, unit="row", leave=False, mininterval=0.5, delay=1.0)
 
 
-def _rows_to_dialogues(
-    header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list], id_prefix: str = "trace"
-) -> list[Dialogue]:
+def _rows_to_dialogues(header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list]) -> list[Dialogue]:
     if fmt == "auto":
         fmt = detect_format(header, file)
     elif fmt not in FORMATS:
@@ -79,18 +77,16 @@ def _rows_to_dialogues(
     rows = _progress(rows, f"reading {Path(file).name}")
     if fmt == "ed":
         return ed_dialogues(rows, file, skipped)
-    return trace_dialogues(rows, file, skipped, id_prefix=id_prefix)
+    return trace_dialogues(rows, file, skipped)
 
 
-def read_csv(
-    path: str | Path, fmt: str = "auto", skipped: Optional[list] = None, id_prefix: str = "trace"
-) -> list[Dialogue]:
+def read_csv(path: str | Path, fmt: str = "auto", skipped: Optional[list] = None) -> list[Dialogue]:
     """Dialogues from one ED-release or TRACE CSV; with a ``skipped`` list, bad rows go there instead of raising."""
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), None, None, "no such file")
     header, rows = read_csv_rows(path)
-    return _rows_to_dialogues(header, rows, fmt, str(path), skipped, id_prefix)
+    return _rows_to_dialogues(header, rows, fmt, str(path), skipped)
 
 
 def _split_csvs(directory: Path) -> dict[str, Path]:

@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 
 from distill.config import PipelineConfig
 
-# Boolean pipeline switches that get a --flag / --no-flag pair on the command line.
 # Every on/off setting of the pipeline is a flag: the role switches (from the registry) and the rest.
 _SWITCHES = tuple(name for name, f in PipelineConfig.model_fields.items() if f.annotation is bool)
 

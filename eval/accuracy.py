@@ -60,6 +60,14 @@ def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str
     }
 
 
+def ekman_or_invalid(label: Optional[str]) -> Optional[str]:
+    """A predicted label as Ekman, or None when it is missing or outside every label set."""
+    try:
+        return to_ekman(label) if label else None
+    except ValueError:
+        return None
+
+
 def emotion_accuracy(
     predicted: Sequence[Optional[str]], gold_ekman: Sequence[str], gold_fine: Optional[Sequence[Optional[str]]] = None
 ) -> dict:
@@ -69,12 +77,6 @@ def emotion_accuracy(
     its Ekman family). 32-class is reported only when every gold fine label exists and the
     predictions are ED labels themselves (a pipeline that predicts Ekman has no 32-class score).
     """
-
-    def ekman_or_invalid(label: Optional[str]) -> Optional[str]:
-        try:
-            return to_ekman(label) if label else None
-        except ValueError:
-            return None
 
     result = {
         "ekman6": classification_report(

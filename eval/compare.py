@@ -22,7 +22,7 @@ from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
 from eval.diversity import diversity_metrics
-from eval.paired import human_gold, paired_comparisons, per_dialogue
+from eval.paired import human_gold, paired_comparisons, per_dialogue, score_ppl
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
@@ -86,7 +86,6 @@ def score_system(
     """Every metric for one system on the test dialogues (its traces are in test order), and the
     per-dialogue values the paired comparisons resample."""
     from eval.bertscore import bertscore
-    from eval.perplexity import perplexity
 
     responses = [t.response or "" for t in run.traces]
     result: dict[str, Any] = {
@@ -101,10 +100,7 @@ def score_system(
     }
     extras: dict[str, list] = {}
     if config.ppl is not None:
-        contexts = [d.render_context() for d in test]
-        ppl = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size, keep_items=True)
-        extras["ppl"] = ppl.pop("items")
-        result["ppl"] = {**ppl, "model": config.ppl.model}
+        result["ppl"], extras["ppl"] = score_ppl(responses, test, config, reference_lm)
     if config.bertscore is not None:
         b = config.bertscore
         score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)

@@ -15,11 +15,12 @@ from typing import Any, Optional
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
+from eval.accuracy import ekman_or_invalid
 from eval.diversity import diversity_metrics
 from eval.perplexity import corpus_ppl
 from eval.stats import mean_with_ci, paired_bootstrap
 
-# metric -> (what a positive difference means, statistic over the per-dialogue values)
+# metric -> how to read a difference (first − second)
 PAIRED_METRICS = {
     "i_acc": "higher is better",
     "ppl": "lower is better",
@@ -30,11 +31,7 @@ PAIRED_METRICS = {
 
 
 def _emotion(trace) -> Optional[str]:
-    label = (trace.outputs.get("asi") or {}).get("emotion")
-    try:
-        return to_ekman(label) if label else None
-    except ValueError:
-        return None
+    return ekman_or_invalid((trace.outputs.get("asi") or {}).get("emotion"))
 
 
 def per_dialogue(run, test: Sequence[Dialogue], reference, extras: dict[str, list]) -> dict[str, list]:
@@ -72,8 +69,6 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
 def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]:
     """The gold replies scored like a system: diversity, PPL and length. Not BERTScore: it is scored
     against these very replies. Not I-ACC or cost: a human reply has no predicted emotion or latency."""
-    from eval.perplexity import perplexity
-
     replies = [d.gold_response or "" for d in test]
     row: dict[str, Any] = {
         "name": "human (gold replies)",
@@ -82,7 +77,15 @@ def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]
         "length_words": mean_with_ci([len(r.split()) for r in replies]),
     }
     if config.ppl is not None:
-        contexts = [d.render_context() for d in test]
-        row["ppl"] = perplexity(replies, reference_lm, config.ppl.context, contexts, config.ppl.batch_size)
-        row["ppl"]["model"] = config.ppl.model
+        row["ppl"], _ = score_ppl(replies, test, config, reference_lm)
     return row
+
+
+def score_ppl(responses: Sequence[str], test: Sequence[Dialogue], config, reference_lm) -> tuple[dict, list]:
+    """PPL of `responses` as the config asks, named by its reference LM, and the per-dialogue items."""
+    from eval.perplexity import perplexity
+
+    contexts = [d.render_context() for d in test]
+    ppl = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size, keep_items=True)
+    items = ppl.pop("items")
+    return {**ppl, "model": config.ppl.model}, items
