@@ -1,4 +1,4 @@
-"""Reading a trace run for the dataset builder, and the dataset card / hub push for each role dataset.
+"""Reading a trace run for the dataset builder, and the card and build record of each role dataset.
 
 The card records where a role dataset came from (teacher backend and model, pipeline config, prompt
 versions, gold guidance), how it was filtered (options and per-reason drop counts) and what was
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -26,6 +25,8 @@ if TYPE_CHECKING:
     from distill.sft_data import DatasetOptions, RoleCounts
 
 RUN_META_FILE = "run.json"
+# The card's facts as data, for the adapter card and the hub dataset card to quote.
+BUILD_FILE = "trace_distill_dataset.json"
 _SECRET_KEY = re.compile(r"api[_-]?key|secret|passw|authorization|bearer|token$|credential", re.I)
 _SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer\s)", re.I)
 
@@ -113,7 +114,7 @@ compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + 
 
 ## Labels
 
-{_label_section(spec.schema)}
+{label_section(spec.schema)}
 
 ## Teacher
 
@@ -150,7 +151,7 @@ Traces read: {counts.read}; kept: {counts.kept}.
 """
 
 
-def _label_section(schema: type) -> str:
+def label_section(schema: type) -> str:
     """Each closed label set the role answers with (from data_prep.taxonomy, through the schema)."""
     props = schema.model_json_schema().get("properties", {})
     rows = [f"- `{name}`: {', '.join(map(str, p['enum']))}" for name, p in props.items() if "enum" in p]
@@ -169,24 +170,33 @@ def write_card(
 ) -> Path:
     path = out_dir / "README.md"
     path.write_text(render_card(role, dd, traces, meta, options, counts, run_dir), encoding="utf-8")
+    record = build_record(role, dd, traces, meta, options, counts, run_dir)
+    (out_dir / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 
-def push_role_dataset(dd: DatasetDict, out_dir: Path, repo_id: str) -> bool:
-    """Push one role dataset and its card; on failure print one error line and return False."""
-    try:
-        from huggingface_hub import HfApi
+def build_record(
+    role: str,
+    dd: DatasetDict,
+    traces: Sequence[Trace],
+    meta: dict[str, Any],
+    options: DatasetOptions,
+    counts: RoleCounts,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """What a role dataset was built from and how: teacher, gold guidance, filters and counts."""
+    return {
+        "role": role,
+        "source": scrub(meta.get("source")),
+        "teacher": _teacher(traces, meta),
+        "trace_run": str(run_dir),
+        "options": asdict(options),
+        "counts": counts.as_dict(),
+        "rows": {split: dd[split].num_rows for split in dd},
+    }
 
-        dd.push_to_hub(repo_id)
-        HfApi().upload_file(
-            path_or_fileobj=str(out_dir / "README.md"), path_in_repo="README.md", repo_id=repo_id, repo_type="dataset"
-        )
-    except Exception as err:  # the hub raises many types (offline, auth, HTTP); all end the same way
-        first_line = (str(err).strip().splitlines() or [""])[0]
-        print(
-            f"error: push of {out_dir} to the hub as {repo_id} failed: {type(err).__name__}: {first_line}",
-            file=sys.stderr,
-        )
-        return False
-    print(f"pushed {out_dir} to https://huggingface.co/datasets/{repo_id}", file=sys.stderr)
-    return True
+
+def read_build_record(dataset_dir: str | Path) -> dict[str, Any] | None:
+    """The record `write_card` left next to a role dataset; None for a dataset built elsewhere."""
+    path = Path(dataset_dir) / BUILD_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

@@ -296,12 +296,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
     parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
     parser.add_argument(
-        "--push-to-hub", default=None, metavar="REPO_ID", help="also push each role as <REPO_ID>-<role>"
+        "--push-to-hub",
+        default=None,
+        metavar="REPO_ID",
+        help="also push every role as one hub dataset with a config per role (staged in <out>/hub/ first)",
     )
+    parser.add_argument("--hub-license", default="cc-by-nc-4.0", help="license on the hub card (EmpatheticDialogues')")
+    parser.add_argument("--hub-private", action="store_true", help="create the hub dataset as private")
 
 
 def run(args: argparse.Namespace) -> int:
-    from distill.dataset_card import push_role_dataset, read_run, write_card
+    from distill.dataset_card import read_run, write_card
 
     if not 0 <= args.eval_fraction < 1:
         print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
@@ -332,8 +337,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: no role dataset built from {len(traces)} traces in {args.traces}", file=sys.stderr)
         return 1
     print(json.dumps({role: str(out / role) for role in built}))
-    if args.push_to_hub:
-        for role, dd in built.items():
-            if not push_role_dataset(dd, out / role, f"{args.push_to_hub}-{role}"):
-                return 1
+    return push_hub_dataset(out, list(built), args) if args.push_to_hub else 0
+
+
+def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> int:
+    """Stage the saved role datasets as one hub dataset in `<out>/hub/` and upload it."""
+    from datasets import load_from_disk
+
+    from distill import hub_dataset
+    from distill.dataset_card import read_build_record
+
+    saved = {role: load_from_disk(str(out / role)) for role in roles}
+    records = {role: read_build_record(out / role) for role in roles}
+    staged = hub_dataset.stage(saved, records, out / "hub", args.hub_license)
+    try:
+        url = hub_dataset.push(staged, args.push_to_hub, private=args.hub_private)
+    except Exception as err:  # the hub raises many types (offline, auth, HTTP); all end the same way
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        print(
+            f"error: push of {staged} to {args.push_to_hub} failed: {type(err).__name__}: {first_line}", file=sys.stderr
+        )
+        return 1
+    print(f"pushed {staged} to {url}", file=sys.stderr)
     return 0

@@ -140,12 +140,13 @@ def _adapter_stale(out: Path, role: str, max_tokens_budget: int) -> str | None:
     """Why `role`'s adapter must be (re)trained, or None when it was trained on today's dataset and budget."""
     from datasets import load_from_disk
 
+    from distill.adapters import has_metadata, read_metadata
     from distill.roles import STUDENT_PROMPT_VERSION
 
-    meta_file = out / "adapters" / role / "trace_distill_adapter.json"
-    if not meta_file.is_file():
+    folder = out / "adapters" / role
+    if not has_metadata(folder):
         return "not trained yet"
-    meta = json.loads(meta_file.read_text())
+    meta = read_metadata(folder)
     if meta.get("dataset_fingerprint") != load_from_disk(str(out / "datasets" / role))["train"]._fingerprint:
         return "its dataset changed"
     if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:

@@ -286,10 +286,60 @@ def test_push_to_hub_failure_is_one_error_line(tiny_dialogues, tmp_path, capsys,
     )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert rc == 1 and len(errors) == 1
-    assert errors[0].startswith(
-        f"error: push of {tmp_path / 'sft' / 'asi'} to the hub as someone/tiny-sft-asi failed: "
+    assert errors[0].startswith(f"error: push of {tmp_path / 'sft' / 'hub'} to someone/tiny-sft failed: ")
+    assert (tmp_path / "sft" / "hub" / "README.md").is_file()  # the staged payload is kept
+
+
+class HubRecorder:
+    """Stands in for `huggingface_hub.HfApi`: records the repo and the files one upload would send."""
+
+    calls: list = []
+
+    def create_repo(self, repo_id, repo_type=None, private=False, exist_ok=False):
+        self.calls.append(("create_repo", repo_id, repo_type, private))
+
+    def upload_folder(self, folder_path, repo_id, repo_type=None, commit_message=None):
+        files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
+        self.calls.append(("upload_folder", repo_id, repo_type, files))
+
+
+def test_push_to_hub_sends_one_dataset_with_a_config_per_role(tiny_dialogues, tmp_path, monkeypatch):
+    """The payload is one dataset repo; loaded back with load_dataset(<payload>, <role>) it is each role's data."""
+    import huggingface_hub
+    import yaml
+    from datasets import load_dataset, load_from_disk
+
+    HubRecorder.calls = []
+    monkeypatch.setattr(huggingface_hub, "HfApi", HubRecorder)
+    write_run(tmp_path / "run", [make_trace(d) for d in tiny_dialogues], split="train")
+    out = tmp_path / "sft"
+    args = ["datasets", "--traces", str(tmp_path / "run"), "--out", str(out), "--roles", "asi,cae"]
+    assert distill_main([*args, "--push-to-hub", "me/td-sft", "--eval-fraction", "0.3"]) == 0
+    assert HubRecorder.calls[0] == ("create_repo", "me/td-sft", "dataset", False)
+    kind, repo, repo_type, files = HubRecorder.calls[1]
+    assert (kind, repo, repo_type) == ("upload_folder", "me/td-sft", "dataset")
+    assert files == [
+        "README.md",
+        "asi/train-00000-of-00001.parquet",
+        "asi/validation-00000-of-00001.parquet",
+        "cae/train-00000-of-00001.parquet",
+        "cae/validation-00000-of-00001.parquet",
+    ]
+    card = (out / "hub" / "README.md").read_text()
+    header = yaml.safe_load(card.split("---")[1])
+    assert header["license"] == "cc-by-nc-4.0" and header["language"] == ["en"]
+    assert [c["config_name"] for c in header["configs"]] == ["asi", "cae"]
+    assert (
+        "EmpatheticDialogues" in card
+        and "gold guidance shown to the teacher: emotion no" in card
+        and SECRET not in card
     )
-    assert (tmp_path / "sft" / "asi" / "README.md").is_file()  # the local copy is kept
+    for role in ("asi", "cae"):
+        record = json.loads((out / role / "trace_distill_dataset.json").read_text())
+        assert f"traces read {record['counts']['read']}, kept {record['counts']['kept']}" in card
+        staged, saved = load_dataset(str(out / "hub"), role), load_from_disk(str(out / role))
+        assert staged["train"]["completion"] == saved["train"]["completion"]
+        assert staged["validation"]["dialogue_id"] == saved["validation"]["dialogue_id"]
 
 
 @pytest.mark.slow

@@ -13,9 +13,10 @@ import torch
 import xgrammar
 
 from distill import schemas
+from distill.adapters import find_adapters
 from distill.backends.base import Backend, GenerationRequest
 from distill.backends.constrained import JSON_SEPARATORS, SchemaGrammars
-from distill.backends.local import LocalBackend, find_adapters
+from distill.backends.local import LocalBackend
 
 SYSTEM = {"role": "system", "content": "You are a careful annotator. Answer in JSON."}
 
@@ -266,7 +267,7 @@ def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, a
 def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
     with pytest.raises(ValueError, match="no adapter loaded for role 'srp'"):
         tiny.generate([GenerationRequest(_messages("hi"), adapter="srp")])
-    with pytest.raises(ValueError, match="no adapters in"):
+    with pytest.raises(ValueError, match="no adapters found"):
         find_adapters(str(tmp_path))
 
 

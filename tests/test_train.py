@@ -18,9 +18,10 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from distill.adapters import METADATA_FILE
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
-from train.sft import METADATA_FILE, train_roles
+from train.sft import train_roles
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = {
@@ -180,7 +181,8 @@ def test_export_merged_matches_adapter_and_vllm_line(two_roles, smollm_path, tmp
     assert f"asi={out / 'asi'}" in printed and f"cae={out / 'cae'}" in printed
     assert "--enable-lora --max-lora-rank 8" in (tmp_path / "vllm" / "serve_vllm.sh").read_text()
 
-    from train.export import export_merged, find_adapters
+    from distill.adapters import find_adapters
+    from train.export import export_merged
 
     export_merged({"asi": find_adapters(out)["asi"]}, tmp_path / "merged")
     ids = torch.tensor([[1, 520, 33, 4197, 28, 2]])
@@ -189,6 +191,101 @@ def test_export_merged_matches_adapter_and_vllm_line(two_roles, smollm_path, tmp
     tuned = PeftModel.from_pretrained(base, str(out / "asi")).eval()
     with torch.no_grad():
         assert torch.allclose(merged(ids).logits, tuned(ids).logits, atol=1e-3)
+
+
+class HubRecorder:
+    """Stands in for `huggingface_hub.HfApi`: records the repos and the files an upload would send."""
+
+    calls: list = []
+
+    def create_repo(self, repo_id, repo_type=None, private=False, exist_ok=False):
+        self.calls.append(("create_repo", repo_id, repo_type, private))
+
+    def upload_folder(self, folder_path, repo_id, repo_type=None, ignore_patterns=None, commit_message=None):
+        from huggingface_hub.utils import filter_repo_objects
+
+        files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
+        sent = sorted(filter_repo_objects(files, ignore_patterns=ignore_patterns))
+        self.calls.append(("upload_folder", repo_id, repo_type, sent))
+
+
+@pytest.mark.slow
+def test_adapter_folder_is_hub_ready_and_loads_with_plain_peft(two_roles, smollm_path):
+    """The saved folder names the hub base, carries a real card, and plain PEFT gets the pipeline's logits."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from data_prep.models import SMOLLM2_HUB_ID
+    from distill.backends.local import LocalBackend
+
+    out, metas, _ = two_roles
+    folder = out / "asi"
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == SMOLLM2_HUB_ID
+    card = (folder / "README.md").read_text()
+    assert "More Information Needed" not in card and f"base_model: {SMOLLM2_HUB_ID}" in card
+    assert "library_name: peft" in card and "Q4_1 GGUF" in card and "`emotion`: anger, fear, disgust" in card
+    assert f"tokens seen: {metas[0]['tokens_seen']:,}" in card and f"--lora-modules asi={folder}" in card
+    assert f'PeftModel.from_pretrained(base, "{folder}")' in card
+
+    backend = LocalBackend("smollm2-135m", adapters=str(out), dtype="float32")
+    ids = torch.tensor([backend.encode([{"role": "user", "content": "I lost my keys again."}])[0]])
+    with torch.no_grad(), backend.activate("asi"):
+        pipeline_logits = backend.hf_model(ids).logits
+    base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32)
+    plain = PeftModel.from_pretrained(base, str(folder)).eval()
+    with torch.no_grad():
+        plain_logits = plain(ids).logits
+    assert torch.allclose(pipeline_logits, plain_logits, atol=1e-3)
+    with torch.no_grad(), plain.disable_adapter():  # and the adapter matters: the bare base differs
+        assert not torch.allclose(plain(ids).logits, plain_logits, atol=1e-3)
+
+
+@pytest.mark.slow
+def test_push_to_hub_uploads_each_role_as_its_own_repo(role_datasets, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    HubRecorder.calls = []
+    monkeypatch.setattr(huggingface_hub, "HfApi", HubRecorder)
+    cfg = tiny_config(role_datasets, tmp_path, max_steps=1, push_to_hub=True, hub_model_id="me/td", save_steps=1)
+    train_roles(cfg)
+    assert HubRecorder.calls[0] == ("create_repo", "me/td-asi", "model", False)
+    kind, repo, repo_type, sent = HubRecorder.calls[1]
+    assert (kind, repo, repo_type) == ("upload_folder", "me/td-asi", "model")
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", METADATA_FILE} <= set(sent)
+    assert "tokenizer.json" in sent and (tmp_path / "asi" / "checkpoints").is_dir()
+    assert not [f for f in sent if f.startswith("checkpoints")]  # training state stays home
+    assert "me/td-asi" in (tmp_path / "asi" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_trains_from_a_hub_dataset_payload(role_datasets, tmp_path):
+    """`--datasets` may be one hub dataset with a config per role: here the staged payload `--push-to-hub` sends."""
+    from datasets import load_from_disk
+
+    from distill import hub_dataset
+
+    staged = hub_dataset.stage({"asi": load_from_disk(str(role_datasets / "asi"))}, {"asi": None}, tmp_path / "hub")
+    (meta,) = train_roles(tiny_config(staged, tmp_path / "out", max_steps=1))
+    assert (
+        meta["global_step"] == 1
+        and meta["tokens"]["examples"] == load_from_disk(str(role_datasets / "asi"))["train"].num_rows
+    )
+
+
+def test_unknown_hub_dataset_is_one_line(tmp_path, monkeypatch):
+    from train.config import ConfigError
+    from train.sft import load_role_dataset
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"^nobody/nothing: no dataset for role 'asi' there"):
+        load_role_dataset("nobody/nothing", "asi")
+
+
+def test_push_to_hub_needs_a_repo_id(role_datasets, tmp_path):
+    from train.config import ConfigError
+
+    with pytest.raises(ConfigError, match="hub_model_id"):
+        tiny_config(role_datasets, tmp_path, push_to_hub=True)
 
 
 class StopAt(TrainerCallback):
@@ -224,6 +321,32 @@ def test_resume_continues_from_last_checkpoint(role_datasets, tmp_path):
     assert (tmp_path / "asi" / "checkpoints" / "checkpoint-4").is_dir()
 
 
+class RunNames(TrainerCallback):
+    def __init__(self):
+        self.names = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.names.append(args.run_name)
+
+
+@pytest.mark.slow
+def test_shipped_cpu_config_resumes_and_names_each_role_run(role_datasets, tmp_path):
+    """The shipped configs leave save_steps at 0; --resume must still find a checkpoint after a crash."""
+    from train.config import read_yaml
+
+    values = read_yaml(REPO / "configs" / "train" / "all-roles.yaml")
+    assert values.get("save_steps", 0) == 0
+    values.update(datasets=str(role_datasets), output_dir=str(tmp_path / "run7"), roles="asi,cae", max_steps=8)
+    values.update(max_tokens_budget=0, batch_size=4, num_threads=1, logging_steps=1)
+    cfg = config_from_dict(values, source="all-roles.yaml")
+    names = RunNames()
+    train_roles(cfg, callbacks=[StopAt(2), names])  # "crashes" after step 2 of each role
+    assert names.names == ["run7-asi", "run7-cae"]  # one report_to run per role
+    cfg.resume = True
+    metas = train_roles(cfg)
+    assert [(m["resumed_from"], m["global_step"]) for m in metas] == [("checkpoint-2", 8), ("checkpoint-2", 8)]
+
+
 @pytest.mark.slow
 def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_path, smollm_path):
     pytest.importorskip("bitsandbytes")
@@ -242,6 +365,10 @@ def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_p
 
 @pytest.mark.slow
 def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
+    """The README's launch form: accelerate runs the console entry, so a `train.py` in the cwd cannot shadow it."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "train.py").write_text("raise SystemExit('the cwd train.py ran instead of trace-distill')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -249,14 +376,15 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "accelerate.commands.launch",
         "--config_file",
         str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"),
-        "-m",
+        "--no_python",
+        str(Path(sys.executable).parent / "trace-distill"),
         "train",
         "--datasets",
         str(role_datasets),
         "--roles",
         "asi",
         "--output_dir",
-        str(tmp_path),
+        str(tmp_path / "adapters"),
         "--max_steps",
         "2",
         "--batch_size",
@@ -269,12 +397,12 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "--num_threads",
         "1",
     ]
-    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world_size 2" in run.stdout
-    meta = json.loads((tmp_path / "asi" / METADATA_FILE).read_text())
+    meta = json.loads((tmp_path / "adapters" / "asi" / METADATA_FILE).read_text())
     assert meta["world_size"] == 2 and meta["global_step"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["asi"]  # one adapter, written by rank 0 only
+    assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["asi"]  # written by rank 0 only
 
 
 @pytest.mark.slow
@@ -293,7 +421,7 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
     for cls in (SFTTrainer, completion_head_trainer()):
         trainer = cls(
             model=model,
-            args=sft_args(cfg, tmp_path / cls.__name__, 1, False),
+            args=sft_args(cfg, "asi", tmp_path / cls.__name__, 1, False),
             train_dataset=data,
             processing_class=tokenizer,
         )

@@ -1,7 +1,8 @@
-"""`python -m train` / `accelerate launch -m train`: train per-role LoRA adapters, or export them.
+"""`trace-distill train` / `python -m train`: train per-role LoRA adapters, or export them.
 
-    python -m train --config configs/train/asi.yaml [--roles asi,cae] [--max_steps 20]
-    accelerate launch --config_file configs/accelerate/cpu-ddp.yaml -m train --config configs/train/asi.yaml
+    python --no_python trace-distill train --config configs/train/asi.yaml [--roles asi,cae] [--max_steps 20]
+    accelerate launch --config_file configs/accelerate/cpu-ddp.yaml --no_python trace-distill train \
+        --config configs/train/asi.yaml
     python -m train export --adapters runs/adapters --format merged|vllm --out runs/export
 
 Training is the default command; `export` is the only subcommand.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from data_prep.commands import USER_ERRORS
+from distill.adapters import AdapterError
 from train.config import ConfigError
 
 
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
 
         train_roles(cfg)
         return 0
-    except (ConfigError, *USER_ERRORS) as err:
+    except (ConfigError, AdapterError, *USER_ERRORS) as err:
         # Bad input is one line naming the file and field, never a traceback.
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

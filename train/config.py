@@ -100,12 +100,25 @@ class TrainConfig:
         metadata={"help": "Resume each role from its last checkpoint in <output_dir>/<role>/checkpoints/."},
     )
     save_steps: int = field(
-        default=0, metadata={"help": "Save a resumable checkpoint every N steps (0: only the final adapter)."}
+        default=0,
+        metadata={"help": "Save a resumable checkpoint every N steps (0: four per role, so --resume always has one)."},
     )
     save_total_limit: int = field(default=2, metadata={"help": "Keep at most this many checkpoints per role."})
     logging_steps: int = field(default=5, metadata={"help": "Log loss every N steps."})
     eval: bool = field(default=False, metadata={"help": "Evaluate on the validation split at the end of each role."})
     report_to: str = field(default="none", metadata={"help": "'none', 'tensorboard', or any transformers integration."})
+    run_name: str = field(
+        default="",
+        metadata={"help": "Run name for report_to; each role logs as <run_name>-<role> (default: output_dir's name)."},
+    )
+    push_to_hub: bool = field(
+        default=False,
+        metadata={"help": "Push each trained role adapter, with its model card, to the hub as <hub_model_id>-<role>."},
+    )
+    hub_model_id: str = field(
+        default="", metadata={"help": "Repo prefix for --push_to_hub ('user/name'); also named in the model cards."}
+    )
+    hub_private_repo: bool = field(default=False, metadata={"help": "Create the hub repos as private."})
     num_threads: int = field(
         default=0,
         metadata={
@@ -213,6 +226,8 @@ def check_values(cfg: TrainConfig, source: str) -> None:
         raise ConfigError(f"{source}: field 'epochs': must be > 0 when max_steps is not set, got {cfg.epochs!r}")
     if not (cfg.learning_rate > 0 and cfg.dropout < 1 and cfg.warmup_ratio <= 1):
         raise ConfigError(f"{source}: learning_rate must be > 0, dropout < 1 and warmup_ratio <= 1")
+    if cfg.push_to_hub and cfg.hub_model_id.count("/") != 1:
+        raise ConfigError(f"{source}: field 'hub_model_id': --push_to_hub needs 'user/name', got {cfg.hub_model_id!r}")
     if cfg.load_in_4bit and importlib.util.find_spec("bitsandbytes") is None:
         hint = "pip install 'trace-distill[qlora]'"
         raise ConfigError(f"{source}: field 'load_in_4bit': QLoRA needs bitsandbytes ({hint})")

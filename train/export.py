@@ -14,32 +14,15 @@ import argparse
 import shlex
 from pathlib import Path
 
-from train.config import ConfigError
-from train.sft import log, read_metadata
-
-# vLLM only accepts these LoRA ranks for --max-lora-rank.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
-def find_adapters(root: str | Path) -> dict[str, Path]:
-    """role -> adapter dir, for every `<root>/<role>/adapter_config.json` written by `python -m train`."""
-    root = Path(root)
-    if not root.is_dir():
-        raise ConfigError(f"{root}: adapters directory does not exist")
-    found = {}
-    for config in sorted(root.glob("*/adapter_config.json")):
-        meta = read_metadata(config.parent)
-        found[meta.get("role", config.parent.name)] = config.parent.resolve()
-    if not found:
-        raise ConfigError(f"{root}: no adapters found (expected <role>/adapter_config.json)")
-    return found
+from distill.adapters import AdapterError, find_adapters, read_metadata, vllm_max_rank
+from train.sft import log
 
 
 def base_for(adapters: dict[str, Path]) -> tuple[str, str]:
     """(base model name, local path) shared by all adapters; mixing bases is an error."""
     bases = {(m["base_model"], m["base_model_path"]) for m in (read_metadata(p) for p in adapters.values())}
     if len(bases) != 1:
-        raise ConfigError(f"adapters were trained on different bases: {sorted(b[0] for b in bases)}")
+        raise AdapterError(f"adapters were trained on different bases: {sorted(b[0] for b in bases)}")
     return bases.pop()
 
 
@@ -70,7 +53,7 @@ def vllm_command(adapters: dict[str, Path]) -> tuple[str, str]:
     name, path = base_for(adapters)
     served_base = path if Path(path).exists() else name
     ranks = [read_metadata(p)["lora"]["r"] for p in adapters.values()]
-    max_rank = next((r for r in VLLM_LORA_RANKS if r >= max(ranks)), max(ranks))
+    max_rank = vllm_max_rank(ranks)
     modules = " ".join(f"{role}={shlex.quote(str(p))}" for role, p in adapters.items())
     line = f"--lora-modules {modules}"
     command = (

@@ -3,8 +3,8 @@
 The recipe is short on purpose (torchtune style): `train_roles` loads the base model and tokenizer,
 and for each role `train_role` wraps the base in a fresh LoRA adapter, runs TRL's `SFTTrainer` on the
 role's prompt-completion dataset (loss on completion tokens only), saves the adapter to
-`<output_dir>/<role>/` with a `trace_distill_adapter.json` next to it, and unloads the LoRA layers so
-the next role starts from the untouched base weights.
+`<output_dir>/<role>/` with its metadata and model card (`distill.adapters` owns that folder), and
+unloads the LoRA layers so the next role starts from the untouched base weights.
 
 Speed on CPU comes from padding-free batches (no compute spent on pad tokens), compact student
 prompts and no gradient checkpointing; see benchmarks/train_throughput.py for the measurements.
@@ -12,7 +12,6 @@ prompts and no gradient checkpointing; see benchmarks/train_throughput.py for th
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -21,14 +20,15 @@ from typing import Optional
 
 import torch
 from datasets import DatasetDict, load_from_disk
+from datasets import config as datasets_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
-from data_prep.models import resolve_model
+from data_prep.models import hub_id, resolve_model
+from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, TrainConfig
 
-METADATA_FILE = "trace_distill_adapter.json"
 REQUIRED_COLUMNS = ("prompt", "completion")
 
 
@@ -39,11 +39,18 @@ def log(message: str) -> None:
 
 
 def load_role_dataset(datasets_dir: str | Path, role: str) -> DatasetDict:
-    """The saved DatasetDict for one role, checked for the splits and columns training needs."""
+    """One role's DatasetDict, checked for the splits and columns training needs.
+
+    `datasets_dir` is a folder of saved role datasets (`distill datasets --out`), or one hub dataset
+    with a config per role (`--push-to-hub`): its repo id, or the staged `<out>/hub/` folder.
+    """
     path = Path(datasets_dir) / role
-    if not path.is_dir():
+    if (path / datasets_config.DATASETDICT_JSON_FILENAME).is_file():
+        data = load_from_disk(str(path))
+    elif (Path(datasets_dir) / "README.md").is_file() or not Path(datasets_dir).exists():
+        data = _load_hub_role(str(datasets_dir), role)
+    else:
         raise ConfigError(f"{path}: no dataset for role '{role}' (build it with `python -m distill datasets`)")
-    data = load_from_disk(str(path))
     if not isinstance(data, DatasetDict) or "train" not in data:
         raise ConfigError(f"{path}: expected a DatasetDict with a 'train' split")
     missing = [c for c in REQUIRED_COLUMNS if c not in data["train"].column_names]
@@ -52,6 +59,19 @@ def load_role_dataset(datasets_dir: str | Path, role: str) -> DatasetDict:
     if len(data["train"]) == 0:
         raise ConfigError(f"{path}: split 'train' is empty")
     return data
+
+
+def _load_hub_role(repo: str, role: str) -> DatasetDict:
+    from distill.hub_dataset import load_role
+
+    try:
+        return load_role(repo, role)
+    except Exception as err:  # offline, unknown repo or config: datasets raises many types, all end the same way
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(
+            f"{repo}: no dataset for role '{role}' there, as a folder or a hub dataset ({type(err).__name__}: "
+            f"{first_line})"
+        ) from None
 
 
 def load_base(cfg: TrainConfig):
@@ -106,7 +126,16 @@ def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_s
     return steps if cfg.max_steps <= 0 else min(steps, cfg.max_steps)
 
 
-def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool):
+def checkpoint_every(cfg: TrainConfig, max_steps: int, n_train: int, world_size: int) -> int:
+    """`save_steps`, or (0) a quarter of the role's steps: a crash never costs more than a quarter of a role."""
+    if cfg.save_steps > 0:
+        return cfg.save_steps
+    per_step = cfg.batch_size * cfg.grad_accum * world_size
+    total = max_steps if max_steps > 0 else math.ceil(math.ceil(n_train / per_step) * cfg.epochs)
+    return max(1, math.ceil(total / 4))
+
+
+def sft_args(cfg: TrainConfig, role: str, checkpoints: Path, max_steps: int, has_eval: bool):
     from trl import SFTConfig
 
     return SFTConfig(
@@ -130,7 +159,7 @@ def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool
         use_cpu=cfg.use_cpu,
         seed=cfg.seed,
         data_seed=cfg.seed,
-        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_strategy="steps",  # save_steps is set once the role's step count is known (`checkpoint_every`)
         save_steps=max(cfg.save_steps, 1),
         save_total_limit=cfg.save_total_limit,
         eval_strategy="no",
@@ -138,6 +167,7 @@ def sft_args(cfg: TrainConfig, checkpoints: Path, max_steps: int, has_eval: bool
         logging_steps=cfg.logging_steps,
         logging_first_step=True,
         report_to=cfg.report_to,
+        run_name=f"{cfg.run_name or Path(cfg.output_dir).resolve().name}-{role}",
         dataloader_num_workers=cfg.dataloader_num_workers,
         ddp_find_unused_parameters=False,
         remove_unused_columns=True,
@@ -187,10 +217,11 @@ def adapter_metadata(
     metrics: dict,
     resume_from: Optional[str],
 ) -> dict:
-    """What `trace_distill_adapter.json` records: enough to tell which data, prompts and base made an adapter."""
+    """What the adapter's metadata file records: enough to tell which data, prompts and base made an adapter."""
     return {
         "role": role,
         "base_model": cfg.model,
+        "base_model_hub_id": hub_id(cfg.model),
         "base_model_path": base_path,
         "prompt_version": STUDENT_PROMPT_VERSION,
         "dataset_dir": str(Path(cfg.datasets) / role),
@@ -209,15 +240,15 @@ def adapter_metadata(
     }
 
 
-def write_metadata(out: Path, meta: dict) -> None:
-    (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+def publish(out: Path, meta: dict, cfg: TrainConfig) -> None:
+    """Make the saved adapter hub-ready (hub id as its base, a model card), and push it if asked."""
+    from distill.adapter_card import write_adapter_card
 
-
-def read_metadata(adapter_dir: str | Path) -> dict:
-    path = Path(adapter_dir) / METADATA_FILE
-    if not path.is_file():
-        raise ConfigError(f"{path}: missing; is {adapter_dir} an adapter written by `python -m train`?")
-    return json.loads(path.read_text())
+    point_config_at_hub(out, meta)
+    write_adapter_card(out, cfg.hub_model_id or None)
+    if cfg.push_to_hub:
+        url = push_adapter(out, role_repo(cfg.hub_model_id, meta["role"]), private=cfg.hub_private_repo)
+        log(f"{meta['role']}: pushed to {url}")
 
 
 def completion_head_trainer():
@@ -298,7 +329,7 @@ def train_role(
     # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
     # breaks both vLLM paths and Trainer's resume: transformers#28531).
     model = get_peft_model(base, lora_config(cfg))
-    args = sft_args(cfg, checkpoints, cfg.max_steps, has_eval)
+    args = sft_args(cfg, role, checkpoints, cfg.max_steps, has_eval)
     trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
     trainer = trainer_cls(
         model=model,
@@ -315,6 +346,7 @@ def train_role(
     if budget_steps != cfg.max_steps:
         trainer.args.max_steps = budget_steps
         log(f"{role}: max_tokens_budget {cfg.max_tokens_budget} -> max_steps {budget_steps}")
+    trainer.args.save_steps = checkpoint_every(cfg, budget_steps, counts["examples"], trainer.args.world_size)
     trainable, total = model.get_nb_trainable_parameters()
     log(
         f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "
@@ -332,6 +364,7 @@ def train_role(
         model.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
         write_metadata(out, meta)
+        publish(out, meta, cfg)
         log(f"{role}: saved adapter to {out} ({seconds:.1f} s, loss {meta['train_loss']})")
     trainer.accelerator.wait_for_everyone()
     base = model.unload()  # drop the LoRA layers without merging: the next role starts from the pure base

@@ -16,7 +16,6 @@ restores the base exactly (`_merge`).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import warnings
@@ -30,6 +29,7 @@ from pydantic import validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_model
+from distill.adapters import find_adapters, has_metadata, read_metadata
 from distill.backends.attention import use_decode_attention
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
@@ -62,29 +62,22 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     return torch.bfloat16 if native_bf16 else torch.float32
 
 
-def find_adapters(adapters: str | dict[str, str] | None) -> dict[str, str]:
-    """`<dir>/<role>/adapter_config.json` (as train writes them) or an explicit role → path dict."""
+def adapter_dirs(adapters: str | dict[str, str] | None) -> dict[str, str]:
+    """An adapters folder as train writes it (`distill.adapters.find_adapters`) or an explicit role -> path dict."""
     if adapters is None:
         return {}
     if isinstance(adapters, dict):
         return {name: str(path) for name, path in adapters.items()}
-    root = Path(adapters)
-    if not root.is_dir():
-        raise ValueError(f"adapter directory {root} does not exist")
-    found = {sub.name: str(sub) for sub in sorted(root.iterdir()) if (sub / "adapter_config.json").is_file()}
-    if not found:
-        raise ValueError(f"no adapters in {root}: expected {root}/<role>/adapter_config.json")
-    return found
+    return {role: str(path) for role, path in find_adapters(adapters).items()}
 
 
 def _check_adapter_version(name: str, path: Path) -> None:
     """Warn when an adapter trained by `python -m train` learned another student answer format."""
     from distill.roles import STUDENT_PROMPT_VERSION
 
-    meta = path / "trace_distill_adapter.json"
-    if not meta.is_file():
+    if not has_metadata(path):
         return  # an adapter from elsewhere: nothing recorded to check
-    trained = json.loads(meta.read_text()).get("prompt_version")
+    trained = read_metadata(path).get("prompt_version")
     if trained != STUDENT_PROMPT_VERSION:
         warnings.warn(
             f"adapter '{name}' ({path}) was trained on student prompt version {trained}, this version "
@@ -148,7 +141,7 @@ class LocalBackend:
         # pipeline benchmark reports it as a share of pipeline time.
         self.switch_seconds = 0.0
         self.switches = 0
-        for role, path in find_adapters(adapters).items():
+        for role, path in adapter_dirs(adapters).items():
             self.load_adapter(role, path)
 
     # --- adapters ------------------------------------------------------------------------------

@@ -1,0 +1,143 @@
+"""The model card (`README.md`) of one role adapter: what it does, what made it, how to use it.
+
+Rendered from the adapter's metadata and the build record of the dataset it was trained on, so the
+card says nothing that the folder does not record. Eval figures appear when a compare report is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from distill.adapters import CARD_FILE, base_hub_id, embedded_note, read_metadata, role_repo, vllm_max_rank
+from distill.dataset_card import label_section, read_build_record
+from distill.roles import ROLES
+
+# Training options worth quoting; the full config is in the metadata file.
+_TRAIN_KEYS = ("learning_rate", "epochs", "max_steps", "max_tokens_budget", "batch_size", "max_length", "seed")
+
+
+def _front_matter(meta: dict) -> str:
+    base = base_hub_id(meta)
+    lines = ["---", "library_name: peft", "pipeline_tag: text-generation"]
+    if base:
+        lines.append(f"base_model: {base}")
+    lines += ["tags: [trace-distill, lora, sft, trl, empathetic-dialogue]", "---"]
+    return "\n".join(lines)
+
+
+def _dataset_section(meta: dict) -> str:
+    record = read_build_record(meta.get("dataset_dir", ""))
+    if record is None:
+        return f"Dataset: `{meta.get('dataset_dir')}` (no build record; built outside trace-distill)."
+    teacher, counts = record["teacher"], record["counts"]
+    backend = teacher["backend"]
+    drops = ", ".join(f"{why}: {n}" for why, n in counts["dropped"].items()) or "none"
+    return "\n".join(
+        [
+            f"- teacher: `{backend.get('model')}` via the `{backend.get('backend_name') or backend.get('backend')}` "
+            f"backend, teacher prompt version(s) {', '.join(map(str, teacher['prompt_versions']))}",
+            f"- gold guidance shown to the teacher: emotion {'yes' if teacher['gold_emotion'] else 'no'}, "
+            f"response {'yes' if teacher['gold_response'] else 'no'}",
+            f"- filters: `{json.dumps(record['options'], sort_keys=True)}`",
+            f"- traces read {counts['read']}, kept {counts['kept']} (dropped: {drops}); rows per split: "
+            + ", ".join(f"{s} {n}" for s, n in record["rows"].items()),
+        ]
+    )
+
+
+def _training_section(meta: dict) -> str:
+    cfg = meta.get("train_config", {})
+    quoted = {k: cfg[k] for k in _TRAIN_KEYS if k in cfg}
+    lora = meta.get("lora", {})
+    return "\n".join(
+        [
+            f"- LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, dropout={lora.get('dropout')}, "
+            f"target modules {lora.get('target_modules')}; 4-bit base (QLoRA): {meta.get('quantized_4bit')}",
+            f"- options: `{json.dumps(quoted, sort_keys=True)}`",
+            f"- tokens seen: {meta.get('tokens_seen'):,}; steps: {meta.get('global_step')}; "
+            f"processes: {meta.get('world_size')}; seconds: {meta.get('train_seconds')}",
+            f"- loss: train {_rounded(meta.get('train_loss'))}, validation {_rounded(meta.get('eval_loss'))}",
+            f"- student prompt version: `{meta.get('prompt_version')}` (the prompts in `distill/roles.py`)",
+        ]
+    )
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def _eval_section(figures: Optional[dict[str, Any]]) -> str:
+    if not figures:
+        return "No eval figures yet: `trace-distill eval compare` scores the student pipeline these adapters form."
+    rows = "\n".join(f"| {name} | {value} |" for name, value in figures.items())
+    head = "The student pipeline (all role adapters together), from `eval compare`:"
+    return f"{head}\n\n| metric | value |\n|---|---|\n{rows}"
+
+
+def _usage_section(meta: dict, role: str, repo: str) -> str:
+    base = base_hub_id(meta) or meta.get("base_model")
+    rank = vllm_max_rank([int(meta.get("lora", {}).get("r", 16))])
+    return f"""```python
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+base = AutoModelForCausalLM.from_pretrained("{base}")
+model = PeftModel.from_pretrained(base, "{repo}")
+tokenizer = AutoTokenizer.from_pretrained("{repo}")
+```
+
+The prompt must be the student prompt this adapter learned (`trace-distill` renders it; see
+`distill/roles.py`, prompt version `{meta.get("prompt_version")}`). Served with vLLM, next to the other roles:
+
+```bash
+vllm serve {base} --enable-lora --max-lora-rank {rank} --lora-modules {role}={repo}
+```"""
+
+
+def render_adapter_card(meta: dict, repo: str, figures: Optional[dict[str, Any]] = None) -> str:
+    role = meta["role"]
+    spec = ROLES[role]
+    answer = spec.schema_for("student")
+    return f"""{_front_matter(meta)}
+# trace-distill adapter: `{role}` ({spec.title})
+
+A LoRA adapter for the `{role}` agent of trace-distill's distilled empathetic-response pipeline
+(TRACE's emotion, cause, strategy and response agents, each its own adapter on one base).
+
+- reads: the dialogue{"".join(f", `{i}`" for i in spec.inputs)}
+- answers: JSON of `{answer.__name__}` with fields {", ".join(f"`{f}`" for f in answer.model_fields)}
+- base model: `{base_hub_id(meta) or meta.get("base_model")}`
+{embedded_note(meta)}
+## Labels
+
+{label_section(answer)}
+
+## Dataset
+
+{_dataset_section(meta)}
+
+## Training
+
+{_training_section(meta)}
+
+## Evaluation
+
+{_eval_section(figures)}
+
+## Use
+
+{_usage_section(meta, role, repo)}
+
+Data license: adapters trained on EmpatheticDialogues inherit its CC BY-NC 4.0 terms (non-commercial use).
+"""
+
+
+def write_adapter_card(folder: Path, hub_model_id: Optional[str] = None, figures: Optional[dict] = None) -> Path:
+    """(Re)write `<folder>/README.md`; the repo named in it is the one `--push_to_hub` would create."""
+    meta = read_metadata(folder)
+    repo = role_repo(hub_model_id, meta["role"]) if hub_model_id else str(folder)
+    path = folder / CARD_FILE
+    path.write_text(render_adapter_card(meta, repo, figures), encoding="utf-8")
+    return path
