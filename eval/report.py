@@ -1,33 +1,55 @@
 """Render a comparison's ``report.json`` as ``report.md`` (TRACE Tables 1-2 layout) and PNG plots.
 
 This module reads nothing but report.json and computes no number: every figure in the markdown is a
-value stored in the JSON, printed as stored (already rounded by `eval.compare`). That is what lets
-a test check report.md against report.json, and what lets anyone re-render an old report.
+value stored in the JSON, rounded for reading. A value with an interval keeps two significant digits
+of the interval's half-width (9.7725 [6.9847, 19.5992] reads 9.8 [7.0, 19.6]); any other float keeps
+three significant digits, never fewer than its integer digits (1030.1111 reads 1030); integers print
+whole. The JSON keeps four decimals, so a test can check report.md against report.json, and anyone
+can re-render an old report.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Optional
 
 DASH = "–"
 
 
-def fmt(value: Any) -> str:
-    """A stored number exactly as JSON holds it; missing → a dash."""
+def _decimals(magnitude: float, significant: int) -> int:
+    """Decimal places that keep `significant` digits of `magnitude` (none beyond the integer part)."""
+    if magnitude == 0 or not math.isfinite(magnitude):
+        return 0
+    return max(0, significant - 1 - math.floor(math.log10(abs(magnitude))))
+
+
+def fmt(value: Any, decimals: Optional[int] = None) -> str:
+    """A stored number rounded for reading (see the module note); missing → a dash."""
     if value is None:
         return DASH
-    return json.dumps(value)
+    if not isinstance(value, float):
+        return json.dumps(value)
+    return f"{value:.{_decimals(value, 3) if decimals is None else decimals}f}"
+
+
+def interval(value: Any, low: Any, high: Any) -> str:
+    """``value [low, high]``, all three to two significant digits of the half-width."""
+    if value is None:
+        return DASH
+    if low is None or high is None:
+        return fmt(value)
+    half = (high - low) / 2
+    decimals = _decimals(half, 2) if half > 0 else _decimals(value, 3)
+    return f"{fmt(float(value), decimals)} [{fmt(float(low), decimals)}, {fmt(float(high), decimals)}]"
 
 
 def with_ci(stat: Optional[dict]) -> str:
     """``value [ci_low, ci_high]`` for a mean-type statistic dict from `eval.stats.mean_with_ci`."""
-    if not stat or stat.get("value") is None:
+    if not stat:
         return DASH
-    if stat.get("ci_low") is None:
-        return fmt(stat["value"])
-    return f"{fmt(stat['value'])} [{fmt(stat['ci_low'])}, {fmt(stat['ci_high'])}]"
+    return interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -71,7 +93,7 @@ def paired_table(report: dict) -> list[str]:
         [
             f"{p['pair'][0]} − {p['pair'][1]}",
             p["metric"],
-            f"{fmt(p['diff'])} [{fmt(p['ci_low'])}, {fmt(p['ci_high'])}]",
+            interval(p["diff"], p["ci_low"], p["ci_high"]),
             fmt(p["n"]),
             p["reading"],
             "yes" if p["ci_low"] is not None and (p["ci_low"] > 0 or p["ci_high"] < 0) else "no",
@@ -163,7 +185,8 @@ def _notes(report: dict) -> list[str]:
         f"Test set: split `{report['test']['split']}` of `{report['test']['dialogues']}`, "
         f"n = {report['test']['n']} dialogues; exemplar index `{report['test']['index']}`.",
         f"Mean-type metrics show value [bootstrap {boot['level_percent']}% CI] "
-        f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI).",
+        f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI). Figures "
+        "with an interval keep two significant digits of its half-width, others three; report.json has four decimals.",
     ]
     if ppl:
         notes.append(

@@ -103,11 +103,12 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert paired["i_acc"]["ci_low"] < 0 < paired["i_acc"]["ci_high"]
     assert paired["latency_s"]["diff"] == 0.0 and paired["latency_s"]["ci_low"] == 0.0
     md = (out / "report.md").read_text()
-    assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.0 [" in md
+    assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.00 [-0." in md
     assert report["systems"][1]["same_outputs_as"] is None  # different replies
     assert "![metrics per system](metrics.png)" in md and "![emotion confusion matrices](confusion.png)" in md
     numbers = _numbers_in_tables(md)
-    assert len(numbers) > 20 and not [n for n in numbers if n not in _json_numbers(report)]
+    stored = _json_numbers(report)
+    assert len(numbers) > 20 and not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
 
 
 def _write_config(tmp_path: Path, cfg: dict) -> str:
@@ -208,11 +209,27 @@ def _numbers_in_tables(markdown: str) -> list[str]:
     return found
 
 
-def _json_numbers(value) -> set[str]:
+def test_report_rounds_to_meaningful_digits():
+    from eval.report import fmt, interval, with_ci
+
+    assert interval(9.7725, 6.9847, 19.5992) == "9.8 [7.0, 19.6]"
+    assert with_ci({"value": 0.61, "ci_low": 0.51, "ci_high": 0.71}) == "0.61 [0.51, 0.71]"
+    assert interval(-0.1429, -0.3571, 0.0) == "-0.14 [-0.36, 0.00]"
+    assert fmt(1030.1111) == "1030" and fmt(0.193442) == "0.193" and fmt(14.6049) == "14.6" and fmt(100) == "100"
+    assert fmt(None) == "–" and with_ci({"value": 0.25, "ci_low": None}) == "0.250"
+
+
+def _reads_as(stored: float, shown: str) -> bool:
+    """`shown` is `stored` rounded to the decimals `shown` has (report.md rounds for reading)."""
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    return f"{stored:.{decimals}f}" == shown
+
+
+def _json_numbers(value) -> set[float]:
     if isinstance(value, bool):
         return set()
     if isinstance(value, (int, float)):
-        return {json.dumps(value)}
+        return {value}
     if isinstance(value, dict):
         return set().union(*map(_json_numbers, value.values())) if value else set()
     if isinstance(value, list):
@@ -281,8 +298,9 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert emp["win"] + emp["lose"] + emp["tie"] == emp["n"] == 8
     numbers = _numbers_in_tables((out / "report.md").read_text())
     assert len(numbers) > 50
-    missing = [n for n in numbers if n not in _json_numbers(report)]
-    assert not missing, f"numbers in report.md not in report.json: {missing[:5]}"
+    stored = _json_numbers(report)
+    missing = [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
+    assert not missing, f"numbers in report.md that are no report.json value rounded: {missing[:5]}"
 
 
 @pytest.mark.parametrize(
