@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,14 @@ from typing import Any, Optional
 from distill.backends.base import GenerationRequest, GenerationResult
 from distill.backends.openai_backend import OpenAIBackend
 from distill.pipeline import Pipeline
-from distill.pricing import estimate_cost
+from distill.pricing import (
+    CostGuard,
+    CostLimitReached,
+    estimate_cost,
+    estimate_prompt_tokens,
+    price_table,
+    worst_case_cost,
+)
 from distill.roles import prompt_version
 from distill.store import TraceStore
 
@@ -262,6 +270,7 @@ def advance(run_dir: Path, state: dict[str, Any], client, dialogues, index=None)
         save_state(run_dir, state)
         return f"complete: traces written to {run_dir / 'traces.jsonl'} ({_spend(run_dir, state)})"
     round_no = len(state["history"]) + 1
+    check_budget(run_dir, state, needed, round_no)
     file = f"{BATCH_DIR}/round-{round_no}.jsonl"
     write_request_file(run_dir / file, needed.lines)
     with open(run_dir / file, "rb") as fh:
@@ -284,16 +293,38 @@ def advance(run_dir: Path, state: dict[str, Any], client, dialogues, index=None)
     )
 
 
-def _spend(run_dir: Path, state: dict[str, Any]) -> str:
-    model = state["config"]["backend"]["model"]
+def _spent_usd(run_dir: Path, state: dict[str, Any]) -> float:
+    """What the answers received so far cost, at batch prices."""
+    backend = state["config"]["backend"]
     recs = load_results(run_dir).values()
-    usd = estimate_cost(
-        model,
+    return estimate_cost(
+        backend["model"],
         sum(r.get("prompt_tokens", 0) for r in recs),
         sum(r.get("completion_tokens", 0) for r in recs),
+        price_table(backend.get("prices")),
         batch=True,
     )
-    return f"estimated cost ${usd:.4f} at batch prices"
+
+
+def _spend(run_dir: Path, state: dict[str, Any]) -> str:
+    return f"estimated cost ${_spent_usd(run_dir, state):.4f} at batch prices"
+
+
+def check_budget(run_dir: Path, state: dict[str, Any], needed: NeedsBatch, round_no: int) -> None:
+    """Refuse to submit a round that could take the run past `--max-cost` (every answer at its token limit)."""
+    cap = state.get("max_cost")
+    if cap is None:
+        return
+    backend = state["config"]["backend"]
+    calls = [(estimate_prompt_tokens(line["body"]["messages"]), line["body"]["max_tokens"]) for line in needed.lines]
+    worst = worst_case_cost(backend["model"], calls, price_table(backend.get("prices")), batch=True)
+    spent = _spent_usd(run_dir, state)
+    if spent + worst > cap:
+        raise CostLimitReached(
+            f"not submitted: round {round_no} ({len(needed.lines)} {needed.role} requests) could cost up to "
+            f"${worst:.4f} at batch prices on top of ${spent:.4f} spent, past --max-cost ${cap:.4f}; "
+            f"`batch poll --out {run_dir} --max-cost <higher>` continues"
+        )
 
 
 # --- CLI ------------------------------------------------------------------------------------------
@@ -313,6 +344,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N dialogues")
     parser.add_argument("--wait", action="store_true", help="poll: keep polling until every stage is done")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between polls with --wait")
+    parser.add_argument(
+        "--max-cost",
+        type=float,
+        default=None,
+        help="USD cap for the whole run at batch prices: a round that could pass it is not submitted "
+        "(submit sets it; poll may raise it)",
+    )
 
 
 def _inputs(state: dict[str, Any]):
@@ -343,8 +381,11 @@ def _start_state(args: argparse.Namespace) -> dict[str, Any]:
     config = load_config(args.config)  # the same validated loader as `distill generate`
     if config["backend"].get("type") != "openai":
         raise BatchInputError(f"{args.config}: field 'backend.type' must be 'openai' for the Batch API")
+    if args.max_cost is not None:  # an unpriced model would count as free and never trip the cap
+        CostGuard(args.max_cost, price_table(config["backend"].get("prices"))).require_price(config["backend"]["model"])
     return {
         "config": config,
+        "max_cost": args.max_cost,
         "dialogues": str(Path(args.dialogues).resolve()),
         "split": args.split,
         "index": str(Path(args.index).resolve()) if args.index else None,
@@ -368,6 +409,8 @@ def run(args: argparse.Namespace) -> int:
         save_state(run_dir, state)
     else:
         state = load_state(run_dir)
+        if args.max_cost is not None:
+            state["max_cost"] = args.max_cost
     if state.get("complete"):
         print(f"complete: {run_dir / 'traces.jsonl'}")
         return 0
@@ -375,7 +418,11 @@ def run(args: argparse.Namespace) -> int:
     client = openai.OpenAI(api_key=_api_key(backend_cfg.api_key_env), base_url=backend_cfg.base_url)
     dialogues, index = _inputs(state)
     while True:
-        message = advance(run_dir, state, client, dialogues, index)
+        try:
+            message = advance(run_dir, state, client, dialogues, index)
+        except CostLimitReached as exc:  # nothing was uploaded for this round; the state is saved
+            print(str(exc), file=sys.stderr)
+            return 3
         print(message, flush=True)
         if state.get("complete"):
             return 0

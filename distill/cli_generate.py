@@ -142,7 +142,36 @@ def _generate(args: argparse.Namespace) -> int:
     pipeline = Pipeline(config, backend, index=index)
     source = {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index}
     store.claim(pipeline.run_info(source=source))
+    stored = store.keys()
+    estimate = cost_estimate(pipeline, [d for d in dialogues if pipeline.key(d) not in stored])
+    if estimate:
+        print(estimate, file=sys.stderr, flush=True)
     return _run_with_progress(pipeline, store, dialogues, args.chunk_size)
+
+
+def cost_estimate(pipeline, dialogues) -> str | None:
+    """The up-front line of an API run with a known price; None for a free (self-hosted or local) one."""
+    from distill.pricing import estimate_prompt_tokens, known_price, worst_case_cost
+    from distill.roles import ROLES, RoleInput
+
+    guard, model = getattr(pipeline.backend, "cost_guard", None), pipeline.backend.model
+    if guard is None or known_price(model, guard.table) is None or not dialogues:
+        return None
+    style, stages = pipeline.config.prompt_style, pipeline.config.stages()
+    calls = [
+        (estimate_prompt_tokens(ROLES[s].render(RoleInput(dialogue=d), style)), ROLES[s].max_new_tokens)
+        for d in dialogues
+        for s in stages
+    ]
+    usd = worst_case_cost(model, calls, guard.table)
+    line = (
+        f"cost estimate: about ${usd:.2f} for {len(dialogues)} dialogues x {len(stages)} stages of {model} "
+        "(prompts at ~4 characters a token, before retrieved cases and earlier answers are added; every answer "
+        "at its token limit; retries and reflection reruns cost more)"
+    )
+    if guard.max_cost is not None and usd > guard.max_cost:
+        line += f"; above --max-cost ${guard.max_cost:.2f}, so the run will stop early and can resume"
+    return line
 
 
 def _load_index(path: str):
@@ -161,12 +190,18 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
     # A whole chunk lands at once, so tqdm's default (recent-rate) smoothing swings the ETA wildly;
     # smoothing=0 estimates from the run's average rate.
     with tqdm(total=len(dialogues), initial=already, desc="traces", unit="dialogue", smoothing=0) as bar:
-        bar.set_postfix(done=already, failed=0)
+        guard = getattr(pipeline.backend, "cost_guard", None)  # API runs: the spend so far lives there
+
+        def show() -> None:
+            spent = {"spent": f"${guard.spent:.4f}"} if guard is not None else {}
+            bar.set_postfix(done=already + counts["ok"] + counts["failed"], failed=counts["failed"], **spent)
+
+        show()
 
         def on_trace(trace) -> None:
             counts[trace.status] += 1
             bar.update(1)
-            bar.set_postfix(done=already + counts["ok"] + counts["failed"], failed=counts["failed"])
+            show()
 
         # progress=True adds a bar per stage under this one: a chunk takes minutes on a CPU, and
         # the dialogue count only moves when a whole chunk is stored.

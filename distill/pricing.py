@@ -6,7 +6,8 @@ refuses a model with no known price, because the cap could never trip. A YAML `p
 overrides or extends the table. `CostGuard` is the `--max-cost` check: the OpenAI backend asks it
 before every request, and once the next call could pass the cap it stops sending and the generate
 CLI ends the run cleanly with every finished trace kept. eval imports `estimate_cost` for its
-cost-per-dialogue column.
+cost-per-dialogue column. `worst_case_cost` is the up-front estimate `distill generate` prints and
+the check `distill batch` makes before it submits a round.
 """
 
 from __future__ import annotations
@@ -80,6 +81,21 @@ def estimate_cost(
     price = lookup_price(model, table)
     usd = (prompt_tokens * price.input_per_m + completion_tokens * price.output_per_m) / 1_000_000
     return usd * (BATCH_DISCOUNT if batch else 1.0)
+
+
+def estimate_prompt_tokens(messages: list[dict[str, str]]) -> int:
+    """~4 characters a token for English, plus a few per message; for reservations and estimates only."""
+    return sum(len(m.get("content", "")) for m in messages) // 4 + 4 * len(messages)
+
+
+def worst_case_cost(
+    model: str,
+    calls: list[tuple[int, int]],
+    table: Optional[Mapping[str, Price]] = None,
+    batch: bool = False,
+) -> float:
+    """USD if every (prompt tokens, max completion tokens) call used its whole completion budget."""
+    return estimate_cost(model, sum(c[0] for c in calls), sum(c[1] for c in calls), table, batch)
 
 
 @dataclass

@@ -229,8 +229,9 @@ def _batch_endpoint():
     return app, batches
 
 
-@pytest.mark.slow
-def test_batch_cli_submit_then_poll_to_completion(tmp_path, tiny_dialogues, monkeypatch):
+@pytest.fixture
+def batch_run(tmp_path, tiny_dialogues, monkeypatch):
+    """A local Batch API endpoint, 3 train dialogues and a teacher YAML pointing at it."""
     import threading
     import time
 
@@ -239,7 +240,6 @@ def test_batch_cli_submit_then_poll_to_completion(tmp_path, tiny_dialogues, monk
     from fault_proxy import free_port
 
     from data_prep.loaders import save_dialogues
-    from distill.__main__ import main
 
     app, batches = _batch_endpoint()
     port = free_port()
@@ -248,40 +248,65 @@ def test_batch_cli_submit_then_poll_to_completion(tmp_path, tiny_dialogues, monk
     thread.start()
     while not server.started:
         time.sleep(0.05)
+    save_dialogues({"train": tiny_dialogues[:3]}, tmp_path / "dialogues")
+    config = {
+        "backend": {**CONFIG["backend"], "base_url": f"http://127.0.0.1:{port}/v1"},
+        "pipeline": CONFIG["pipeline"],
+    }
+    (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("TD_TEST_KEY", "sk-local")
+    submit = ["batch", "submit", "--config", str(tmp_path / "teacher.yaml"), "--dialogues", str(tmp_path / "dialogues")]
     try:
-        save_dialogues({"train": tiny_dialogues[:3]}, tmp_path / "dialogues")
-        config = {
-            "backend": {**CONFIG["backend"], "base_url": f"http://127.0.0.1:{port}/v1"},
-            "pipeline": CONFIG["pipeline"],
-        }
-        (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config))
-        monkeypatch.setenv("TD_TEST_KEY", "sk-local")
-        out = tmp_path / "run"
-        assert (
-            main(
-                [
-                    "batch",
-                    "submit",
-                    "--config",
-                    str(tmp_path / "teacher.yaml"),
-                    "--dialogues",
-                    str(tmp_path / "dialogues"),
-                    "--split",
-                    "train",
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 0
-        )
-        state = json.loads((out / BATCH_DIR / "state.json").read_text())
-        assert state["pending"]["batch_id"] == "batch_0" and state["pending"]["role"] == "asi"
-        # A fresh process would resume from state.json alone: poll needs only --out.
-        assert main(["batch", "poll", "--out", str(out), "--wait", "--interval", "0"]) == 0
+        yield submit, tmp_path / "run", batches
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.mark.slow
+def test_batch_cli_submit_then_poll_to_completion(batch_run):
+    from distill.__main__ import main
+
+    submit, out, batches = batch_run
+    assert main([*submit, "--split", "train", "--out", str(out)]) == 0
+    state = json.loads((out / BATCH_DIR / "state.json").read_text())
+    assert state["pending"]["batch_id"] == "batch_0" and state["pending"]["role"] == "asi"
+    # A fresh process would resume from state.json alone: poll needs only --out.
+    assert main(["batch", "poll", "--out", str(out), "--wait", "--interval", "0"]) == 0
     traces, problems = TraceStore(out).read()
     assert not problems and len(traces) == 3 and all(t.status == "ok" for t in traces)
     assert len(batches) == 4  # one batch per stage: asi, cae, srp, ers
     assert main(["batch", "collect", "--out", str(out)]) == 0
+
+
+def test_batch_max_cost_refuses_a_round_that_could_pass_it(batch_run, capsys):
+    from distill.__main__ import main
+    from distill.pricing import estimate_prompt_tokens, worst_case_cost
+
+    submit, out, batches = batch_run
+    assert main([*submit, "--out", str(out), "--max-cost", "0.0001"]) == 3
+    err = capsys.readouterr().err
+    assert "not submitted: round 1 (3 asi requests) could cost up to $" in err and "--max-cost $0.0001" in err
+    assert not batches and not (out / BATCH_DIR / "round-1.jsonl").exists()  # nothing was uploaded
+    # the refused round, priced by hand: 3 requests at gpt-4o-mini's batch price, every answer at its limit
+    state = json.loads((out / BATCH_DIR / "state.json").read_text())
+    assert state["max_cost"] == 0.0001 and state["pending"] is None
+    assert main(["batch", "poll", "--out", str(out), "--max-cost", "5"]) == 0  # a higher cap goes on
+    assert len(batches) == 1
+    lines = [json.loads(x) for x in (out / BATCH_DIR / "round-1.jsonl").read_text().splitlines()]
+    calls = [(estimate_prompt_tokens(x["body"]["messages"]), x["body"]["max_tokens"]) for x in lines]
+    worst = worst_case_cost("gpt-4o-mini", calls, batch=True)
+    assert worst == pytest.approx(sum(p * 0.15 + c * 0.60 for p, c in calls) / 1e6 / 2) and worst > 0.0001
+
+
+def test_batch_max_cost_refuses_an_unpriced_model(batch_run, tmp_path, capsys):
+    import yaml
+
+    from distill.__main__ import main
+
+    submit, out, batches = batch_run
+    config = yaml.safe_load((tmp_path / "teacher.yaml").read_text())
+    config["backend"]["model"] = "gpt-5"
+    (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config))
+    assert main([*submit, "--out", str(out), "--max-cost", "5"]) == 2
+    assert "no price is known for model 'gpt-5'" in capsys.readouterr().err and not batches

@@ -7,6 +7,7 @@ schema-valid JSON), so faults and retries are cheap; the trace-format test uses 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -359,8 +360,27 @@ def test_generate_cli_max_cost_stops_cleanly(tiny_server, tiny_dialogues, tmp_pa
             "0.01",
         ]
     )
-    assert code == 3 and "--max-cost $0.0100" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 3 and "--max-cost $0.0100" in err
+    assert "cost estimate: about $" in err and "above --max-cost $0.01, so the run will stop early" in err
     assert tiny_server.metrics()["requests"] == before and not TraceStore(tmp_path / "run").read()[0]
+
+    config["backend"]["prices"] = {config["backend"]["model"]: {"input": 2.5, "output": 10.0}}
+    config_path.write_text(yaml.safe_dump(config))
+    args = ["generate", "--config", str(config_path), "--dialogues", str(data_dir), "--out", str(tmp_path / "run")]
+    assert main([*args, "--split", "train", "--max-cost", "5"]) == 0
+    err = capsys.readouterr().err
+    assert "cost estimate: about $0.0" in err and "above" not in err
+    spent = [float(x) for x in re.findall(r"spent=\$(\d+\.\d+)", err)]
+    assert spent and spent[-1] > 0  # the bar shows the running spend, read from the run's cost guard
+
+
+def test_worst_case_cost_and_prompt_estimate_by_hand():
+    from distill.pricing import estimate_prompt_tokens, worst_case_cost
+
+    assert estimate_prompt_tokens([{"role": "system", "content": "a" * 40}, {"role": "user", "content": "b" * 8}]) == 20
+    assert worst_case_cost("gpt-4o", [(1000, 100), (2000, 200)]) == pytest.approx((3000 * 2.5 + 300 * 10) / 1e6)
+    assert worst_case_cost("gpt-4o", [(1000, 100), (2000, 200)], batch=True) == pytest.approx(0.00525)
 
 
 def test_credentials_in_base_url_never_reach_the_run_description():

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
-from distill.pricing import CostGuard, CostLimitReached, price_table
+from distill.pricing import CostGuard, CostLimitReached, estimate_prompt_tokens, price_table
 
 # Keywords OpenAI's strict structured outputs reject; a strict copy of a schema drops them
 # (the pipeline still validates every answer against the full pydantic schema).
@@ -314,5 +314,4 @@ def _count_retries(events: list[str]) -> int:
 
 
 def _estimate_prompt_tokens(req: GenerationRequest) -> int:
-    # ~4 characters a token for English; used only for rate limits and the cost cap's reservation.
-    return sum(len(m.get("content", "")) for m in req.messages) // 4 + 4 * len(req.messages)
+    return estimate_prompt_tokens(req.messages)  # rate limits and the cost cap's reservation only
