@@ -191,10 +191,12 @@ def test_adapters_route_per_stage(backend, tiny_dialogues, tmp_path, smollm_path
 
     def save_adapter(name: str, random_weights: bool) -> str:
         base = AutoModelForCausalLM.from_pretrained(smollm_path)
-        # init_lora_weights=True leaves B = 0, so the adapter changes nothing; False makes it bite.
-        peft_model = get_peft_model(
-            base, LoraConfig(r=8, target_modules=["q_proj", "v_proj"], init_lora_weights=not random_weights)
+        # init_lora_weights=True leaves B = 0, so the adapter changes nothing; False makes it bite, and
+        # a large alpha makes it bite hard enough to change a bf16 argmax too.
+        lora = LoraConfig(
+            r=8, lora_alpha=256, target_modules=["q_proj", "v_proj"], init_lora_weights=not random_weights
         )
+        peft_model = get_peft_model(base, lora)
         peft_model.save_pretrained(tmp_path / name)
         return str(tmp_path / name)
 
