@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -160,5 +161,38 @@ def test_model_field_routes_to_role_adapters(smollm_path, tmp_path):
         reply = httpx.post(proc.url + "/v1/chat/completions", json={**body, "model": "cae"}, timeout=60)
         assert reply.status_code == 404 and "asi, ers" in reply.json()["error"]["message"]
         assert proc.metrics()["by_model"] == {"asi": 1, "ers": 1, str(base): 1}
+    finally:
+        proc.stop()
+
+
+def test_shipped_student_openai_config_runs_against_distill_serve(smollm_path, tmp_path, tiny_dialogues):
+    """configs/eval/student-openai.yaml's student, pointed at `distill serve --adapters`: every stage goes out
+    under its role's name, gets its adapter, and parses (vLLM multi-LoRA is the same API)."""
+    import yaml
+    from fault_proxy import make_tiny_model
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from distill.backends.openai_backend import OpenAIBackend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+    from eval.compare import load_config
+
+    base = make_tiny_model(smollm_path, tmp_path / "tiny")
+    roles = ("asi", "cae", "srp", "ers")
+    for role in roles:
+        lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+        lora.save_pretrained(tmp_path / "adapters" / role)
+    config_path = Path(__file__).resolve().parents[1] / "configs" / "eval" / "student-openai.yaml"
+    load_config(str(config_path))  # the shipped file as eval compare reads it
+    student = next(s for s in yaml.safe_load(config_path.read_text())["systems"] if s["name"] == "student-api")
+    proc = ServeProcess(str(base), tmp_path / "serve.log", "--adapters", str(tmp_path / "adapters")).wait_ready()
+    try:
+        options = {k: v for k, v in student["backend"].items() if k != "type"}
+        backend = OpenAIBackend(**{**options, "base_url": proc.url + "/v1", "timeout_s": 600})
+        pipeline_cfg = PipelineConfig(**{**student["pipeline"], "rag": False})
+        traces = Pipeline(pipeline_cfg, backend).run(tiny_dialogues[:2], progress=False)
+        assert all(s.parsed is not None for t in traces for s in t.steps), [s.error for t in traces for s in t.steps]
+        assert proc.metrics()["by_model"] == {role: 2 for role in roles}
     finally:
         proc.stop()

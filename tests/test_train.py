@@ -177,9 +177,28 @@ def test_export_merged_matches_adapter_and_vllm_line(two_roles, smollm_path, tmp
 
     out, _, _ = two_roles
     assert main(["export", "--adapters", str(out), "--format", "vllm", "--out", str(tmp_path / "vllm")]) == 0
-    printed = capsys.readouterr().out
-    assert f"asi={out / 'asi'}" in printed and f"cae={out / 'cae'}" in printed
-    assert "--enable-lora --max-lora-rank 8" in (tmp_path / "vllm" / "serve_vllm.sh").read_text()
+    hub = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert capsys.readouterr().out.strip() == (
+        f"exec vllm serve {hub} --served-model-name {hub} --enable-lora --max-lora-rank 8 --max-loras 2 "
+        '--lora-modules asi="$here"/asi cae="$here"/cae "$@"'
+    )
+    # the export folder is self-contained: moved elsewhere, its script still names its own adapter copies
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "vllm").rename(moved)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "vllm").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    (fake / "vllm").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    argv = subprocess.run(
+        ["sh", str(moved / "serve_vllm.sh"), "--port", "8001"], env=env, capture_output=True, text=True
+    )
+    args = argv.stdout.split()
+    assert args[:2] == ["serve", hub] and args[-2:] == ["--port", "8001"]
+    for role in ("asi", "cae"):
+        path = Path(args[args.index("--lora-modules") + 1 + ["asi", "cae"].index(role)].split("=", 1)[1])
+        assert path == moved.resolve() / role and (path / "adapter_config.json").is_file()
+        assert not (path / "checkpoints").exists()
 
     from distill.adapters import find_adapters
     from train.export import export_merged

@@ -3,18 +3,20 @@
 - ``--format merged`` writes one full model per role (LoRA merged into an fp32 or bf16 copy of the
   base, plus the tokenizer) to ``<out>/<role>/``: the fastest way to run one role on its own, and what
   any runtime without LoRA support needs.
-- ``--format vllm`` keeps the adapters as they are and writes the ``--lora-modules asi=<path> …``
-  argument line and a complete ``vllm serve <base> --enable-lora …`` command to ``<out>/`` and stdout:
-  one base in memory serves every role.
+- ``--format vllm`` copies the adapters to ``<out>/<role>/`` and writes ``serve_vllm.sh``, a complete
+  ``vllm serve <base hub id> --served-model-name … --enable-lora --lora-modules asi=<out>/asi …``
+  command (also on stdout) with paths relative to the script, so the folder can move: one base in
+  memory serves every role, and a client picks the role by sending its name as ``model``.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 from pathlib import Path
 
-from distill.adapters import AdapterError, find_adapters, read_metadata, vllm_max_rank
+from distill.adapters import AdapterError, base_hub_id, find_adapters, read_metadata, vllm_max_rank
 from train.sft import log
 
 
@@ -48,19 +50,43 @@ def export_merged(adapters: dict[str, Path], out: Path, dtype: str = "float32") 
     return written
 
 
-def vllm_command(adapters: dict[str, Path]) -> tuple[str, str]:
-    """(the --lora-modules argument line, a ready `vllm serve` command)."""
+def vllm_base(adapters: dict[str, Path]) -> tuple[str, bool]:
+    """(what `vllm serve` loads, whether it is a hub id): the base's hub id wherever one is known."""
     name, path = base_for(adapters)
-    served_base = path if Path(path).exists() else name
+    hub = base_hub_id(read_metadata(next(iter(adapters.values()))))
+    return (hub, True) if hub else (path if Path(path).exists() else name, False)
+
+
+def vllm_command(adapters: dict[str, Path], served_name: str | None = None, root: str | None = None) -> tuple[str, str]:
+    """(the --lora-modules argument line, a ready `vllm serve` command); adapter paths under `root` if given."""
+    base, _ = vllm_base(adapters)
     ranks = [read_metadata(p)["lora"]["r"] for p in adapters.values()]
-    max_rank = vllm_max_rank(ranks)
-    modules = " ".join(f"{role}={shlex.quote(str(p))}" for role, p in adapters.items())
+    modules = " ".join(f"{role}={f'{root}/{role}' if root else shlex.quote(str(p))}" for role, p in adapters.items())
     line = f"--lora-modules {modules}"
     command = (
-        f"vllm serve {shlex.quote(served_base)} --enable-lora --max-lora-rank {max_rank} "
-        f"--max-loras {len(adapters)} {line}"
+        f"vllm serve {shlex.quote(base)} --served-model-name {shlex.quote(served_name or base)} --enable-lora "
+        f"--max-lora-rank {vllm_max_rank(ranks)} --max-loras {len(adapters)} {line}"
     )
     return line, command
+
+
+def write_vllm_export(adapters: dict[str, Path], out: Path, served_name: str | None = None) -> Path:
+    """Copy the adapters next to a `serve_vllm.sh` that serves them all from one base; returns the script."""
+    for role, folder in adapters.items():
+        shutil.copytree(folder, out / role, ignore=shutil.ignore_patterns("checkpoints"), dirs_exist_ok=True)
+    base, from_hub = vllm_base(adapters)
+    copied = {role: (out / role).resolve() for role in adapters}
+    line, command = vllm_command(copied, served_name, root='"$here"')
+    note = "" if from_hub else f"# No hub id is known for the base, so vLLM loads it from {base}.\n"
+    script = out / "serve_vllm.sh"
+    script.write_text(
+        "#!/bin/sh\n# Serve every role adapter from one base (written by `trace-distill train export`).\n"
+        "# The adapters are copied next to this script: move or copy the folder as a whole.\n"
+        f'{note}here="$(cd "$(dirname "$0")" && pwd)"\nexec {command} "$@"\n'
+    )
+    script.chmod(0o755)
+    (out / "lora_modules.txt").write_text(vllm_command(copied, served_name)[0] + "\n")
+    return script
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("merged", "vllm"), required=True, help="merged models or a vLLM command.")
     parser.add_argument("--out", required=True, help="Where to write the merged models or the vLLM files.")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="dtype of merged models.")
+    parser.add_argument(
+        "--served-model-name", default=None, help="vllm: the name clients send for the base (default: its hub id)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,15 +106,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "merged":
         export_merged(adapters, out, args.dtype)
         return 0
-    line, command = vllm_command(adapters)
-    (out / "lora_modules.txt").write_text(line + "\n")
-    (out / "serve_vllm.sh").write_text(
-        "#!/bin/sh\n# Serve every role adapter from one base (written by `python -m train export`).\n"
-        f'exec {command} "$@"\n'
-    )
-    (out / "serve_vllm.sh").chmod(0o755)
-    print(line)
-    print(command)
+    script = write_vllm_export(adapters, out, args.served_model_name)
+    print(script.read_text().splitlines()[-1])
     return 0
 
 
