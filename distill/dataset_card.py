@@ -84,21 +84,15 @@ def _teacher(traces: Sequence[Trace], meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_card(
-    role: str,
-    dd: DatasetDict,
-    traces: Sequence[Trace],
-    meta: dict[str, Any],
-    options: DatasetOptions,
-    counts: RoleCounts,
-    run_dir: Path,
-) -> str:
-    spec, teacher = ROLES[role], _teacher(traces, meta)
-    drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts.dropped.items())) or "| (none) | 0 |"
+def render_card(dd: DatasetDict, record: dict[str, Any]) -> str:
+    """The role dataset's README.md, from its build record (`build_record`) and the saved splits."""
+    role, teacher, options, counts = record["role"], record["teacher"], record["options"], record["counts"]
+    spec = ROLES[role]
+    drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts["dropped"].items())) or "| (none) | 0 |"
     splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
     target = (
         "the human gold reply (hybrid target)"
-        if role == "ers" and options.ers_target == "gold"
+        if role == "ers" and options["ers_target"] == "gold"
         else "the teacher's final answer"
     )
     return f"""---
@@ -118,7 +112,7 @@ compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + 
 
 ## Teacher
 
-- trace run: `{run_dir}`
+- trace run: `{record["trace_run"]}`
 - backend: `{json.dumps(teacher["backend"], sort_keys=True)}`
 - teacher prompt version(s): {", ".join(map(str, teacher["prompt_versions"]))}
 - gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, \
@@ -134,10 +128,10 @@ Pipeline config:
 ## Filters
 
 ```json
-{json.dumps(asdict(options), indent=2)}
+{json.dumps(options, indent=2)}
 ```
 
-Traces read: {counts.read}; kept: {counts.kept}.
+Traces read: {counts["read"]}; kept: {counts["kept"]}.
 
 | dropped because | rows |
 |---|---|
@@ -158,19 +152,10 @@ def label_section(schema: type) -> str:
     return "\n".join(rows) if rows else "This role answers in free text (no closed label set)."
 
 
-def write_card(
-    out_dir: Path,
-    role: str,
-    dd: DatasetDict,
-    traces: Sequence[Trace],
-    meta: dict[str, Any],
-    options: DatasetOptions,
-    counts: RoleCounts,
-    run_dir: Path,
-) -> Path:
+def write_card(out_dir: Path, dd: DatasetDict, record: dict[str, Any]) -> Path:
+    """README.md and the build record beside a saved role dataset."""
     path = out_dir / "README.md"
-    path.write_text(render_card(role, dd, traces, meta, options, counts, run_dir), encoding="utf-8")
-    record = build_record(role, dd, traces, meta, options, counts, run_dir)
+    path.write_text(render_card(dd, record), encoding="utf-8")
     (out_dir / BUILD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 

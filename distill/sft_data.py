@@ -306,7 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distill.dataset_card import read_run, write_card
+    from distill.dataset_card import build_record, read_run, write_card
 
     if not 0 <= args.eval_fraction < 1:
         print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
@@ -330,7 +330,8 @@ def run(args: argparse.Namespace) -> int:
         dd.save_to_disk(str(out / role), num_shards={split: 1 for split in dd})
         # the card records the fingerprints train will see, and those are the reloaded dataset's
         saved = load_from_disk(str(out / role))
-        write_card(out / role, role, saved, traces, run_meta, options, report.counts[role], Path(args.traces))
+        record = build_record(role, saved, traces, run_meta, options, report.counts[role], Path(args.traces))
+        write_card(out / role, saved, record)
     for line in report.lines():
         print(line, file=sys.stderr)
     if not built:
