@@ -292,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
         "eval compare",
     )
     timings["eval"] = time.perf_counter() - t
+    _cards_with_eval(out)
 
     _stage(7, "summary")
     timings["total"] = time.perf_counter() - t0
@@ -302,6 +303,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {report_md}")
     print(headline(out / "eval" / "report.json"))
     return 0
+
+
+def _cards_with_eval(out: Path) -> None:
+    """The adapters' model cards gain the student's figures from this run's report."""
+    from distill.adapter_card import write_adapter_card
+    from distill.adapters import find_adapters
+    from eval.report import system_figures
+
+    figures = system_figures(json.loads((out / "eval" / "report.json").read_text()), "student")
+    for folder in find_adapters(out / "adapters").values():
+        write_adapter_card(folder, figures=figures)
 
 
 def headline(report_json: Path) -> str:

@@ -52,6 +52,23 @@ def with_ci(stat: Optional[dict]) -> str:
     return interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"))
 
 
+def system_figures(report: dict, name: str) -> dict[str, str]:
+    """One system's headline figures as report.md prints them, for an adapter's model card."""
+    s = next((s for s in report["systems"] if s["name"] == name), None)
+    if s is None:
+        return {}
+    acc = (s.get("i_acc") or {}).get("ekman6") or {}
+    return {
+        "test dialogues": fmt(s["n"]),
+        "emotion accuracy (I-ACC, 6 classes) [95% CI]": with_ci(acc.get("accuracy")),
+        "macro-F1 (6)": fmt(acc.get("macro_f1")),
+        "Dist-2 / EAD-2": f"{fmt(s['diversity']['dist2'])} / {fmt(s['diversity']['ead2'])}",
+        "PPL [95% CI]": with_ci(s.get("ppl")),
+        "BERTScore F vs the gold reply [95% CI]": with_ci((s.get("bertscore") or {}).get("f1")),
+        "test split": f"`{report['test']['split']}` of `{report['test']['dialogues']}`",
+    }
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 

@@ -30,6 +30,8 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     assert "result: the distilled student's emotion accuracy minus the untuned base's is " in first
     assert "| base (the same outputs as teacher) |" in (out / "eval" / "report.md").read_text()
     assert "reusing" not in first
+    card = (out / "adapters" / "asi" / "README.md").read_text()  # the model card carries the eval figures
+    assert "| emotion accuracy (I-ACC, 6 classes) [95% CI] |" in card and "| test dialogues | 2 |" in card
 
     assert main(["--out", str(out), *SMALL]) == 0
     second = capsys.readouterr().out
