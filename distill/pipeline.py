@@ -261,15 +261,15 @@ class Pipeline:
         step.events.extend(result.events)
         step.raw = result.text
         if result.error is not None:
-            step.valid, step.parsed, step.error = False, None, f"transport error: {result.error}"
+            step.parsed, step.error = None, f"transport error: {result.error}"
             return None
         try:
             parsed = parse_output(spec, result.text, self.stages, self.config.prompt_style)
         except OutputRejected as exc:
-            step.valid, step.parsed, step.error = False, None, f"invalid output: {exc}"
+            step.parsed, step.error = None, f"invalid output: {exc}"
             step.events.append(f"attempt {attempt + 1}: invalid output: {exc}")
             return None
-        step.valid, step.parsed, step.error = True, parsed.model_dump(), None
+        step.parsed, step.error = parsed.model_dump(), None
         step.events.extend(trigger_warnings(parsed, dialogue))
         return parsed
 
@@ -303,7 +303,7 @@ class Pipeline:
         trace = r.trace
         if 0 in r.broken:
             failed = next(s for s in trace.steps if s.iteration == 0 and not s.valid and s.role != "gra")
-            trace.status, trace.failure = "failed", f"{failed.role}: {failed.error}"
+            trace.failure = f"{failed.role}: {failed.error}"
             trace.outputs = {s: out.model_dump() for s, out in r.iterations[0].items()}  # the stages that did validate
             return trace
         complete = [it for it in range(len(r.iterations)) if it not in r.broken]

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from data_prep.dialogues import Dialogue
 
@@ -21,7 +21,6 @@ class Step(BaseModel):
     messages: list[dict[str, str]]
     raw: str = ""
     parsed: Optional[dict[str, Any]] = None  # None when the output never validated
-    valid: bool = False
     error: Optional[str] = None
     attempts: int = 1  # generations spent, invalid-output retries included
     transport_retries: int = 0
@@ -29,6 +28,12 @@ class Step(BaseModel):
     latency_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    # Derived, not stored: written to traces.jsonl for readers, ignored when a trace is read back.
+    @computed_field
+    @property
+    def valid(self) -> bool:
+        return self.parsed is not None
 
 
 class GoldGuidance(BaseModel):
@@ -48,9 +53,13 @@ class Trace(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # final chosen iteration, per role
     final_iteration: int = 0
-    status: Literal["ok", "failed"] = "ok"
-    failure: Optional[str] = None
+    failure: Optional[str] = None  # why the trace failed; None = ok
     created_at: str = ""
+
+    @computed_field
+    @property
+    def status(self) -> Literal["ok", "failed"]:
+        return "failed" if self.failure is not None else "ok"
 
     @property
     def response(self) -> Optional[str]:

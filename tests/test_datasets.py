@@ -46,7 +46,6 @@ def make_trace(
         prompt_style="teacher",
         config=cfg,
         outputs=teacher_outputs(d) if outputs is None else outputs,
-        status=status,
         failure="asi: invalid output" if status == "failed" else None,
     )
 

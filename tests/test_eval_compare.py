@@ -52,7 +52,8 @@ def _hand_trace_run(
             "ers": {"response": f"{reply} {d.id}"},
         }
         steps = [
-            Step(role=r, messages=[], valid=True, latency_s=0.5, prompt_tokens=40, completion_tokens=9) for r in outputs
+            Step(role=r, messages=[], parsed=out, latency_s=0.5, prompt_tokens=40, completion_tokens=9)
+            for r, out in outputs.items()
         ]
         store.append(
             Trace(

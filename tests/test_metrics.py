@@ -112,7 +112,8 @@ def _trace(i: int, emotion, category, strategy, triggers, valid=True, latency=1.
         "srp": {"strategy": strategy},
         "ers": {"response": "ok"},
     }
-    steps = [Step(role="asi", messages=[], valid=valid, latency_s=latency, prompt_tokens=100, completion_tokens=10)]
+    parsed = outputs["asi"] if valid else None
+    steps = [Step(role="asi", messages=[], parsed=parsed, latency_s=latency, prompt_tokens=100, completion_tokens=10)]
     return Trace(
         key=str(i),
         dialogue=d,

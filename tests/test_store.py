@@ -16,7 +16,6 @@ def _trace(dialogue, key: str) -> Trace:
         messages=[{"role": "user", "content": "x"}],
         raw='{"emotion": "fear"}',
         parsed={"reasoning": "r", "emotion": "fear"},
-        valid=True,
     )
     return Trace(
         key=key,
