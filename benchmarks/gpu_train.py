@@ -30,10 +30,10 @@ from train.config import config_from_dict  # noqa: E402
 from train.sft import load_base, train_role  # noqa: E402
 
 VARIANTS = {
-    "lora_fp32": {"bf16": "false"},
-    "lora_bf16": {"bf16": "true"},
-    "lora_bf16_completion_head": {"bf16": "true", "completion_head": "true"},
-    "qlora_nf4": {"bf16": "true", "load_in_4bit": True},
+    "lora_fp32": {"bf16": False},
+    "lora_bf16": {"bf16": True},
+    "lora_bf16_completion_head": {"bf16": True, "completion_head": "true"},
+    "qlora_nf4": {"bf16": True, "load_in_4bit": True},
 }
 
 
@@ -51,11 +51,11 @@ def random_base(config_dir: str, out: Path) -> str:
 def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: int) -> dict:
     cfg = config_from_dict(
         {
-            "model": model,
-            "datasets": str(datasets),
+            "model_name_or_path": model,
+            "dataset_name": str(datasets),
             "output_dir": str(out),
             "roles": "asi",
-            "batch_size": batch_size,
+            "per_device_train_batch_size": batch_size,
             "logging_steps": 10,
             **VARIANTS[name],
         },
@@ -64,7 +64,7 @@ def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: in
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base, tokenizer, base_path = load_base(cfg)
-    if not cfg.load_in_4bit:
+    if not cfg.model.load_in_4bit:
         base = base.to("cuda")
     _, meta = train_role(base, tokenizer, base_path, cfg, "asi")
     peak = torch.cuda.max_memory_allocated() / 2**20

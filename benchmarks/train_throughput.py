@@ -68,7 +68,7 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
     from peft import get_peft_model
     from trl import SFTConfig, SFTTrainer
 
-    cfg = config_from_dict({"r": 16, "alpha": 32}, source="benchmark")
+    cfg = config_from_dict({"lora_r": 16, "lora_alpha": 32}, source="benchmark")
     peft_model = get_peft_model(model, lora_config(cfg))
     args = SFTConfig(
         output_dir=str(out),
@@ -102,17 +102,17 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
 
 def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overrides: dict) -> dict:
     values = {
-        "datasets": str(datasets),
+        "dataset_name": str(datasets),
         "output_dir": str(out),
         "roles": "asi",
-        "batch_size": batch_size,
+        "per_device_train_batch_size": batch_size,
         "use_cpu": True,
         "num_threads": torch.get_num_threads(),
-        "r": 16,
-        "alpha": 32,
+        "lora_r": 16,
+        "lora_alpha": 32,
         "logging_steps": 1,
         "learning_rate": 2e-5,
-        "warmup_ratio": 0.0,
+        "warmup_steps": 0.0,
         **overrides,
     }
     cfg = config_from_dict(values, source="benchmark")
@@ -121,8 +121,8 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
         "seconds": meta["train_seconds"],
         "tokens": meta["tokens"]["tokens"],
         "examples": meta["tokens"]["examples"],
-        "gradient_checkpointing": cfg.gradient_checkpointing,
-        "padding_free": cfg.padding_free or cfg.packing,
+        "gradient_checkpointing": cfg.sft.gradient_checkpointing,
+        "padding_free": cfg.sft.padding_free or cfg.sft.packing,
         "loss": meta["train_loss"],
     }
 
@@ -163,12 +163,17 @@ def main(argv=None) -> int:
                 extra = {
                     "train_padded": {"padding_free": False},
                     "train": {},
-                    "train_fp32": {"bf16": "false"},
+                    "train_fp32": {"bf16": False},
                     "train_trl_head": {"completion_head": "false"},
                     # One 1024-token block per step holds about as many tokens as a padding-free batch
                     # of 8; more blocks per step make one flattened sequence whose masked attention is
                     # quadratic in its length on CPU (no varlen kernel).
-                    "train_packing": {"packing": True, "padding_free": False, "max_length": 1024, "batch_size": 1},
+                    "train_packing": {
+                        "packing": True,
+                        "padding_free": False,
+                        "max_length": 1024,
+                        "per_device_train_batch_size": 1,
+                    },
                 }[name]
                 row = run_ours(model, tokenizer, datasets, args.batch_size, out, extra)
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once

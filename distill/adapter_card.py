@@ -15,7 +15,10 @@ from distill.dataset_card import label_section, read_build_record
 from distill.roles import ROLES
 
 # Training options worth quoting; the full config is in the metadata file.
-_TRAIN_KEYS = ("learning_rate", "epochs", "max_steps", "max_tokens_budget", "batch_size", "max_length", "seed")
+_TRAIN_KEYS = (
+    "learning_rate", "num_train_epochs", "max_steps", "max_tokens_budget", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "max_length", "bf16", "seed",
+)  # fmt: skip
 
 
 def _front_matter(meta: dict) -> str:

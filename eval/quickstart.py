@@ -156,12 +156,92 @@ def _adapter_stale(out: Path, role: str, max_tokens_budget: int) -> str | None:
     return None
 
 
+def _run_cli(package: str, argv: list[str], what: str) -> None:
+    """Run `python -m <package> <argv>` in this process: the command a user would type."""
+    import importlib
+    import shlex
+
+    print(f"$ python -m {package} {shlex.join(argv)}", flush=True)
+    _check(importlib.import_module(f"{package}.__main__").main(argv), what)
+
+
+def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> None:
+    if (out / "dialogues" / "dataset_dict.json").is_file():
+        print(f"reusing {out / 'dialogues'}")
+        return
+    ratios = ["--split-ratios", args.split_ratios] if args.split_ratios else []
+    argv = ["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed), *ratios]
+    _run_cli("data_prep", argv, "dialogues")
+
+
+def step_index(out: Path, args: argparse.Namespace, source: str) -> None:
+    if (out / "index" / "index.json").is_file():
+        print(f"reusing {out / 'index'}")
+        return
+    argv = ["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]
+    _run_cli("data_prep", argv, "index")
+
+
+def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
+    for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
+        gold = ["--gold-emotion"] if split == "train" else []  # the test-split teacher is scored: no gold hints
+        argv = ["generate", "--config", str(CONFIGS / "teacher" / "local.yaml"), "--dialogues", str(out / "dialogues")]
+        argv += ["--split", split, "--limit", str(limit), "--index", str(out / "index")]
+        _run_cli("distill", [*argv, "--out", str(out / f"teacher-{split}"), *gold], f"generate {split}")
+
+
+def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
+    made_from = _datasets_inputs(out, args.require_gold_emotion)
+    stamp = out / "datasets" / STAMP
+    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE)
+    if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
+        print(f"reusing {out / 'datasets'}")
+        return
+    if built:
+        print("rebuilding the datasets: the traces or the dataset options changed since they were built")
+    argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
+    argv += ["--roles", ",".join(CORE)]
+    # the student's replies are learnt from the human ones: a 135M teacher's replies are often
+    # fragments, and those would be its targets
+    argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
+    _run_cli("distill", argv, "datasets")
+    stamp.write_text(json.dumps(made_from, indent=2))
+
+
+def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
+    stale = {r: why for r in CORE if (why := _adapter_stale(out, r, args.max_tokens_budget))}
+    if not stale:
+        print(f"reusing {out / 'adapters'}")
+        return
+    for role, why in stale.items():
+        if why != "not trained yet":
+            print(f"retraining {role}: {why}")
+    kept = [r for r in CORE if r not in stale]
+    print(f"training {', '.join(stale)}" + (f" (reusing {', '.join(kept)})" if kept else ""))
+    argv = ["--config", str(CONFIGS / "train" / "smollm2-cpu.yaml"), "--dataset_name", str(out / "datasets")]
+    argv += ["--output_dir", str(out / "adapters"), "--roles", ",".join(stale)]
+    _run_cli("train", [*argv, "--max_tokens_budget", str(args.max_tokens_budget)], "train")
+
+
+def step_eval(out: Path, args: argparse.Namespace, source: str) -> None:
+    config = _eval_config(out, args.test_limit, args.judge)
+    _run_cli("eval", ["compare", "--config", str(config), "--out", str(out / "eval")], "eval compare")
+    _cards_with_eval(out)
+
+
+# The whole loop: each step runs the command a user would type, and skips what a rerun can reuse.
+STEPS = (
+    ("prepare", "prepare the dialogues", step_dialogues),
+    ("index", "exemplar index over the train split", step_index),
+    ("traces", "gold-guided teacher traces (train and test splits)", step_traces),
+    ("datasets", "per-role SFT datasets", step_datasets),
+    ("train", "LoRA adapters, one per role", step_adapters),
+    ("eval", "evaluate teacher, student and untuned base on the test split", step_eval),
+)
+
+
 def run(args: argparse.Namespace) -> int:
-    from data_prep.__main__ import main as data_main
     from data_prep.loaders import SAMPLE_PATH
-    from distill.__main__ import main as distill_main
-    from eval.__main__ import main as eval_main
-    from train.__main__ import main as train_main
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -169,131 +249,10 @@ def run(args: argparse.Namespace) -> int:
     _check_same_data(out, source, args.split_ratios, args.seed, default=str(SAMPLE_PATH))
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-
-    t = _stage(1, "prepare the dialogues" + ("" if args.source else " (the shipped sample)"))
-    if (out / "dialogues" / "dataset_dict.json").is_file():
-        print(f"reusing {out / 'dialogues'}")
-    else:
-        ratios = ["--split-ratios", args.split_ratios] if args.split_ratios else []
-        _check(
-            data_main(
-                ["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed), *ratios]
-            ),
-            "dialogues",
-        )
-    timings["prepare"] = time.perf_counter() - t
-
-    t = _stage(2, "exemplar index over the train split")
-    if (out / "index" / "index.json").is_file():
-        print(f"reusing {out / 'index'}")
-    else:
-        _check(
-            data_main(
-                ["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]
-            ),
-            "index",
-        )
-    timings["index"] = time.perf_counter() - t
-
-    t = _stage(3, "gold-guided teacher traces (train and test splits)")
-    for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
-        gold = ["--gold-emotion"] if split == "train" else []  # the test-split teacher is scored: no gold hints
-        _check(
-            distill_main(
-                [
-                    "generate",
-                    "--config",
-                    str(CONFIGS / "teacher" / "local.yaml"),
-                    "--dialogues",
-                    str(out / "dialogues"),
-                    "--split",
-                    split,
-                    "--limit",
-                    str(limit),
-                    "--index",
-                    str(out / "index"),
-                    "--out",
-                    str(out / f"teacher-{split}"),
-                    *gold,
-                ]
-            ),
-            f"generate {split}",
-        )
-    timings["traces"] = time.perf_counter() - t
-
-    t = _stage(4, "per-role SFT datasets")
-    made_from = _datasets_inputs(out, args.require_gold_emotion)
-    stamp = out / "datasets" / STAMP
-    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE)
-    if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
-        print(f"reusing {out / 'datasets'}")
-    else:
-        if built:
-            print("rebuilding the datasets: the traces or the dataset options changed since they were built")
-        _check(
-            distill_main(
-                [
-                    "datasets",
-                    "--traces",
-                    str(out / "teacher-train"),
-                    "--out",
-                    str(out / "datasets"),
-                    "--roles",
-                    ",".join(CORE),
-                    # the student's replies are learnt from the human ones: a 135M teacher's replies are
-                    # often fragments, and those would be its targets
-                    "--ers-target",
-                    "gold",
-                    *(["--require-gold-emotion"] if args.require_gold_emotion else []),
-                ]
-            ),
-            "datasets",
-        )
-        stamp.write_text(json.dumps(made_from, indent=2))
-    timings["datasets"] = time.perf_counter() - t
-
-    t = _stage(5, "LoRA adapters, one per role")
-    stale = {r: why for r in CORE if (why := _adapter_stale(out, r, args.max_tokens_budget))}
-    todo = list(stale)
-    if not todo:
-        print(f"reusing {out / 'adapters'}")
-    else:
-        for role, why in stale.items():
-            if why != "not trained yet":
-                print(f"retraining {role}: {why}")
-        print(
-            f"training {', '.join(todo)}"
-            + (f" (reusing {', '.join(r for r in CORE if r not in todo)})" if len(todo) < 4 else "")
-        )
-        _check(
-            train_main(
-                [
-                    "--config",
-                    str(CONFIGS / "train" / "all-roles.yaml"),
-                    "--datasets",
-                    str(out / "datasets"),
-                    "--output_dir",
-                    str(out / "adapters"),
-                    "--roles",
-                    ",".join(todo),
-                    "--max_tokens_budget",
-                    str(args.max_tokens_budget),
-                ]
-            ),
-            "train",
-        )
-    timings["train"] = time.perf_counter() - t
-
-    t = _stage(6, "evaluate teacher, student and untuned base on the test split")
-    _check(
-        eval_main(
-            ["compare", "--config", str(_eval_config(out, args.test_limit, args.judge)), "--out", str(out / "eval")]
-        ),
-        "eval compare",
-    )
-    timings["eval"] = time.perf_counter() - t
-    _cards_with_eval(out)
-
+    for n, (key, title, step) in enumerate(STEPS, 1):
+        t = _stage(n, title + (" (the shipped sample)" if key == "prepare" and not args.source else ""))
+        step(out, args, source)
+        timings[key] = time.perf_counter() - t
     _stage(7, "summary")
     timings["total"] = time.perf_counter() - t0
     (out / "timings.json").write_text(json.dumps({k: round(v, 1) for k, v in timings.items()}, indent=2))

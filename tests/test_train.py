@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from distill.adapters import METADATA_FILE
+from distill.adapters import METADATA_FILE, read_metadata
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
 from train.sft import train_roles
@@ -61,17 +61,17 @@ def role_datasets(tmp_path_factory, tiny_dialogues):
 
 def tiny_config(datasets: Path, out: Path, **overrides):
     values = dict(
-        datasets=str(datasets),
+        dataset_name=str(datasets),
         output_dir=str(out),
         roles="asi",
         max_steps=3,
-        batch_size=4,
+        per_device_train_batch_size=4,
         learning_rate=5e-3,
-        warmup_ratio=0.0,
+        warmup_steps=0.0,
         logging_steps=1,
         use_cpu=True,
-        r=8,
-        alpha=16,
+        lora_r=8,
+        lora_alpha=16,
         num_threads=1,
     )  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl
     values.update(overrides)
@@ -277,6 +277,23 @@ def test_push_to_hub_uploads_each_role_as_its_own_repo(role_datasets, tmp_path, 
 
 
 @pytest.mark.slow
+def test_trl_style_yaml_trains_a_role(role_datasets, tmp_path):
+    """A YAML written for `trl sft` (TRL's names only) trains a role through the CLI, as it is."""
+    from train.__main__ import main
+
+    trl_yaml = tmp_path / "sft.yaml"
+    trl_yaml.write_text(
+        "model_name_or_path: smollm2-135m\nper_device_train_batch_size: 4\nlearning_rate: 1.0e-3\n"
+        "num_train_epochs: 1\nmax_steps: 2\nlora_r: 4\nlora_alpha: 8\nlogging_steps: 1\n"
+        f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\n"
+    )
+    assert main(["--config", str(trl_yaml), "--dataset_name", str(role_datasets), "--roles", "asi"]) == 0
+    meta = read_metadata(tmp_path / "out" / "asi")
+    assert meta["global_step"] == 2 and meta["lora"]["r"] == 4
+    assert meta["train_config"]["per_device_train_batch_size"] == 4 and meta["train_config"]["learning_rate"] == 1e-3
+
+
+@pytest.mark.slow
 def test_trains_from_a_hub_dataset_payload(role_datasets, tmp_path):
     """`--datasets` may be one hub dataset with a config per role: here the staged payload `--push-to-hub` sends."""
     from datasets import load_from_disk
@@ -329,7 +346,7 @@ def test_resume_continues_from_last_checkpoint(role_datasets, tmp_path):
     saved = load_file(str(ckpt / "adapter_model.safetensors"))
 
     watch = WeightWatch()
-    cfg.resume = True
+    cfg.distill.resume = True
     (meta,) = train_roles(cfg, callbacks=[watch])
     assert meta["resumed_from"] == "checkpoint-2" and meta["global_step"] == 4
     # The resumed run must start from checkpoint-2's LoRA weights, not a fresh adapter (transformers#24252).
@@ -350,18 +367,18 @@ class RunNames(TrainerCallback):
 
 @pytest.mark.slow
 def test_shipped_cpu_config_resumes_and_names_each_role_run(role_datasets, tmp_path):
-    """The shipped configs leave save_steps at 0; --resume must still find a checkpoint after a crash."""
+    """The shipped CPU config saves a quarter of each role's steps; --resume must find a checkpoint after a crash."""
     from train.config import read_yaml
 
-    values = read_yaml(REPO / "configs" / "train" / "all-roles.yaml")
-    assert values.get("save_steps", 0) == 0
-    values.update(datasets=str(role_datasets), output_dir=str(tmp_path / "run7"), roles="asi,cae", max_steps=8)
-    values.update(max_tokens_budget=0, batch_size=4, num_threads=1, logging_steps=1)
-    cfg = config_from_dict(values, source="all-roles.yaml")
+    values = read_yaml(REPO / "configs" / "train" / "smollm2-cpu.yaml")
+    assert values["save_steps"] < 1  # a ratio of the role's steps
+    values.update(dataset_name=str(role_datasets), output_dir=str(tmp_path / "run7"), roles="asi,cae", max_steps=8)
+    values.update(max_tokens_budget=0, per_device_train_batch_size=4, num_threads=1, logging_steps=1)
+    cfg = config_from_dict(values, source="smollm2-cpu.yaml")
     names = RunNames()
     train_roles(cfg, callbacks=[StopAt(2), names])  # "crashes" after step 2 of each role
     assert names.names == ["run7-asi", "run7-cae"]  # one report_to run per role
-    cfg.resume = True
+    cfg.distill.resume = True
     metas = train_roles(cfg)
     assert [(m["resumed_from"], m["global_step"]) for m in metas] == [("checkpoint-2", 8), ("checkpoint-2", 8)]
 
@@ -398,7 +415,7 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "--no_python",
         str(Path(sys.executable).parent / "trace-distill"),
         "train",
-        "--datasets",
+        "--dataset_name",
         str(role_datasets),
         "--roles",
         "asi",
@@ -406,12 +423,13 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         str(tmp_path / "adapters"),
         "--max_steps",
         "2",
-        "--batch_size",
+        "--per_device_train_batch_size",
         "2",
         "--logging_steps",
         "1",
         "--use_cpu",
-        "--r",
+        "true",
+        "--lora_r",
         "4",
         "--num_threads",
         "1",
@@ -430,17 +448,17 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
     from peft import get_peft_model
     from trl import SFTTrainer
 
-    from train.sft import completion_head_trainer, load_base, load_role_dataset, lora_config, sft_args
+    from train.sft import completion_head_trainer, load_base, load_role_dataset, lora_config, role_args
 
-    cfg = tiny_config(role_datasets, tmp_path, bf16="false")
+    cfg = tiny_config(role_datasets, tmp_path, bf16=False)
     base, tokenizer, _ = load_base(cfg)
     model = get_peft_model(base, lora_config(cfg))
-    data = load_role_dataset(cfg.datasets, "asi")["train"]
+    data = load_role_dataset(cfg.distill.dataset_name, "asi")["train"]
     results = []
     for cls in (SFTTrainer, completion_head_trainer()):
         trainer = cls(
             model=model,
-            args=sft_args(cfg, "asi", tmp_path / cls.__name__, 1, False),
+            args=role_args(cfg, "asi", tmp_path / cls.__name__, False),
             train_dataset=data,
             processing_class=tokenizer,
         )

@@ -1,8 +1,8 @@
 """`trace-distill train` / `python -m train`: train per-role LoRA adapters, or export them.
 
-    python --no_python trace-distill train --config configs/train/asi.yaml [--roles asi,cae] [--max_steps 20]
+    trace-distill train --config configs/train/smollm2-cpu.yaml [--roles asi,cae] [--max_steps 20]
     accelerate launch --config_file configs/accelerate/cpu-ddp.yaml --no_python trace-distill train \
-        --config configs/train/asi.yaml
+        --config configs/train/smollm2-cpu.yaml
     python -m train export --adapters runs/adapters --format merged|vllm --out runs/export
 
 Training is the default command; `export` is the only subcommand.

@@ -12,6 +12,7 @@ prompts and no gradient checkpointing; see benchmarks/train_throughput.py for th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -75,16 +76,17 @@ def _load_hub_role(repo: str, role: str) -> DatasetDict:
 
 
 def load_base(cfg: TrainConfig):
-    """The base model (fp32, or NF4 with bf16 compute for QLoRA) and its tokenizer."""
-    path = resolve_model(cfg.model)
+    """The base model (fp32, or 4-bit with bf16 compute for QLoRA) and its tokenizer."""
+    path = resolve_model(cfg.model.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     kwargs: dict = {"dtype": torch.float32}
-    if cfg.load_in_4bit:
+    if cfg.model.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
+            bnb_4bit_quant_type=cfg.model.bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant=cfg.model.use_bnb_nested_quant,
             bnb_4bit_compute_dtype=torch.bfloat16,
         )
         if cfg.device() == "cpu":
@@ -92,86 +94,50 @@ def load_base(cfg: TrainConfig):
         else:  # bitsandbytes quantises on the GPU this process trains on (its local rank under accelerate)
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if cfg.load_in_4bit:
+    if cfg.model.load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.gradient_checkpointing)
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.sft.gradient_checkpointing)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, path
 
 
 def lora_config(cfg: TrainConfig):
-    from peft import LoraConfig
+    """TRL's own LoraConfig from ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules, ...)."""
+    from trl import get_peft_config
 
-    # No modules_to_save: an adapter made only of LoRA A/B matrices is what vLLM's multi-LoRA serves.
-    return LoraConfig(
-        task_type="CAUSAL_LM",
-        r=cfg.r,
-        lora_alpha=cfg.alpha,
-        lora_dropout=cfg.dropout,
-        target_modules=cfg.lora_targets(),
-        bias="none",
-    )
+    # Without lora_modules_to_save an adapter is LoRA A/B matrices only: what vLLM's multi-LoRA serves.
+    return get_peft_config(cfg.model)
 
 
 def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_size: int) -> int:
-    """max_steps that keeps one role's training near `max_tokens_budget` tokens (or -1: no cap)."""
-    if cfg.max_tokens_budget <= 0:
-        return cfg.max_steps
-    per_step = max(1.0, mean_tokens * cfg.batch_size * cfg.grad_accum * world_size)
-    steps = max(1, int(cfg.max_tokens_budget // per_step))
-    epoch_steps = math.ceil(n_train / (cfg.batch_size * cfg.grad_accum * world_size)) * max(cfg.epochs, 1)
+    """max_steps that keeps one role's training near `max_tokens_budget` tokens (or max_steps: no cap)."""
+    sft, budget = cfg.sft, cfg.distill.max_tokens_budget
+    if budget <= 0:
+        return sft.max_steps
+    per_batch = sft.per_device_train_batch_size * sft.gradient_accumulation_steps * world_size
+    steps = max(1, int(budget // max(1.0, mean_tokens * per_batch)))
+    epoch_steps = math.ceil(n_train / per_batch) * max(sft.num_train_epochs, 1)
     steps = min(steps, int(epoch_steps))
-    return steps if cfg.max_steps <= 0 else min(steps, cfg.max_steps)
+    return steps if sft.max_steps <= 0 else min(steps, sft.max_steps)
 
 
-def checkpoint_every(cfg: TrainConfig, max_steps: int, n_train: int, world_size: int) -> int:
-    """`save_steps`, or (0) a quarter of the role's steps: a crash never costs more than a quarter of a role."""
-    if cfg.save_steps > 0:
-        return cfg.save_steps
-    per_step = cfg.batch_size * cfg.grad_accum * world_size
-    total = max_steps if max_steps > 0 else math.ceil(math.ceil(n_train / per_step) * cfg.epochs)
-    return max(1, math.ceil(total / 4))
-
-
-def sft_args(cfg: TrainConfig, role: str, checkpoints: Path, max_steps: int, has_eval: bool):
-    from trl import SFTConfig
-
-    return SFTConfig(
+def role_args(cfg: TrainConfig, role: str, checkpoints: Path, has_eval: bool):
+    """The run's SFTConfig, made specific to one role: its checkpoints, run name and eval split."""
+    sft = cfg.sft
+    return dataclasses.replace(
+        sft,
         output_dir=str(checkpoints),
-        num_train_epochs=cfg.epochs,
-        max_steps=max_steps,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_ratio,
-        weight_decay=cfg.weight_decay,
-        per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
+        run_name=f"{sft.run_name or Path(sft.output_dir).resolve().name}-{role}",
         # padding-free without packing cannot enforce max_length in TRL; we truncate ourselves instead.
-        max_length=None if (cfg.padding_free and not cfg.packing) else cfg.max_length,
-        padding_free=cfg.padding_free,
-        packing=cfg.packing,
-        bf16=cfg.use_bf16(),
-        fp16=False,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        use_cpu=cfg.use_cpu,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        save_strategy="steps",  # save_steps is set once the role's step count is known (`checkpoint_every`)
-        save_steps=max(cfg.save_steps, 1),
-        save_total_limit=cfg.save_total_limit,
-        eval_strategy="no",
+        max_length=None if (sft.padding_free and not sft.packing) else sft.max_length,
+        # The adapter, with its card, is pushed by `publish`; the Trainer would push checkpoints instead.
+        push_to_hub=False,
+        hub_model_id=None,
+        eval_strategy=sft.eval_strategy if has_eval else "no",
         do_eval=has_eval,
-        logging_steps=cfg.logging_steps,
-        logging_first_step=True,
-        report_to=cfg.report_to,
-        run_name=f"{cfg.run_name or Path(cfg.output_dir).resolve().name}-{role}",
-        dataloader_num_workers=cfg.dataloader_num_workers,
-        ddp_find_unused_parameters=False,
-        remove_unused_columns=True,
-        disable_tqdm=False,
+        ddp_find_unused_parameters=False if sft.ddp_find_unused_parameters is None else sft.ddp_find_unused_parameters,
     )
 
 
@@ -220,14 +186,19 @@ def adapter_metadata(
     """What the adapter's metadata file records: enough to tell which data, prompts and base made an adapter."""
     return {
         "role": role,
-        "base_model": cfg.model,
-        "base_model_hub_id": hub_id(cfg.model),
+        "base_model": cfg.model.model_name_or_path,
+        "base_model_hub_id": hub_id(cfg.model.model_name_or_path),
         "base_model_path": base_path,
         "prompt_version": STUDENT_PROMPT_VERSION,
-        "dataset_dir": str(Path(cfg.datasets) / role),
+        "dataset_dir": str(Path(cfg.distill.dataset_name) / role),
         "dataset_fingerprint": data["train"]._fingerprint,
         "train_config": cfg.to_dict(),
-        "lora": {"r": cfg.r, "alpha": cfg.alpha, "dropout": cfg.dropout, "target_modules": cfg.target_modules},
+        "lora": {
+            "r": cfg.model.lora_r,
+            "alpha": cfg.model.lora_alpha,
+            "dropout": cfg.model.lora_dropout,
+            "target_modules": cfg.model.lora_target_modules,
+        },
         "world_size": trainer.args.world_size,
         "global_step": trainer.state.global_step,
         "resumed_from": Path(resume_from).name if resume_from else None,
@@ -236,7 +207,7 @@ def adapter_metadata(
         "eval_loss": metrics.get("eval_loss"),
         "tokens": counts,
         "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
-        "quantized_4bit": cfg.load_in_4bit,
+        "quantized_4bit": cfg.model.load_in_4bit,
     }
 
 
@@ -245,9 +216,9 @@ def publish(out: Path, meta: dict, cfg: TrainConfig) -> None:
     from distill.adapter_card import write_adapter_card
 
     point_config_at_hub(out, meta)
-    write_adapter_card(out, cfg.hub_model_id or None)
-    if cfg.push_to_hub:
-        url = push_adapter(out, role_repo(cfg.hub_model_id, meta["role"]), private=cfg.hub_private_repo)
+    write_adapter_card(out, cfg.sft.hub_model_id or None)
+    if cfg.sft.push_to_hub:
+        url = push_adapter(out, role_repo(cfg.sft.hub_model_id, meta["role"]), private=bool(cfg.sft.hub_private_repo))
         log(f"{meta['role']}: pushed to {url}")
 
 
@@ -312,24 +283,22 @@ def completion_head_trainer():
     return CompletionHeadSFTTrainer
 
 
-def train_role(
-    base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
-) -> tuple[object, dict]:
-    """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
-    from peft import get_peft_model
+def _last_checkpoint(cfg: TrainConfig, role: str, checkpoints: Path) -> Optional[str]:
+    if not cfg.distill.resume:
+        return None
+    found = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    if found is None:
+        log(f"{role}: --resume given but no checkpoint in {checkpoints}; starting fresh")
+    return found
+
+
+def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDict, callbacks: Optional[list]):
+    """The role's SFTTrainer (its dataset truncated, its steps capped by the token budget) and token counts."""
     from trl import SFTTrainer
 
-    data = load_role_dataset(cfg.datasets, role)
-    out = Path(cfg.output_dir) / role
-    checkpoints = out / "checkpoints"
-    resume_from = get_last_checkpoint(str(checkpoints)) if cfg.resume and checkpoints.is_dir() else None
-    if cfg.resume and resume_from is None:
-        log(f"{role}: --resume given but no checkpoint in {checkpoints}; starting fresh")
-    has_eval = cfg.eval and "validation" in data and len(data["validation"]) > 0
-    # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
-    # breaks both vLLM paths and Trainer's resume: transformers#28531).
-    model = get_peft_model(base, lora_config(cfg))
-    args = sft_args(cfg, role, checkpoints, cfg.max_steps, has_eval)
+    wants_eval = cfg.sft.do_eval or cfg.sft.eval_strategy != "no"
+    has_eval = wants_eval and "validation" in data and len(data["validation"]) > 0
+    args = role_args(cfg, role, Path(cfg.sft.output_dir) / role / "checkpoints", has_eval)
     trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
     trainer = trainer_cls(
         model=model,
@@ -339,24 +308,40 @@ def train_role(
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
     )
-    if cfg.padding_free and not cfg.packing:
-        trainer.train_dataset = truncate_dataset(trainer.train_dataset, cfg.max_length)
+    if cfg.sft.padding_free and not cfg.sft.packing:
+        trainer.train_dataset = truncate_dataset(trainer.train_dataset, cfg.sft.max_length)
     counts = token_counts(trainer.train_dataset)
     budget_steps = steps_for_budget(cfg, counts["examples"], counts["mean_tokens"], trainer.args.world_size)
-    if budget_steps != cfg.max_steps:
+    if budget_steps != cfg.sft.max_steps:
         trainer.args.max_steps = budget_steps
-        log(f"{role}: max_tokens_budget {cfg.max_tokens_budget} -> max_steps {budget_steps}")
-    trainer.args.save_steps = checkpoint_every(cfg, budget_steps, counts["examples"], trainer.args.world_size)
+        log(f"{role}: max_tokens_budget {cfg.distill.max_tokens_budget} -> max_steps {budget_steps}")
+    return trainer, counts
+
+
+def train_role(
+    base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
+) -> tuple[object, dict]:
+    """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
+    from peft import get_peft_model
+
+    data = load_role_dataset(cfg.distill.dataset_name, role)
+    out = Path(cfg.sft.output_dir) / role
+    resume_from = _last_checkpoint(cfg, role, out / "checkpoints")
+    # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
+    # breaks both vLLM paths and Trainer's resume: transformers#28531).
+    model = get_peft_model(base, lora_config(cfg))
+    trainer, counts = make_trainer(model, tokenizer, cfg, role, data, callbacks)
     trainable, total = model.get_nb_trainable_parameters()
     log(
         f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "
-        f"LoRA r={cfg.r} trainable {trainable:,}/{total:,}" + (f", resuming from {resume_from}" if resume_from else "")
+        f"LoRA r={cfg.model.lora_r} trainable {trainable:,}/{total:,}"
+        + (f", resuming from {resume_from}" if resume_from else "")
     )
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - start
     metrics = dict(result.metrics)
-    if has_eval:
+    if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
     if trainer.is_world_process_zero():
@@ -375,12 +360,12 @@ def train_role(
 def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict]:
     """Train every configured role in turn from one base-model load; returns each role's metadata."""
     roles = cfg.role_list()
-    if cfg.num_threads > 0:
-        torch.set_num_threads(cfg.num_threads)
+    if cfg.distill.num_threads > 0:
+        torch.set_num_threads(cfg.distill.num_threads)
     for role in roles:  # fail on a missing dataset before spending time on the model
-        load_role_dataset(cfg.datasets, role)
+        load_role_dataset(cfg.distill.dataset_name, role)
     base, tokenizer, base_path = load_base(cfg)
-    log(f"base {cfg.model} loaded from {base_path}; roles: {', '.join(roles)}")
+    log(f"base {cfg.model.model_name_or_path} loaded from {base_path}; roles: {', '.join(roles)}")
     results = []
     for role in roles:
         base, meta = train_role(base, tokenizer, base_path, cfg, role, callbacks)
