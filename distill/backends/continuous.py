@@ -133,6 +133,235 @@ class Finished:
     seconds: float  # its share of the wall time: its prefill plus an even share of each step it was in
 
 
+@dataclass
+class Sampler:
+    """Next-token choice per row: its grammar's mask (one xgrammar matcher per row), then argmax or sampling."""
+
+    temperature: float
+    grammar: Any
+    vocab_size: int
+    generator: Optional[torch.Generator]
+    bitmask: Any
+
+    @classmethod
+    def make(cls, temperature: float, grammar: Any, vocab_size: int, seed: Optional[int], device: str, rows: int):
+        import xgrammar
+
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        bitmask = xgrammar.allocate_token_bitmask(rows, vocab_size) if grammar is not None else None
+        return cls(temperature, grammar, vocab_size, generator, bitmask)
+
+    def matcher(self) -> Any:
+        import xgrammar
+
+        return xgrammar.GrammarMatcher(self.grammar) if self.grammar is not None else None
+
+    def choose(self, logits: torch.Tensor, matchers: list[Any]) -> list[int]:
+        """Pick each row's next token; `logits` are [len(matchers), vocab], row j masked by matchers[j]."""
+        import xgrammar
+
+        logits = logits.float()
+        if self.grammar is not None:
+            for j, matcher in enumerate(matchers):
+                matcher.fill_next_token_bitmask(self.bitmask, j)
+            mask = self.bitmask[: len(matchers)].to(logits.device)
+            xgrammar.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab_size)
+        if self.temperature > 0:
+            probs = torch.softmax(logits / self.temperature, dim=-1)
+            return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
+        return logits.argmax(dim=-1).tolist()
+
+
+@dataclass
+class Limits:
+    """How a decode runs: slots, answer length, where answers stop, and the prefill grouping."""
+
+    rows: int
+    max_new_tokens: int
+    stop_ids: Sequence[int]
+    device: str = "cpu"
+    prefill_tokens: int = 2048  # tokens per grouped prefill forward
+    min_shared_prefix: int = 32  # a shorter common prefix is not worth its own forward
+    on_finish: Optional[Callable[[Finished], None]] = None
+
+
+class ContinuousDecoder:
+    """Decoding state in named parts: the request queue, the slots (`_Row` or None), the KV pool.
+
+    `fill` prefills queued prompts into free slots, `step` decodes one token for every busy slot,
+    `accept` records a token and frees a slot whose answer is over; `run` loops until the queue and
+    the slots are empty.
+    """
+
+    def __init__(self, model: Any, prompts: Sequence[list[int]], sampler: Sampler, limits: Limits):
+        # The decoder stack and the LM head are called apart so the head runs on one position per row
+        # as a plain 2-D matmul: through `logits_to_keep` a single row's last position reached the head
+        # as a strided 3-D tensor and torch copied the whole transposed head (~0.1 s per prefill).
+        causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.config = model.config
+        self.decoder, self.head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
+        self.prompts, self.sampler, self.limits = prompts, sampler, limits
+        self.queue = deque(range(len(prompts)))
+        self.results: list[Optional[Finished]] = [None] * len(prompts)
+        self.slots: list[Optional[_Row]] = [None] * min(limits.rows, len(prompts))
+        self.longest = max(len(p) for p in prompts)
+        self.pool: Optional[_Pool] = None
+        shared = _common_prefix(prompts) if len(prompts) > 1 else 0
+        self.shared = shared if shared >= limits.min_shared_prefix else 0
+        self.prefix_cache: Optional[DynamicCache] = None
+
+    def run(self) -> list[Finished]:
+        refill_at = max(1, self.limits.rows // 4)
+        with torch.inference_mode():
+            self.fill(list(range(len(self.slots))))
+            while True:
+                free = [s for s, row in enumerate(self.slots) if row is None]
+                # Refill in groups: a batched prefill runs about twice the tokens/s of one prompt alone,
+                # and a few idle slots cost little in a decode step.
+                if (
+                    self.queue
+                    and free
+                    and (len(free) >= min(refill_at, len(self.queue)) or len(free) == len(self.slots))
+                ):
+                    self.fill(free)
+                busy = [s for s, row in enumerate(self.slots) if row is not None]
+                if not busy:
+                    if not self.queue:
+                        break
+                    continue
+                if not self.queue and len(busy) <= len(self.slots) // 2:
+                    busy = self.shrink(busy)
+                if self.pool.n >= self.pool.capacity:
+                    self.make_room()
+                self.step(busy)
+        return self.results  # type: ignore[return-value]
+
+    def accept(self, slot: int, token: int, seconds: float) -> None:
+        """Record `token` for `slot`; free the slot when the answer is over."""
+        row = self.slots[slot]
+        row.tokens.append(token)
+        row.seconds += seconds
+        done = token in self.limits.stop_ids or len(row.tokens) >= self.limits.max_new_tokens
+        if not done and row.matcher is not None and not row.matcher.accept_token(token):
+            done = True  # cannot happen with the bitmask applied; stop rather than emit invalid JSON
+        if done:
+            finished = Finished(row.request, row.tokens, row.seconds)
+            self.results[row.request] = finished
+            self.slots[slot] = None
+            self.pool.mask[slot].zero_()
+            if self.limits.on_finish is not None:
+                self.limits.on_finish(finished)
+
+    def fill(self, free: list[int]) -> None:
+        """Prefill queued prompts into the `free` slots, several per forward, and take their first tokens."""
+        carried = self._prefill_shared_prefix()  # counted into the first rows' time
+        while free and self.queue:
+            take = self._next_group(len(free))
+            targets, free = free[: len(take)], free[len(take) :]
+            self._prefill(take, targets, carried)
+            carried = 0.0
+
+    def _prefill_shared_prefix(self) -> float:
+        """The prompts' common prefix (a teacher role's instructions), computed once; returns its seconds."""
+        if not self.shared or self.prefix_cache is not None:
+            return 0.0
+        started = time.perf_counter()
+        self.prefix_cache = DynamicCache(config=self.config)
+        first = self.prompts[self.queue[0]][: self.shared]
+        ids = torch.tensor([first], device=self.limits.device)
+        self.decoder(input_ids=ids, past_key_values=self.prefix_cache, use_cache=True)
+        return time.perf_counter() - started
+
+    def _next_group(self, room: int) -> list[int]:
+        # Prompts are length-sorted, so a group pads little; its size is bounded in tokens.
+        take = [self.queue.popleft()]
+        while (
+            self.queue
+            and len(take) < room
+            and (len(take) + 1) * (len(self.prompts[self.queue[0]]) - self.shared) <= self.limits.prefill_tokens
+        ):
+            take.append(self.queue.popleft())
+        return take
+
+    def _prefill(self, take: list[int], targets: list[int], carried: float) -> None:
+        """Prefill the requests `take` into the slots `targets` (the suffixes only, over the shared prefix)."""
+        shared, device = self.shared, self.limits.device
+        suffixes = [self.prompts[r][shared:] for r in take]
+        width = max(map(len, suffixes))
+        pad_id = self.limits.stop_ids[0]  # any id: padded columns are masked
+        ids = torch.tensor([[pad_id] * (width - len(x)) + x for x in suffixes], device=device)
+        own = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in suffixes], device=device)
+        started = time.perf_counter()
+        cache = DynamicCache(config=self.config)
+        if shared:
+            for i, layer in enumerate(self.prefix_cache.layers):
+                keys, values = (t.expand(len(take), -1, -1, -1).contiguous() for t in (layer.keys, layer.values))
+                cache.update(keys, values, i)
+        attention = torch.cat([torch.ones(len(take), shared, dtype=own.dtype, device=device), own], dim=1)
+        hidden = self.decoder(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=shared + (own.cumsum(-1) - 1).clamp(min=0),
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        if self.pool is None:
+            capacity = self.longest + 2 * self.limits.max_new_tokens + 1
+            self.pool = _Pool(cache, len(self.slots), capacity, start=self.longest)
+        for j, (slot, request) in enumerate(zip(targets, take)):
+            self.pool.place(slot, cache, j, shared, len(suffixes[j]))
+            self.slots[slot] = _Row(request, len(self.prompts[request]), self.sampler.matcher())
+        tokens = self.sampler.choose(self.head(hidden[:, -1].contiguous()), [self.slots[s].matcher for s in targets])
+        share = (time.perf_counter() - started + carried) / len(take)
+        for slot, token in zip(targets, tokens):
+            self.accept(slot, token, share)
+
+    def shrink(self, busy: list[int]) -> list[int]:
+        """The tail: keep only the busy slots, so idle ones are no longer computed."""
+        self.pool.select(busy)
+        self.slots = [self.slots[s] for s in busy]
+        return list(range(len(self.slots)))
+
+    def make_room(self) -> None:
+        """The write column reached the buffer's end: drop the columns no busy slot uses any more."""
+        pool = self.pool
+        # No busy row uses a column before `lo` (idle rows' masks are clear); keep the write column at
+        # or past the longest prompt so any queued request still fits in front of it.
+        lo = int(pool.mask.any(dim=0).nonzero()[0])
+        by = min(lo, pool.n - self.longest)
+        if by <= 0:  # cannot happen: a busy row spans at most longest + max_new_tokens columns
+            raise RuntimeError(f"continuous batching: no free column (n={pool.n}, lo={lo}, longest={self.longest})")
+        pool.shift_left(by)
+
+    def step(self, busy: list[int]) -> None:
+        """One decode step: every slot writes its next token in the pool's current column."""
+        pool, slots, col = self.pool, self.slots, self.pool.n
+        started = time.perf_counter()
+        pool.mask[busy, col] = True
+        idle = [s for s in range(len(slots)) if slots[s] is None]
+        if idle:
+            pool.mask[idle, col] = True  # an idle row attends to its own dummy token (no all-masked row)
+        last = [[row.tokens[-1] if row is not None else self.limits.stop_ids[0]] for row in slots]
+        positions = [[row.prompt_len + len(row.tokens) - 1 if row is not None else 0] for row in slots]
+        hidden = self.decoder(
+            input_ids=torch.tensor(last, device=self.limits.device),
+            attention_mask=pool.mask[:, None, None, : col + 1],
+            position_ids=torch.tensor(positions, device=self.limits.device),
+            past_key_values=pool.cache,
+            use_cache=True,
+        ).last_hidden_state
+        pool.n += 1
+        if idle:
+            pool.mask[idle, col] = False
+        tokens = self.sampler.choose(self.head(hidden[busy, -1].contiguous()), [slots[s].matcher for s in busy])
+        share = (time.perf_counter() - started) / len(busy)
+        for slot, token in zip(busy, tokens):
+            self.accept(slot, token, share)
+
+
 def decode(
     model: Any,
     prompts: Sequence[list[int]],
@@ -154,177 +383,6 @@ def decode(
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
     an xgrammar compiled grammar applied to every row, or None.
     """
-    import xgrammar
-
-    # The decoder stack and the LM head are called apart so the head runs on one position per row
-    # as a plain 2-D matmul: through `logits_to_keep` a single row's last position reached the head
-    # as a strided 3-D tensor and torch copied the whole transposed head (~0.1 s per prefill).
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder, head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
-    queue = deque(range(len(prompts)))
-    results: list[Optional[Finished]] = [None] * len(prompts)
-    generator = None
-    if temperature > 0:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-    longest = max(len(p) for p in prompts)
-    pad_id = stop_ids[0]  # any id: padded columns are masked
-    refill_at = max(1, rows // 4)
-    capacity = longest + 2 * max_new_tokens + 1
-    pool: Optional[_Pool] = None
-    slots: list[Optional[_Row]] = [None] * min(rows, len(prompts))
-    bitmask = None
-
-    def choose(logits: torch.Tensor, busy: list[int]) -> list[int]:
-        """Mask (per row's grammar) and pick the next token of each busy slot; logits are [len(busy), vocab]."""
-        logits = logits.float()
-        if grammar is not None:
-            for j, slot in enumerate(busy):
-                slots[slot].matcher.fill_next_token_bitmask(bitmask, j)
-            xgrammar.apply_token_bitmask_inplace(logits, bitmask[: len(busy)].to(logits.device), vocab_size=vocab_size)
-        if temperature > 0:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            return torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
-        return logits.argmax(dim=-1).tolist()
-
-    def accept(slot: int, token: int, seconds: float) -> None:
-        """Record `token` for `slot`; free the slot when the answer is over."""
-        row = slots[slot]
-        row.tokens.append(token)
-        row.seconds += seconds
-        done = token in stop_ids or len(row.tokens) >= max_new_tokens
-        if not done and row.matcher is not None and not row.matcher.accept_token(token):
-            done = True  # cannot happen with the bitmask applied; stop rather than emit invalid JSON
-        if done:
-            finished = Finished(row.request, row.tokens, row.seconds)
-            results[row.request] = finished
-            slots[slot] = None
-            pool.mask[slot].zero_()
-            if on_finish is not None:
-                on_finish(finished)
-
-    shared = _common_prefix(prompts) if len(prompts) > 1 else 0
-    shared = shared if shared >= min_shared_prefix else 0
-    prefix_cache: Optional[DynamicCache] = None
-
-    def fill(free: list[int]) -> None:
-        """Prefill queued prompts into the `free` slots, several per forward, and take their first tokens.
-
-        The group's common prompt prefix (a teacher role's instructions) is computed once; each prefill
-        then runs only the rows' own suffixes over it.
-        """
-        nonlocal pool, bitmask, prefix_cache
-        if shared and prefix_cache is None:
-            started = time.perf_counter()
-            prefix_cache = DynamicCache(config=model.config)
-            decoder(
-                input_ids=torch.tensor([prompts[queue[0]][:shared]], device=device),
-                past_key_values=prefix_cache,
-                use_cache=True,
-            )
-            carried = time.perf_counter() - started  # counted into the first rows' time
-        else:
-            carried = 0.0
-        while free and queue:
-            # Prompts are length-sorted, so a group pads little; its size is bounded in tokens.
-            take = [queue.popleft()]
-            while (
-                queue
-                and len(take) < len(free)
-                and (len(take) + 1) * (len(prompts[queue[0]]) - shared) <= prefill_tokens
-            ):
-                take.append(queue.popleft())
-            suffixes = [prompts[r][shared:] for r in take]
-            width = max(map(len, suffixes))
-            ids = torch.tensor([[pad_id] * (width - len(x)) + x for x in suffixes], device=device)
-            own = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in suffixes], device=device)
-            started = time.perf_counter()
-            cache = DynamicCache(config=model.config)
-            if shared:
-                for i, layer in enumerate(prefix_cache.layers):
-                    cache.update(
-                        layer.keys.expand(len(take), -1, -1, -1).contiguous(),
-                        layer.values.expand(len(take), -1, -1, -1).contiguous(),
-                        i,
-                    )
-            attention = torch.cat([torch.ones(len(take), shared, dtype=own.dtype, device=device), own], dim=1)
-            hidden = decoder(
-                input_ids=ids,
-                attention_mask=attention,
-                position_ids=shared + (own.cumsum(-1) - 1).clamp(min=0),
-                past_key_values=cache,
-                use_cache=True,
-            ).last_hidden_state
-            if pool is None:
-                pool = _Pool(cache, len(slots), capacity, start=longest)
-                bitmask = xgrammar.allocate_token_bitmask(pool.rows, vocab_size) if grammar is not None else None
-            targets, free[:] = free[: len(take)], free[len(take) :]
-            for j, (slot, request) in enumerate(zip(targets, take)):
-                pool.place(slot, cache, j, shared, len(suffixes[j]))
-                matcher = xgrammar.GrammarMatcher(grammar) if grammar is not None else None
-                length = len(prompts[request])
-                slots[slot] = _Row(request, length, matcher)
-            tokens = choose(head(hidden[:, -1].contiguous()), targets)
-            share = (time.perf_counter() - started + carried) / len(take)
-            carried = 0.0
-            for slot, token in zip(targets, tokens):
-                accept(slot, token, share)
-
-    with torch.inference_mode():
-        fill(list(range(len(slots))))
-        while True:
-            free = [s for s, row in enumerate(slots) if row is None]
-            # Refill in groups: a batched prefill runs about twice the tokens/s of one prompt alone,
-            # and a few idle slots cost little in a decode step.
-            if queue and free and (len(free) >= min(refill_at, len(queue)) or len(free) == len(slots)):
-                fill(free)
-            busy = [s for s, row in enumerate(slots) if row is not None]
-            if not busy:
-                if not queue:
-                    break
-                continue
-            if not queue and len(busy) <= len(slots) // 2:
-                pool.select(busy)  # the tail: stop computing idle slots
-                slots = [slots[s] for s in busy]
-                busy = list(range(len(slots)))
-            if pool.n >= pool.capacity:
-                # No busy row uses a column before `lo` (idle rows' masks are clear); keep the write
-                # column at or past the longest prompt so any queued request still fits in front of it.
-                lo = int(pool.mask.any(dim=0).nonzero()[0])
-                by = min(lo, pool.n - longest)
-                if by <= 0:  # cannot happen: a busy row spans at most longest + max_new_tokens columns
-                    raise RuntimeError(f"continuous batching: no free column (n={pool.n}, lo={lo}, longest={longest})")
-                pool.shift_left(by)
-            started = time.perf_counter()
-            col = pool.n
-            pool.mask[busy, col] = True
-            idle = [s for s in range(len(slots)) if slots[s] is None]
-            if idle:
-                pool.mask[idle, col] = True  # an idle row attends to its own dummy token (no all-masked row)
-            input_ids = torch.tensor(
-                [[slots[s].tokens[-1] if slots[s] is not None else stop_ids[0]] for s in range(len(slots))],
-                device=device,
-            )
-            positions = torch.tensor(
-                [
-                    [slots[s].prompt_len + len(slots[s].tokens) - 1 if slots[s] is not None else 0]
-                    for s in range(len(slots))
-                ],
-                device=device,
-            )
-            mask = pool.mask[:, None, None, : col + 1]
-            hidden = decoder(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=pool.cache,
-                use_cache=True,
-            ).last_hidden_state
-            pool.n += 1
-            if idle:
-                pool.mask[idle, col] = False
-            tokens = choose(head(hidden[busy, -1].contiguous()), busy)
-            share = (time.perf_counter() - started) / len(busy)
-            for slot, token in zip(busy, tokens):
-                accept(slot, token, share)
-    return results  # type: ignore[return-value]
+    sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, rows=min(rows, len(prompts)))
+    limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish)
+    return ContinuousDecoder(model, prompts, sampler, limits).run()
