@@ -317,9 +317,3 @@ def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = No
             continue
         out.append(dialogue)
     return out
-
-
-def report_error(err: DataError) -> int:
-    """Print a DataError the way every CLI does (one line, no traceback) and return exit code 2."""
-    print(f"error: {err}", file=sys.stderr)
-    return 2

@@ -253,7 +253,8 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, capsys):
     path = write_lines(tmp_path / "bad.csv", _bad_ed(BAD_ED["unknown emotion"][0]))
     assert main(["dialogues", "--source", path, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: {path} row 4, column 'context': unknown emotion label 'elated'"]
+    want = f"python -m data_prep dialogues: error: {path} row 4, column 'context': unknown emotion label 'elated'"
+    assert err == [want]
     assert not (tmp_path / "out").exists()
 
 
