@@ -12,8 +12,8 @@ from data_prep.commands import dispatch
 COMMANDS = {
     "generate": ("distill.cli_generate", "run the pipeline over a dialogue split and write traces"),
     "respond": ("distill.cli_respond", "run the pipeline on one dialogue and print every stage"),
-    "datasets": ("distill.sft_data", "turn a trace run into one SFT dataset per role"),
-    "serve": ("distill.serve", "OpenAI-compatible server over the local backend and role adapters"),
+    "datasets": ("distill.cli_datasets", "turn a trace run into one SFT dataset per role"),
+    "serve": ("distill.cli_serve", "OpenAI-compatible server over the local backend and role adapters"),
     "batch": ("distill.batch_api", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
 }
 

@@ -1,0 +1,91 @@
+"""`python -m distill datasets`: turn a trace run into one SFT dataset per role (and push them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
+    parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
+    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (every role the run enabled)")
+    parser.add_argument(
+        "--require-gold-emotion",
+        action="store_true",
+        help="keep only traces whose asi emotion equals the gold Ekman label",
+    )
+    parser.add_argument(
+        "--ers-target",
+        choices=("teacher", "gold"),
+        default="teacher",
+        help="ers completion: the teacher's reply or the human gold reply",
+    )
+    parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
+    parser.add_argument(
+        "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
+    parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
+    parser.add_argument(
+        "--push-to-hub",
+        default=None,
+        metavar="REPO_ID",
+        help="also push every role as one hub dataset with a config per role (staged in <out>/hub/ first)",
+    )
+    parser.add_argument("--hub-license", default="cc-by-nc-4.0", help="license on the hub card (EmpatheticDialogues')")
+    parser.add_argument("--hub-private", action="store_true", help="create the hub dataset as private")
+
+
+def run(args: argparse.Namespace) -> int:
+    from distill.dataset_card import read_run
+
+    if not 0 <= args.eval_fraction < 1:
+        print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
+        return 2
+    try:
+        traces, run_meta, problems = read_run(Path(args.traces))
+        roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
+        options = DatasetOptions(
+            args.require_gold_emotion, args.ers_target, not args.no_dedup, args.eval_fraction, args.seed, args.split
+        )
+        report = BuildReport(problems=list(problems))
+        built = build_role_datasets(traces, roles, options, report, run_meta)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
+    for line in report.lines():
+        print(line, file=sys.stderr)
+    if not built:
+        print(f"error: no role dataset built from {len(traces)} traces in {args.traces}", file=sys.stderr)
+        return 1
+    print(json.dumps({role: str(out / role) for role in built}))
+    return push_hub_dataset(out, list(built), args) if args.push_to_hub else 0
+
+
+def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> int:
+    """Stage the saved role datasets as one hub dataset in `<out>/hub/` and upload it."""
+    from datasets import load_from_disk
+
+    from distill import hub_dataset
+    from distill.dataset_card import read_build_record
+
+    saved = {role: load_from_disk(str(out / role)) for role in roles}
+    records = {role: read_build_record(out / role) for role in roles}
+    staged = hub_dataset.stage(saved, records, out / "hub", args.hub_license)
+    try:
+        url = hub_dataset.push(staged, args.push_to_hub, private=args.hub_private)
+    except Exception as err:  # the hub raises many types (offline, auth, HTTP); all end the same way
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        print(
+            f"error: push of {staged} to {args.push_to_hub} failed: {type(err).__name__}: {first_line}", file=sys.stderr
+        )
+        return 1
+    print(f"pushed {staged} to {url}", file=sys.stderr)
+    return 0
