@@ -14,7 +14,7 @@ COMMANDS = {
     "respond": ("distill.cli_respond", "run the pipeline on one dialogue and print every stage"),
     "datasets": ("distill.cli_datasets", "turn a trace run into one SFT dataset per role"),
     "serve": ("distill.cli_serve", "OpenAI-compatible server over the local backend and role adapters"),
-    "batch": ("distill.batch_api", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
+    "batch": ("distill.cli_batch", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
 }
 
 
