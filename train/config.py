@@ -90,7 +90,7 @@ def _our_defaults() -> dict[str, Any]:
         "use_peft": True,  # every role is a LoRA adapter; the pipeline swaps them on one base
         "lora_target_modules": "all-linear",
         "learning_rate": 2e-4,  # TRL's 2e-5 is a full fine-tuning rate; LoRA wants ~10x
-        "bf16": _native_bf16(),  # TRL's default (on) is 1.4x slower on a CPU without native bf16
+        "bf16": _native_bf16(),  # TRL's default (on) is slower than fp32 on a CPU without native bf16
         "use_cpu": not torch.cuda.is_available(),  # bf16 on a CPU needs it (TrainingArguments checks)
         "gradient_checkpointing": False,  # TRL turns it on; on small models it only costs time
         "save_steps": 0.25,  # four checkpoints per role, so --resume always has one

@@ -10,7 +10,7 @@ queued request straight away:
   forward. A slot's prompt sits right-aligned before that column, with the columns in front of it
   masked; each token gets its own position id, so a slot's positions do not depend on the column.
 - Free slots are refilled in groups (once a quarter of them are free): their prompts are prefilled
-  together, left-padded (a batched prefill ran about twice the tokens/s of one short prompt alone),
+  together, left-padded (a batched prefill runs more tokens/s than one short prompt alone),
   and each row's cache is copied into its slot. The prefix all of a call's prompts share (a teacher
   role's instructions: 44-69% of its prompt) is computed once and only the suffixes are prefilled.
 - When the write column reaches the buffer's end, columns no slot uses any more are dropped from the
@@ -199,7 +199,7 @@ class ContinuousDecoder:
     def __init__(self, model: Any, prompts: Sequence[list[int]], sampler: Sampler, limits: Limits):
         # The decoder stack and the LM head are called apart so the head runs on one position per row
         # as a plain 2-D matmul: through `logits_to_keep` a single row's last position reached the head
-        # as a strided 3-D tensor and torch copied the whole transposed head (~0.1 s per prefill).
+        # as a strided 3-D tensor and torch copied the whole transposed head on every prefill.
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.config = model.config
         self.decoder, self.head = causal_lm.get_decoder(), causal_lm.get_output_embeddings()
@@ -219,7 +219,7 @@ class ContinuousDecoder:
             self.fill(list(range(len(self.slots))))
             while True:
                 free = [s for s, row in enumerate(self.slots) if row is None]
-                # Refill in groups: a batched prefill runs about twice the tokens/s of one prompt alone,
+                # Refill in groups: a batched prefill runs more tokens/s than one prompt alone,
                 # and a few idle slots cost little in a decode step.
                 if (
                     self.queue
