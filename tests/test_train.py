@@ -450,7 +450,7 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
 
     from train.sft import completion_head_trainer, load_base, load_role_dataset, lora_config, role_args
 
-    cfg = tiny_config(role_datasets, tmp_path, bf16=False)
+    cfg = tiny_config(role_datasets, tmp_path, bf16=False, padding_free=True)  # as the shipped CPU config
     base, tokenizer, _ = load_base(cfg)
     model = get_peft_model(base, lora_config(cfg))
     data = load_role_dataset(cfg.distill.dataset_name, "asi")["train"]
