@@ -228,27 +228,21 @@ class ExemplarIndex:
     # --- search ---
 
     def query(
-        self,
-        situations: Sequence[str],
-        emotions: Sequence[Optional[str]],
-        exclude_conv_ids: Optional[Sequence[Optional[str]]] = None,
-        k: int = TRACE_TOP_K,
-        tau: Optional[float] = None,
-        exclude_dialogue_ids: Optional[Sequence[Optional[str]]] = None,
-        distinct_convs: bool = True,
+        self, situations: Sequence[str], emotions: Sequence[Optional[str]], exclude_conv_ids=None, **options
     ) -> list[list[Exemplar]]:
         """Top-k exemplars for each situation: precise (same emotion) if any, else fuzzy (any emotion).
 
-        ``tau`` None (TRACE) keeps every candidate; a number keeps only σ > τ in both searches.
-        ``emotions[i]`` None skips the precise search. Entries whose conv_id equals
-        ``exclude_conv_ids[i]`` or whose dialogue id equals ``exclude_dialogue_ids[i]`` are never returned.
+        ``options`` are `query_vectors`'s: k, tau, exclude_dialogue_ids, distinct_convs. ``tau`` None
+        (TRACE) keeps every candidate; a number keeps only σ > τ in both searches. ``emotions[i]`` None
+        skips the precise search. Entries whose conv_id equals ``exclude_conv_ids[i]`` or whose dialogue
+        id equals ``exclude_dialogue_ids[i]`` are never returned.
         """
         situations = list(situations)
-        _check_query_args(len(situations), emotions, exclude_conv_ids, exclude_dialogue_ids, k, tau)
+        _check_query_args(len(situations), emotions, exclude_conv_ids, **options)  # before the embedder runs
         if not situations:
             return []
         vectors = self.embedder().encode(situations)
-        return self.query_vectors(vectors, emotions, exclude_conv_ids, k, tau, exclude_dialogue_ids, distinct_convs)
+        return self.query_vectors(vectors, emotions, exclude_conv_ids, **options)
 
     def query_vectors(
         self,
@@ -267,7 +261,7 @@ class ExemplarIndex:
                 f"query vectors have shape {vectors.shape}; the index holds {self.vectors.shape[1]}-d vectors"
             )
         n = vectors.shape[0]
-        _check_query_args(n, emotions, exclude_conv_ids, exclude_dialogue_ids, k, tau)
+        _check_query_args(n, emotions, exclude_conv_ids, exclude_dialogue_ids, k, tau, distinct_convs)
         wanted = [None if e is None else EKMAN.index(_ekman(e, i)) for i, e in enumerate(emotions)]
         if not len(self):
             return [[] for _ in range(n)]
@@ -367,7 +361,15 @@ def _ekman(label: str, row: int, what: Optional[str] = None) -> str:
         ) from None
 
 
-def _check_query_args(n: int, emotions, exclude_conv_ids, exclude_dialogue_ids, k: int, tau: Optional[float]) -> None:
+def _check_query_args(
+    n: int,
+    emotions,
+    exclude_conv_ids=None,
+    exclude_dialogue_ids=None,
+    k: int = TRACE_TOP_K,
+    tau: Optional[float] = None,
+    distinct_convs: bool = True,
+) -> None:
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     if tau is not None and not -1.0 <= float(tau) <= 1.0:
