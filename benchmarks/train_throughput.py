@@ -106,6 +106,7 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
         "output_dir": str(out),
         "roles": "asi",
         "per_device_train_batch_size": batch_size,
+        "num_train_epochs": 1,  # TRL's default is 3; every variant sees each row once
         "use_cpu": True,
         "num_threads": torch.get_num_threads(),
         "lora_r": 16,

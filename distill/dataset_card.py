@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     from distill.sft_data import DatasetOptions, RoleCounts
 
-RUN_META_FILE = "run.json"
 # The card's facts as data, for the adapter card and the hub dataset card to quote.
 BUILD_FILE = "trace_distill_dataset.json"
 _SECRET_KEY = re.compile(r"api[_-]?key|secret|passw|authorization|bearer|token$|credential", re.I)
@@ -38,7 +37,8 @@ def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
     if not run_dir.is_dir():
         raise ValueError(f"trace run directory {run_dir} does not exist")
     problems: list[str] = []
-    meta_path = run_dir / RUN_META_FILE
+    store = TraceStore(run_dir)  # the store owns the run folder's file names
+    meta_path = store.run_path
     meta: dict[str, Any] = {}
     if not meta_path.is_file():
         problems.append(f"{meta_path}: missing; teacher details on the cards come from the traces")
@@ -47,11 +47,10 @@ def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             problems.append(f"{meta_path}: not valid JSON ({err}); teacher details come from the traces")
-    store = TraceStore(run_dir)
     if not store.path.is_file():
         raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
     for entry in sorted(run_dir.iterdir()):
-        if entry.name not in (RUN_META_FILE, store.path.name) and not entry.name.startswith("."):
+        if entry.name not in (store.run_path.name, store.path.name) and not entry.name.startswith("."):
             problems.append(f"{entry}: not part of a trace run; ignored")
     traces, store_problems = store.read()
     problems += store_problems

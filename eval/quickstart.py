@@ -126,8 +126,9 @@ STAMP = "quickstart-inputs.json"
 def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
     from distill.roles import STUDENT_PROMPT_VERSION
+    from distill.store import TraceStore
 
-    traces = out / "teacher-train" / "traces.jsonl"
+    traces = TraceStore(out / "teacher-train").path
     return {
         "traces_bytes": traces.stat().st_size if traces.is_file() else 0,
         "require_gold_emotion": require_gold_emotion,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.config import ConfigError, TrainConfig, parse_config, read_yaml
+from train.config import ConfigError, TrainConfig, config_from_dict, parse_config, read_yaml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_YAMLS = sorted((CONFIGS / "train").glob("*.yaml"))
@@ -51,6 +51,12 @@ def test_trl_style_yaml_is_read_as_it_is(tmp_path):
     cfg = parse_config(["--config", str(trl_yaml), "--roles", "asi"])
     assert (cfg.sft.per_device_train_batch_size, cfg.sft.learning_rate, cfg.sft.num_train_epochs) == (4, 1e-4, 2)
     assert (cfg.model.lora_r, cfg.model.lora_alpha, cfg.sft.gradient_accumulation_steps) == (8, 16, 2)
+    # what the YAML leaves out takes our recipe, not TRL's defaults
+    assert cfg.sft.padding_free and not cfg.sft.gradient_checkpointing and cfg.model.lora_dropout == 0.0
+
+
+def test_bare_config_from_dict_is_padding_free():
+    assert config_from_dict({"roles": "asi"}, source="test").sft.padding_free
 
 
 def test_flags_override_yaml():

@@ -29,7 +29,7 @@ from pydantic import validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_model
-from distill.adapters import find_adapters, has_metadata, read_metadata
+from distill.adapters import PEFT_CONFIG_FILE, find_adapters, has_metadata, read_metadata
 from distill.backends.attention import use_decode_attention
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
@@ -154,8 +154,8 @@ class LocalBackend:
         """Add a LoRA adapter under `name`; the first one wraps the base model in a `PeftModel`."""
         from peft import PeftModel
 
-        if not (Path(path) / "adapter_config.json").is_file():
-            raise ValueError(f"adapter '{name}': {path} has no adapter_config.json")
+        if not (Path(path) / PEFT_CONFIG_FILE).is_file():
+            raise ValueError(f"adapter '{name}': {path} has no {PEFT_CONFIG_FILE}")
         _check_adapter_version(name, Path(path))
         with self._lock:
             if isinstance(self.hf_model, PeftModel):
