@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import sys
 
-from data_prep.commands import dispatch
+from data_prep.commands import package_main
 
 COMMANDS = {
     "dialogues": ("data_prep.cli_dialogues", "normalise an ED source into train/validation/test"),
     "index": ("data_prep.cli_index", "embed one split's situations into an exemplar index"),
 }
 
-
-def main(argv: list[str] | None = None, prog: str = "python -m data_prep") -> int:
-    return dispatch(COMMANDS, argv, prog, __doc__.splitlines()[0])
+main = package_main(COMMANDS, "python -m data_prep", __doc__)
 
 
 if __name__ == "__main__":

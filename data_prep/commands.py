@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from data_prep.ed_formats import DataError
 from data_prep.models import ModelNotAvailable
@@ -43,3 +43,12 @@ def dispatch(commands: Commands, argv: list[str] | None, prog: str, description:
         sub.add_parser(name, help=help_text)
     parser.parse_args(argv)  # prints help (exit 0) or a usage error (exit 2)
     return 2
+
+
+def package_main(commands: Commands, prog: str, doc: str) -> Callable[..., int]:
+    """A package's `main(argv, prog)`: `python -m <package> <command>` and the console script both call it."""
+
+    def main(argv: list[str] | None = None, prog: str = prog) -> int:
+        return dispatch(commands, argv, prog, doc.splitlines()[0])
+
+    return main

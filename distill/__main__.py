@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from data_prep.commands import dispatch
+from data_prep.commands import package_main
 
 COMMANDS = {
     "generate": ("distill.cli_generate", "run the pipeline over a dialogue split and write traces"),
@@ -17,9 +17,7 @@ COMMANDS = {
     "batch": ("distill.cli_batch", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
 }
 
-
-def main(argv: list[str] | None = None, prog: str = "python -m distill") -> int:
-    return dispatch(COMMANDS, argv, prog, __doc__.splitlines()[0])
+main = package_main(COMMANDS, "python -m distill", __doc__)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from data_prep.commands import dispatch
+from data_prep.commands import package_main
 
 COMMANDS = {
     "score": ("eval.score", "automatic metrics (Dist, EAD, I-ACC, BERTScore, PPL) for a CSV/JSONL of responses"),
@@ -20,9 +20,7 @@ COMMANDS = {
     ),
 }
 
-
-def main(argv: list[str] | None = None, prog: str = "python -m eval") -> int:
-    return dispatch(COMMANDS, argv, prog, __doc__.splitlines()[0])
+main = package_main(COMMANDS, "python -m eval", __doc__)
 
 
 if __name__ == "__main__":
