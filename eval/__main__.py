@@ -15,7 +15,7 @@ from data_prep.commands import package_main
 COMMANDS = {
     "score": ("eval.score", "automatic metrics (Dist, EAD, I-ACC, BERTScore, PPL) for a CSV/JSONL of responses"),
     "compare": (
-        "eval.compare",
+        "eval.cli_compare",
         "run/read every system of a config on one test split and write report.json/.md + plots",
     ),
 }

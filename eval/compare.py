@@ -1,4 +1,4 @@
-"""`python -m eval compare --config configs/eval/<name>.yaml --out <dir>`: score systems side by side.
+"""Score systems side by side on one test split: what `python -m eval compare` runs (`eval.cli_compare`).
 
 The recipe: load the test split (and the exemplar index, checked to hold no test conversation),
 get every system's traces on exactly those dialogues (`eval.systems`), compute the same metrics for
@@ -9,9 +9,6 @@ stored one.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -228,24 +225,3 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
             "judge": judge_systems(config, runs, test),
         }
     )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="compare YAML, e.g. configs/eval/sample.yaml")
-    parser.add_argument("--out", required=True, help="directory for report.json, report.md and the plots")
-
-
-def run(args: argparse.Namespace) -> int:
-    from eval.report import write_report_files
-
-    try:
-        report = build_report(load_config(args.config), args.config, Path(args.out))
-    except CompareError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    written = write_report_files(out / REPORT_JSON, out)
-    print(f"wrote {out / REPORT_JSON}, " + ", ".join(str(p) for p in written), file=sys.stderr)
-    return 0

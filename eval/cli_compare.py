@@ -1,0 +1,32 @@
+"""`python -m eval compare --config configs/eval/<name>.yaml --out <dir>`: the command; `eval.compare` does the work."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from eval.compare import REPORT_JSON, build_report, load_config
+from eval.systems import CompareError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="compare YAML, e.g. configs/eval/sample.yaml")
+    parser.add_argument("--out", required=True, help="directory for report.json, report.md and the plots")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eval.report import write_report_files
+
+    try:
+        report = build_report(load_config(args.config), args.config, Path(args.out))
+    except CompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    written = write_report_files(out / REPORT_JSON, out)
+    print(f"wrote {out / REPORT_JSON}, " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
