@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="teacher",
         help="ers completion: the teacher's reply or the human gold reply",
     )
+    parser.add_argument(
+        "--balance-emotions",
+        action="store_true",
+        help="asi train split: repeat rows of rarer emotions until each emotion has as many as the commonest",
+    )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
     parser.add_argument(
         "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
@@ -51,7 +56,13 @@ def run(args: argparse.Namespace) -> int:
         traces, run_meta, problems = read_run(Path(args.traces))
         roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
         options = DatasetOptions(
-            args.require_gold_emotion, args.ers_target, not args.no_dedup, args.eval_fraction, args.seed, args.split
+            args.require_gold_emotion,
+            args.ers_target,
+            not args.no_dedup,
+            args.eval_fraction,
+            args.seed,
+            args.split,
+            args.balance_emotions,
         )
         report = BuildReport(problems=list(problems))
         built = build_role_datasets(traces, roles, options, report, run_meta)

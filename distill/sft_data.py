@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ class DatasetOptions:
     eval_fraction: float = 0.1  # share of conversations held out for validation
     seed: int = 0
     split: Optional[str] = None  # keep only traces of this dialogue split (when the run records one)
+    # repeat asi train rows of rarer emotions until every emotion has as many as the commonest, so a
+    # small student is not taught the skew of the data (the validation split is left as it is)
+    balance_emotions: bool = False
 
 
 @dataclass
@@ -235,9 +239,30 @@ def build_role_datasets(
             report.skipped_roles[role] = "no rows kept"
             continue
         by_split = {s: [r for r in rows if (r["conv_id"] in held_out) == (s == "validation")] for s in SPLITS}
+        if options.balance_emotions and role == "asi":
+            by_split["train"] = balance_by_emotion(by_split["train"], options.seed)
         result[role] = DatasetDict({s: _to_dataset(by_split[s]) for s in SPLITS})
         counts.rows = {s: len(by_split[s]) for s in SPLITS}
     return result
+
+
+def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:
+    """Oversample: each emotion's rows repeated (whole copies, then a seeded sample) up to the commonest's count."""
+    by_emotion: dict[str, list[dict]] = {}
+    for row in rows:
+        emotion = json.loads(row["completion"][0]["content"])["emotion"]
+        by_emotion.setdefault(emotion, []).append(row)
+    if not by_emotion:
+        return rows
+    target = max(len(group) for group in by_emotion.values())
+    rng = random.Random(seed)
+    out = []
+    for emotion in sorted(by_emotion):
+        group = by_emotion[emotion]
+        copies, rest = divmod(target, len(group))
+        out += group * copies + rng.sample(group, rest)
+    rng.shuffle(out)
+    return out
 
 
 def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], report: BuildReport) -> list[Trace]:

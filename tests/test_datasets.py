@@ -133,6 +133,33 @@ def test_gold_ers_target_replaces_teacher_reply(tiny_dialogues):
     assert row["prompt"] == student_prompt("ers", tiny_dialogues[0], traces[0].outputs)  # still teacher upstream
 
 
+def test_balance_emotions_evens_asi_train_rows_only(tiny_dialogues):
+    """asi train rows are repeated up to the commonest emotion's count; other roles and validation are untouched."""
+    from collections import Counter
+
+    skewed = [
+        d.model_copy(update={"id": f"{d.id}-{i}", "conv_id": f"{d.conv_id}-{i}"})
+        for i in range(3)
+        for d in tiny_dialogues[:1]
+    ]
+    traces = [make_trace(d) for d in skewed + tiny_dialogues[1:3]]
+    emotions = Counter(t.outputs["asi"]["emotion"] for t in traces)
+    assert max(emotions.values()) == 3 and min(emotions.values()) == 1  # the case is skewed 3:1
+
+    def asi_emotions(options):
+        built = build_role_datasets(traces, ["asi", "srp"], options)
+        rows = built["asi"]["train"]
+        return Counter(json.loads(r["completion"][0]["content"])["emotion"] for r in rows), built
+
+    plain, _ = asi_emotions(DatasetOptions(eval_fraction=0.0, dedup=False))  # the copies share a prompt
+    balanced, built = asi_emotions(DatasetOptions(eval_fraction=0.0, dedup=False, balance_emotions=True))
+    assert plain == emotions
+    assert set(balanced) == set(emotions) and set(balanced.values()) == {3}
+    assert len(built["srp"]["train"]) == len(traces)  # only asi is balanced
+    again, _ = asi_emotions(DatasetOptions(eval_fraction=0.0, dedup=False, balance_emotions=True))
+    assert again == balanced
+
+
 def test_split_is_by_conversation_and_seeded(tiny_dialogues):
     # a second example of each conversation (a later listener turn) must land beside the first
     more = [Turn(speaker="responder", text="How did that feel?"), Turn(speaker="seeker", text="Still sinking in.")]
