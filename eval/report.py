@@ -268,7 +268,8 @@ def render_markdown(report: dict) -> str:
 
 
 def plot_metrics(report: dict, path: Path) -> Path:
-    """Bar chart per metric, one bar per system, CI whiskers where the metric has one."""
+    """Bar chart per metric, one bar per system (and the human replies where they have the metric), with
+    CI whiskers only on metrics that have intervals: Dist and EAD are corpus-level, so they get none."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,21 +279,16 @@ def plot_metrics(report: dict, path: Path) -> Path:
         ("I-ACC (6)", lambda s: ((s.get("i_acc") or {}).get("ekman6") or {}).get("accuracy")),
         ("BERTScore F", lambda s: (s.get("bertscore") or {}).get("f1")),
         ("PPL", lambda s: s.get("ppl")),
-        ("Dist-2", lambda s: {"value": s["diversity"]["dist2"]}),
-        ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]}),
-        ("latency (s)", lambda s: s["cost"]["latency_s"]),
+        ("Dist-2", lambda s: {"value": s["diversity"]["dist2"]} if s.get("diversity") else None),
+        ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]} if s.get("diversity") else None),
+        ("latency (s)", lambda s: (s.get("cost") or {}).get("latency_s")),
     ]
-    names = [s["name"] for s in report["systems"]]
+    rows = list(report["systems"]) + ([report["human_gold"]] if report.get("human_gold") else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
     for ax, (title, get) in zip(axes, panels):
-        stats = [get(s) or {} for s in report["systems"]]
-        values = [st.get("value") or 0.0 for st in stats]
-        err = [
-            [max(0.0, v - (st.get("ci_low") if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)],
-            [max(0.0, (st.get("ci_high") if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)],
-        ]
-        ax.bar(names, values, yerr=err, capsize=4, color="#4C72B0")
-        if title == "PPL" and all(v > 0 for v in values):
+        shown = [(row, get(row)) for row in rows if get(row)]  # the human row only where it has the metric
+        _bars(ax, shown)
+        if title == "PPL" and all(st.get("value", 0) > 0 for _, st in shown):
             ax.set_yscale("log")  # one wide interval would otherwise flatten every other bar
         ax.set_title(title)
         ax.tick_params(axis="x", rotation=30)
@@ -300,6 +296,21 @@ def plot_metrics(report: dict, path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _bars(ax, shown: list[tuple[dict, dict]]) -> None:
+    """One bar per (row, stat); the human replies in their own colour, labelled without the parenthesis."""
+    names = [row["name"].split(" (")[0] for row, _ in shown]
+    stats = [st for _, st in shown]
+    values = [st.get("value") or 0.0 for st in stats]
+    has_ci = any(st.get("ci_low") is not None for st in stats)
+    err = None
+    if has_ci:
+        low = [max(0.0, v - (st["ci_low"] if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)]
+        high = [max(0.0, (st["ci_high"] if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)]
+        err = [low, high]
+    colours = ["#DD8452" if "gold" in row.get("name", "") else "#4C72B0" for row, _ in shown]
+    ax.bar(names, values, yerr=err, capsize=4 if has_ci else 0, color=colours)
 
 
 def plot_confusions(report: dict, path: Path) -> Optional[Path]:

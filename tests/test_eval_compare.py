@@ -238,6 +238,30 @@ def _json_numbers(value) -> set[float]:
     return set()
 
 
+def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from eval.report import _bars
+
+    fig, (corpus, mean) = plt.subplots(1, 2)
+    human = {"name": "human (gold replies)"}
+    _bars(corpus, [({"name": "student"}, {"value": 0.6}), (human, {"value": 0.9})])  # Dist-2: corpus-level
+    _bars(mean, [({"name": "student"}, {"value": 20.0, "ci_low": 18.0, "ci_high": 24.0}), (human, {"value": 89.0})])
+
+    def whiskers(ax):
+        return sum(isinstance(c, ErrorbarContainer) for c in ax.containers)
+
+    assert whiskers(corpus) == 0 and whiskers(mean) == 1
+    assert [t.get_text() for t in corpus.get_xticklabels()] == ["student", "human"]
+    student_bar, human_bar = corpus.patches
+    assert student_bar.get_facecolor() != human_bar.get_facecolor()
+    plt.close(fig)
+
+
 @pytest.mark.slow
 def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smollm_path):
     from data_prep.retrieval import build_index
