@@ -283,25 +283,28 @@ def plot_metrics(report: dict, path: Path) -> Path:
         ("EAD-2", lambda s: {"value": s["diversity"]["ead2"]} if s.get("diversity") else None),
         ("latency (s)", lambda s: (s.get("cost") or {}).get("latency_s")),
     ]
-    rows = list(report["systems"]) + ([report["human_gold"]] if report.get("human_gold") else [])
+    rows = [(s["name"], s, False) for s in report["systems"]]
+    if report.get("human_gold"):
+        rows.append(("human", report["human_gold"], True))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2))
     for ax, (title, get) in zip(axes, panels):
-        shown = [(row, get(row)) for row in rows if get(row)]  # the human row only where it has the metric
+        # the human row only where it has the metric
+        shown = [(name, stat, human) for name, row, human in rows if (stat := get(row))]
         _bars(ax, shown)
-        if title == "PPL" and all(st.get("value", 0) > 0 for _, st in shown):
+        if title == "PPL" and all(st.get("value", 0) > 0 for _, st, _ in shown):
             ax.set_yscale("log")  # one wide interval would otherwise flatten every other bar
         ax.set_title(title)
-        ax.tick_params(axis="x", rotation=30)
+        plt.setp(ax.get_xticklabels(), rotation=35, ha="right", rotation_mode="anchor")  # long names don't collide
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
-def _bars(ax, shown: list[tuple[dict, dict]]) -> None:
-    """One bar per (row, stat); the human replies in their own colour, labelled without the parenthesis."""
-    names = [row["name"].split(" (")[0] for row, _ in shown]
-    stats = [st for _, st in shown]
+def _bars(ax, shown: list[tuple[str, dict, bool]]) -> None:
+    """One bar per (name, stat, is the human row); the human replies in their own colour."""
+    names = [name for name, _, _ in shown]
+    stats = [st for _, st, _ in shown]
     values = [st.get("value") or 0.0 for st in stats]
     has_ci = any(st.get("ci_low") is not None for st in stats)
     err = None
@@ -309,7 +312,7 @@ def _bars(ax, shown: list[tuple[dict, dict]]) -> None:
         low = [max(0.0, v - (st["ci_low"] if st.get("ci_low") is not None else v)) for v, st in zip(values, stats)]
         high = [max(0.0, (st["ci_high"] if st.get("ci_high") is not None else v) - v) for v, st in zip(values, stats)]
         err = [low, high]
-    colours = ["#DD8452" if "gold" in row.get("name", "") else "#4C72B0" for row, _ in shown]
+    colours = ["#DD8452" if human else "#4C72B0" for _, _, human in shown]
     ax.bar(names, values, yerr=err, capsize=4 if has_ci else 0, color=colours)
 
 

@@ -248,9 +248,10 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
     from eval.report import _bars
 
     fig, (corpus, mean) = plt.subplots(1, 2)
-    human = {"name": "human (gold replies)"}
-    _bars(corpus, [({"name": "student"}, {"value": 0.6}), (human, {"value": 0.9})])  # Dist-2: corpus-level
-    _bars(mean, [({"name": "student"}, {"value": 20.0, "ci_low": 18.0, "ci_high": 24.0}), (human, {"value": 89.0})])
+    _bars(corpus, [("student", {"value": 0.6}, False), ("human", {"value": 0.9}, True)])  # Dist-2: corpus-level
+    _bars(
+        mean, [("student", {"value": 20.0, "ci_low": 18.0, "ci_high": 24.0}, False), ("human", {"value": 89.0}, True)]
+    )
 
     def whiskers(ax):
         return sum(isinstance(c, ErrorbarContainer) for c in ax.containers)
