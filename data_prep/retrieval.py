@@ -232,10 +232,9 @@ class ExemplarIndex:
     ) -> list[list[Exemplar]]:
         """Top-k exemplars for each situation: precise (same emotion) if any, else fuzzy (any emotion).
 
-        ``options`` are `query_vectors`'s: k, tau, exclude_dialogue_ids, distinct_convs. ``tau`` None
-        (TRACE) keeps every candidate; a number keeps only σ > τ in both searches. ``emotions[i]`` None
-        skips the precise search. Entries whose conv_id equals ``exclude_conv_ids[i]`` or whose dialogue
-        id equals ``exclude_dialogue_ids[i]`` are never returned.
+        ``options`` are `query_vectors`'s (k, tau, exclude_dialogue_ids, distinct_convs). ``tau`` None (TRACE)
+        keeps every candidate. ``emotions[i]`` None skips the precise search. Entries whose conv_id equals
+        ``exclude_conv_ids[i]`` or whose dialogue id equals ``exclude_dialogue_ids[i]`` are never returned.
         """
         situations = list(situations)
         _check_query_args(len(situations), emotions, exclude_conv_ids, **options)  # before the embedder runs
