@@ -7,21 +7,16 @@ through continuous batching over `batch_size` slots (`distill.backends.continuou
 refilled at once) or, where the architecture does not allow it or `continuous=False`, through
 left-padded `model.generate` chunks. Results come back in the caller's order.
 
-Adapters live in one `PeftModel` over the single base model. For a stage the active adapter is
-merged into the base weights (unmerged LoRA generation runs about 2x slower on CPU). When the merged
-weights of every adapter fit in `cache_merged_mb`, each adapter's merged weights are computed once,
-on load, and a stage swaps them in and out by reference (`_swap`); otherwise a stage merges, then
-restores the base exactly (`_merge`).
+How adapters are switched in for a stage (merged, with merged weights cached while they fit in
+`cache_merged_mb`) is `distill.backends.adapter_switch`'s.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from pathlib import Path
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Optional
 
 import torch
@@ -29,7 +24,7 @@ from pydantic import validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_model
-from distill.adapters import PEFT_CONFIG_FILE, find_adapters, has_metadata, read_metadata
+from distill.backends.adapter_switch import AdapterSwitch, adapter_dirs
 from distill.backends.attention import use_decode_attention
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
@@ -60,30 +55,6 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return torch.bfloat16 if native_bf16 else torch.float32
-
-
-def adapter_dirs(adapters: str | dict[str, str] | None) -> dict[str, str]:
-    """An adapters folder as train writes it (`distill.adapters.find_adapters`) or an explicit role -> path dict."""
-    if adapters is None:
-        return {}
-    if isinstance(adapters, dict):
-        return {name: str(path) for name, path in adapters.items()}
-    return {role: str(path) for role, path in find_adapters(adapters).items()}
-
-
-def _check_adapter_version(name: str, path: Path) -> None:
-    """Warn when an adapter trained by `python -m train` learned another student answer format."""
-    from distill.roles import STUDENT_PROMPT_VERSION
-
-    if not has_metadata(path):
-        return  # an adapter from elsewhere: nothing recorded to check
-    trained = read_metadata(path).get("prompt_version")
-    if trained != STUDENT_PROMPT_VERSION:
-        warnings.warn(
-            f"adapter '{name}' ({path}) was trained on student prompt version {trained}, this version "
-            f"expects {STUDENT_PROMPT_VERSION}: rebuild its dataset and retrain it",
-            stacklevel=3,
-        )
 
 
 class LocalBackend:
@@ -117,156 +88,50 @@ class LocalBackend:
         self.batch_size = batch_size
         self.max_input_tokens = max_input_tokens
         self.merge_adapters = merge_adapters
-        # Merged weights kept per adapter (layer, merged weight) while they fit in cache_merged_mb;
-        # the base's own weight tensors are kept by reference to swap back.
-        self.cache_merged_mb = cache_merged_mb
-        self._merged_cache: dict[str, list[tuple[torch.nn.Module, torch.Tensor]]] = {}
-        self._pristine: dict[torch.nn.Module, torch.Tensor] = {}
-        self.prepare_seconds = 0.0  # time spent building merged weights on load (not per stage)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
-        self.hf_model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
         # One-token decode steps use two matmuls instead of CPU sdpa (distill.backends.attention).
-        self.decode_attention = use_decode_attention(self.hf_model)
-        self.adapter_paths: dict[str, str] = {}
+        self.decode_attention = use_decode_attention(base)
+        self._adapters = AdapterSwitch(base, threading.RLock(), merge_adapters, cache_merged_mb)
         self._eos_ids = self._stop_token_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
-        self._grammars = SchemaGrammars(self.tokenizer, self.hf_model.config.vocab_size)
+        self._grammars = SchemaGrammars(self.tokenizer, base.config.vocab_size)
         # Continuous batching (distill.backends.continuous) where the architecture allows it, else
         # lockstep chunks through `model.generate`.
-        self.continuous = continuous and continuous_supports(self.hf_model.config)
-        # Merging rewrites shared weights, so two threads (e.g. serve) must never generate at once.
-        self._lock = threading.RLock()
-        # Time spent switching adapters (set_adapter, merge, unmerge, restoring the base): the
-        # pipeline benchmark reports it as a share of pipeline time.
-        self.switch_seconds = 0.0
-        self.switches = 0
+        self.continuous = continuous and continuous_supports(base.config)
         for role, path in adapter_dirs(adapters).items():
             self.load_adapter(role, path)
 
-    # --- adapters ------------------------------------------------------------------------------
+    # --- adapters (distill.backends.adapter_switch) ------------------------------------------------
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        return self._adapters.model
 
     @property
     def adapter_names(self) -> list[str]:
-        return list(self.adapter_paths)
+        return list(self._adapters.paths)
+
+    @property
+    def switch_seconds(self) -> float:
+        return self._adapters.switch_seconds
+
+    @property
+    def switches(self) -> int:
+        return self._adapters.switches
+
+    @property
+    def prepare_seconds(self) -> float:
+        return self._adapters.prepare_seconds
 
     def load_adapter(self, name: str, path: str) -> None:
         """Add a LoRA adapter under `name`; the first one wraps the base model in a `PeftModel`."""
-        from peft import PeftModel
+        self._adapters.load(name, path)
 
-        if not (Path(path) / PEFT_CONFIG_FILE).is_file():
-            raise ValueError(f"adapter '{name}': {path} has no {PEFT_CONFIG_FILE}")
-        _check_adapter_version(name, Path(path))
-        with self._lock:
-            if isinstance(self.hf_model, PeftModel):
-                self.hf_model.load_adapter(path, adapter_name=name)
-            else:
-                self.hf_model = PeftModel.from_pretrained(self.hf_model, path, adapter_name=name)
-            self.hf_model.eval()
-            self.adapter_paths[name] = str(path)
-            if self.merge_adapters:
-                self._cache_merged(name)
-
-    def _cache_merged(self, adapter: str) -> None:
-        """Compute `adapter`'s merged weights once, if plain LoRA on plain Linear layers and within budget."""
-        started = time.perf_counter()
-        layers = [m for m in self.hf_model.modules() if adapter in getattr(m, "lora_A", {})]
-        plain = all(
-            type(m.get_base_layer()) is torch.nn.Linear
-            and not getattr(m, "lora_bias", {}).get(adapter)
-            and adapter not in getattr(m, "lora_variant", {})
-            for m in layers
-        )
-        embedding = any(adapter in getattr(m, "lora_embedding_A", {}) for m in self.hf_model.modules())
-        size_mb = (
-            sum(m.get_base_layer().weight.numel() * m.get_base_layer().weight.element_size() for m in layers) / 2**20
-        )
-        used_mb = sum(w.numel() * w.element_size() for pairs in self._merged_cache.values() for _, w in pairs) / 2**20
-        if not layers or not plain or embedding or used_mb + size_mb > self.cache_merged_mb:
-            return  # this adapter merges per stage instead
-        with torch.no_grad():
-            pairs = []
-            for m in layers:
-                base = m.get_base_layer()
-                self._pristine.setdefault(base, base.weight.data)
-                # clone + in-place add rounds exactly as PEFT's merge does (the delta may be fp32 over a bf16 base)
-                pairs.append((base, self._pristine[base].clone().add_(m.get_delta_weight(adapter))))
-        self._merged_cache[adapter] = pairs
-        self.prepare_seconds += time.perf_counter() - started
-
-    @contextmanager
-    def activate(self, adapter: Optional[str]) -> Iterator[None]:
-        """Run the block with `adapter` in effect (merged when `merge_adapters`), or the bare base for None."""
-        with self._lock:
-            if adapter is None:
-                ctx = self.hf_model.disable_adapter() if self.adapter_paths else nullcontext()
-                with ctx:
-                    yield
-                return
-            if adapter not in self.adapter_paths:
-                raise ValueError(
-                    f"no adapter loaded for role '{adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})"
-                )
-            cached = adapter in self._merged_cache
-            # With cached merged weights the LoRA path is off: the swapped-in weights carry the adapter.
-            with self.hf_model.disable_adapter() if cached else nullcontext():
-                with self._switching():
-                    self.switches += 1
-                    if cached:
-                        restore = self._swap(adapter)
-                    else:
-                        self.hf_model.set_adapter(adapter)
-                        restore = self._merge(adapter) if self.merge_adapters else None
-                try:
-                    yield
-                finally:
-                    if restore is not None:
-                        with self._switching():
-                            restore()
-
-    @contextmanager
-    def _switching(self) -> Iterator[None]:
-        """Add the block's wall time to `switch_seconds`."""
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.switch_seconds += time.perf_counter() - started
-
-    def _swap(self, adapter: str) -> Callable[[], None]:
-        """Point each targeted layer at `adapter`'s cached merged weight; returns the swap back."""
-        pairs = self._merged_cache[adapter]
-        for base, merged in pairs:
-            base.weight.data = merged
-
-        def restore() -> None:
-            for base, _ in pairs:
-                base.weight.data = self._pristine[base]
-
-        return restore
-
-    def _merge(self, adapter: str) -> Callable[[], None]:
-        """Merge `adapter` into the base; returns the function that puts the base back exactly."""
-        # PEFT's unmerge subtracts the delta it added; in bf16 (W + d) - d != W, so each stage would
-        # nudge the shared base and the drift would build up over many stages. We snapshot the base
-        # tensors the adapter touches and copy them back after unmerging: exact, and the extra
-        # memory (the targeted weights once) is held only while the stage runs.
-        layers = [
-            m
-            for m in self.hf_model.modules()
-            if adapter in getattr(m, "lora_A", {}) or adapter in getattr(m, "lora_embedding_A", {})
-        ]
-        pristine = [[p.detach().clone() for p in layer.get_base_layer().parameters()] for layer in layers]
-        self.hf_model.base_model.merge_adapter([adapter])
-
-        def restore() -> None:
-            self.hf_model.base_model.unmerge_adapter()
-            with torch.no_grad():
-                for layer, saved in zip(layers, pristine):
-                    for param, original in zip(layer.get_base_layer().parameters(), saved):
-                        param.copy_(original)
-
-        return restore
+    def activate(self, adapter: Optional[str]) -> AbstractContextManager[None]:
+        """The block runs with `adapter` in effect (merged when `merge_adapters`), or the bare base for None."""
+        return self._adapters.activate(adapter)
 
     # --- prompts -------------------------------------------------------------------------------
 
@@ -299,10 +164,8 @@ class LocalBackend:
         self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None
     ) -> list[GenerationResult]:
         for req in requests:
-            if req.adapter is not None and req.adapter not in self.adapter_paths:
-                raise ValueError(
-                    f"no adapter loaded for role '{req.adapter}' (loaded: {', '.join(self.adapter_paths) or 'none'})"
-                )
+            if req.adapter is not None:
+                self._adapters.check_loaded(req.adapter)
         encoded = [self.encode(req.messages) for req in requests]
         groups: dict[tuple, list[int]] = {}
         for i, req in enumerate(requests):
@@ -443,8 +306,8 @@ class LocalBackend:
             "batch_size": self.batch_size,
             "max_input_tokens": self.max_input_tokens,
             "merge_adapters": self.merge_adapters,
-            "merged_cached": sorted(self._merged_cache),
+            "merged_cached": self._adapters.cached,
             "continuous": self.continuous,
             "decode_attention": self.decode_attention,
-            "adapters": dict(self.adapter_paths),
+            "adapters": dict(self._adapters.paths),
         }
