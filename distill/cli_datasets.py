@@ -56,13 +56,13 @@ def run(args: argparse.Namespace) -> int:
         traces, run_meta, problems = read_run(Path(args.traces))
         roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
         options = DatasetOptions(
-            args.require_gold_emotion,
-            args.ers_target,
-            not args.no_dedup,
-            args.eval_fraction,
-            args.seed,
-            args.split,
-            args.balance_emotions,
+            require_gold_emotion=args.require_gold_emotion,
+            ers_target=args.ers_target,
+            dedup=not args.no_dedup,
+            eval_fraction=args.eval_fraction,
+            seed=args.seed,
+            split=args.split,
+            balance_emotions=args.balance_emotions,
         )
         report = BuildReport(problems=list(problems))
         built = build_role_datasets(traces, roles, options, report, run_meta)

@@ -51,10 +51,10 @@ class AdapterSwitch:
     adapter is in effect. `switch_seconds`/`switches` count the time spent switching; the pipeline
     benchmark reports it as a share of pipeline time. `prepare_seconds`: merged weights built on load."""
 
-    def __init__(self, model: torch.nn.Module, lock: threading.RLock, merge: bool = True, cache_merged_mb: int = 2048):
+    def __init__(self, model: torch.nn.Module, merge: bool = True, cache_merged_mb: int = 2048):
         self.model = model
         # Merging rewrites shared weights, so two threads (e.g. serve) must never generate at once.
-        self.lock = lock
+        self.lock = threading.RLock()
         self.merge = merge
         # Merged weights kept per adapter (layer, merged weight) while they fit in cache_merged_mb;
         # the base's own weight tensors are kept by reference to swap back.

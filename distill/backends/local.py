@@ -13,7 +13,6 @@ How adapters are switched in for a stage (merged, with merged weights cached whi
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -87,13 +86,12 @@ class LocalBackend:
         self.torch_dtype = resolve_dtype(dtype, device)
         self.batch_size = batch_size
         self.max_input_tokens = max_input_tokens
-        self.merge_adapters = merge_adapters
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
         # One-token decode steps use two matmuls instead of CPU sdpa (distill.backends.attention).
         self.decode_attention = use_decode_attention(base)
-        self._adapters = AdapterSwitch(base, threading.RLock(), merge_adapters, cache_merged_mb)
+        self._adapters = AdapterSwitch(base, merge_adapters, cache_merged_mb)
         self._eos_ids = self._stop_token_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
         self._grammars = SchemaGrammars(self.tokenizer, base.config.vocab_size)
@@ -108,6 +106,10 @@ class LocalBackend:
     @property
     def hf_model(self) -> torch.nn.Module:
         return self._adapters.model
+
+    @property
+    def merge_adapters(self) -> bool:
+        return self._adapters.merge
 
     @property
     def adapter_names(self) -> list[str]:
