@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -244,7 +245,16 @@ def test_adapter_folder_is_hub_ready_and_loads_with_plain_peft(two_roles, smollm
     assert "More Information Needed" not in card and f"base_model: {SMOLLM2_HUB_ID}" in card
     assert "library_name: peft" in card and "Q4_1 GGUF" in card and "`emotion`: anger, fear, disgust" in card
     assert f"tokens seen: {metas[0]['tokens_seen']:,}" in card and f"--lora-modules asi={folder}" in card
-    assert f'PeftModel.from_pretrained(base, "{folder}")' in card
+    assert f'"HuggingFaceTB/SmolLM2-135M-Instruct"), "{folder}")' in card
+    assert f"validation {round(metas[0]['eval_loss'], 4)}" in card and metas[0]["eval_loss"] > 0
+    # The card's own code, as printed, on the embedded base (the hub is out of reach): its answer is the
+    # card's example answer and validates against the role's student schema.
+    python = re.findall(r"```python\n(.*?)```", card, flags=re.S)
+    scope: dict = {}
+    exec("\n".join(python).replace(SMOLLM2_HUB_ID, smollm_path), scope)
+    example = re.search(r"```json\n(.*?)\n```", card, flags=re.S).group(1)
+    assert scope["answer"] == example == metas[0]["example"]["answer"]
+    ROLES["asi"].schema_for("student").model_validate_json(scope["answer"])
 
     backend = LocalBackend("smollm2-135m", adapters=str(out), dtype="float32")
     ids = torch.tensor([backend.encode([{"role": "user", "content": "I lost my keys again."}])[0]])

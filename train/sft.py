@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
+from distill.adapter_card import card_example
 from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, TrainConfig
@@ -296,15 +297,17 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     """The role's SFTTrainer (its dataset truncated, its steps capped by the token budget) and token counts."""
     from trl import SFTTrainer
 
-    wants_eval = cfg.sft.do_eval or cfg.sft.eval_strategy != "no"
-    has_eval = wants_eval and "validation" in data and len(data["validation"]) > 0
+    has_validation = "validation" in data and len(data["validation"]) > 0
+    # Evaluation during training only when asked; the validation split is always scored once at the
+    # end (train_role), so the adapter's metadata and card carry its validation loss.
+    has_eval = (cfg.sft.do_eval or cfg.sft.eval_strategy != "no") and has_validation
     args = role_args(cfg, role, Path(cfg.sft.output_dir) / role / "checkpoints", has_eval)
     trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
     trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=data["train"],
-        eval_dataset=data["validation"] if has_eval else None,
+        eval_dataset=data["validation"] if has_validation else None,
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
     )
@@ -348,6 +351,8 @@ def train_role(
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
+        if not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):  # sharded: rank 0 alone cannot decode
+            meta["example"] = card_example(model, tokenizer, data, role)
         write_metadata(out, meta)
         publish(out, meta, cfg)
         log(f"{role}: saved adapter to {out} ({seconds:.1f} s, loss {meta['train_loss']})")
