@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from data_prep.retrieval import TRACE_TOP_K
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
+
+GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 
 
 class _PipelineSettings(BaseModel):
@@ -36,11 +38,32 @@ class _PipelineSettings(BaseModel):
     gold_response: bool = Field(False, description="also tell the teacher the gold listener reply")
     use_adapters: bool = Field(False, description="route each stage to its role adapter (the student)")
 
+    direct: bool = Field(
+        False, description="every role sees the dialogue alone, no earlier role's output (the direct student)"
+    )
+    oracle: dict[str, Literal["gold", "teacher"]] = Field(
+        default_factory=dict,
+        description="feed a stage the gold answer (asi, ers) or the teacher's (any role, from oracle_traces) "
+        "instead of generating it: role attribution, e.g. {asi: gold} or {cae: teacher}",
+    )
+    oracle_traces: Optional[str] = Field(None, description="the teacher's trace run that `oracle: teacher` reads")
+
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"
     )
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _oracle_sources(self) -> _PipelineSettings:
+        for role, source in self.oracle.items():
+            if role not in ROLES or not ROLES[role].stage:
+                raise ValueError(f"oracle: '{role}' is not a pipeline stage (stages: {', '.join(STAGE_ORDER)})")
+            if source == "gold" and role not in GOLD_ORACLE_ROLES:
+                raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: asi, ers; else teacher)")
+        if "teacher" in self.oracle.values() and not self.oracle_traces:
+            raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
+        return self
 
     def runs(self, role: str) -> bool:
         switch = ROLES[role].switch

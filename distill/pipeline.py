@@ -24,6 +24,7 @@ from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
+from distill.oracle import Oracle
 from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
 from distill.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.schemas import GRAOutput
@@ -67,6 +68,7 @@ class Pipeline:
         self.index = index  # data_prep.retrieval.ExemplarIndex, or None for no exemplars
         self.stages = config.stages()
         self._teacher = config.prompt_style == "teacher"
+        self.oracle = Oracle(config.oracle, config.oracle_traces)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -161,6 +163,9 @@ class Pipeline:
             if not active:
                 continue
             spec = ROLES[role]
+            if self.oracle.covers(role):
+                self._fill_from_oracle(role, active, iteration)
+                continue
             if spec.uses_exemplars:
                 self._retrieve([r for r in active if r.exemplars is None])
             inputs = [self._role_input(spec, r, iteration) for r in active]
@@ -172,8 +177,22 @@ class Pipeline:
                 else:
                     r.iterations[iteration][role] = out
 
+    def _fill_from_oracle(self, role: str, runs: list[_DialogueRun], iteration: int) -> None:
+        """The stage's answer from the oracle, recorded as a step that spent no generation."""
+        for r in runs:
+            answer, source = self.oracle.answer(role, r.dialogue)
+            step = Step(role=role, iteration=iteration, messages=[], attempts=0, events=[source])
+            if answer is None:
+                step.error = source
+                r.broken.add(iteration)
+            else:
+                step.parsed, step.raw = answer.model_dump(), answer.model_dump_json()
+                r.iterations[iteration][role] = answer
+            r.trace.steps.append(step)
+
     def _role_input(self, spec: RoleSpec, r: _DialogueRun, iteration: int) -> RoleInput:
-        done = r.iterations[iteration]
+        # the direct student: every role sees the dialogue alone
+        done = {} if self.config.direct else r.iterations[iteration]
         d = r.dialogue
         # the same builder the SFT dataset uses, so training and inference see one upstream view
         return build_role_input(

@@ -82,27 +82,17 @@ def score_system(
 ) -> tuple[dict[str, Any], dict[str, list]]:
     """Every metric for one system on the test dialogues (its traces are in test order), and the
     per-dialogue values the paired comparisons resample."""
-    from eval.bertscore import bertscore
-
-    responses = [t.response or "" for t in run.traces]
     result: dict[str, Any] = {
         "name": run.name,
         "source": run.source,
         "description": run.description,
         "n": len(test),
         "failed_traces": sum(t.status == "failed" for t in run.traces),
-        "empty_responses": sum(not r.strip() for r in responses),
-        "length_words": mean_with_ci([len(r.split()) for r in responses]),
-        "diversity": diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size),
+        "replies": run.replies,
     }
     extras: dict[str, list] = {}
-    if config.ppl is not None:
-        result["ppl"], extras["ppl"] = score_ppl(responses, test, config, reference_lm)
-    if config.bertscore is not None:
-        b = config.bertscore
-        score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
-        extras["bertscore_f1"] = score.pop("items")
-        result["bertscore"] = score
+    if run.replies:
+        extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
     result["i_acc"] = (
         emotion_accuracy(
@@ -121,6 +111,24 @@ def score_system(
     result["schema_valid"] = schema_valid_rate(run.traces)
     result["cost"] = _cost(run)
     return result, per_dialogue(run, test, reference, extras)
+
+
+def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue], config: CompareConfig, reference_lm):
+    """The reply metrics into `result`; returns the per-dialogue values the paired comparisons need."""
+    from eval.bertscore import bertscore
+
+    result["empty_responses"] = sum(not r.strip() for r in responses)
+    result["length_words"] = mean_with_ci([len(r.split()) for r in responses])
+    result["diversity"] = diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size)
+    extras: dict[str, list] = {}
+    if config.ppl is not None:
+        result["ppl"], extras["ppl"] = score_ppl(responses, test, config, reference_lm)
+    if config.bertscore is not None:
+        b = config.bertscore
+        score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
+        extras["bertscore_f1"] = score.pop("items")
+        result["bertscore"] = score
+    return extras
 
 
 def _cost(run: SystemRun) -> dict[str, Any]:
@@ -182,6 +190,8 @@ def _mark_shared_outputs(runs: list[SystemRun], systems: list[dict[str, Any]]) -
     the teacher's own traces, and two identical rows must not read as an independent replication."""
     seen: dict[tuple, str] = {}
     for run, system in zip(runs, systems):
+        if not run.replies:
+            continue
         replies = tuple(t.response or "" for t in run.traces)
         system["same_outputs_as"] = seen.get(replies)
         seen.setdefault(replies, run.name)

@@ -58,11 +58,12 @@ def system_figures(report: dict, name: str) -> dict[str, str]:
     if s is None:
         return {}
     acc = (s.get("i_acc") or {}).get("ekman6") or {}
+    div = s.get("diversity") or {}
     return {
         "test dialogues": fmt(s["n"]),
         "emotion accuracy (I-ACC, 6 classes) [95% CI]": with_ci(acc.get("accuracy")),
         "macro-F1 (6)": fmt(acc.get("macro_f1")),
-        "Dist-2 / EAD-2": f"{fmt(s['diversity']['dist2'])} / {fmt(s['diversity']['ead2'])}",
+        "Dist-2 / EAD-2": f"{fmt(div.get('dist2'))} / {fmt(div.get('ead2'))}",
         "PPL [95% CI]": with_ci(s.get("ppl")),
         "BERTScore F vs the gold reply [95% CI]": with_ci((s.get("bertscore") or {}).get("f1")),
         "test split": f"`{report['test']['split']}` of `{report['test']['dialogues']}`",
@@ -74,7 +75,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _quality_row(s: dict) -> list[str]:
-    div, ppl = s["diversity"], s.get("ppl") or {}
+    div, ppl = s.get("diversity") or {}, s.get("ppl") or {}
     acc = (s.get("i_acc") or {}).get("ekman6") or {}
     acc32 = (s.get("i_acc") or {}).get("ed32") or {}
     name = s["name"] + (f" (the same outputs as {s['same_outputs_as']})" if s.get("same_outputs_as") else "")
@@ -82,10 +83,10 @@ def _quality_row(s: dict) -> list[str]:
         name,
         fmt(s["n"]),
         with_ci(ppl) if ppl else DASH,
-        fmt(div["dist1"]),
-        fmt(div["dist2"]),
-        fmt(div["ead1"]),
-        fmt(div["ead2"]),
+        fmt(div.get("dist1")),
+        fmt(div.get("dist2")),
+        fmt(div.get("ead1")),
+        fmt(div.get("ead2")),
         with_ci(s.get("length_words")),
         with_ci(acc.get("accuracy")),
         fmt(acc.get("n_invalid")),
