@@ -15,6 +15,8 @@ from data_prep.retrieval import TRACE_TOP_K
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
+# Fields newer than stored trace runs: part of a trace's key only when not at their default.
+KEYED_WHEN_SET = ("direct", "oracle", "oracle_traces")
 
 
 class _PipelineSettings(BaseModel):
@@ -74,8 +76,16 @@ class _PipelineSettings(BaseModel):
         return [r for r in STAGE_ORDER if self.runs(r)]
 
     def key_dict(self) -> dict[str, Any]:
-        """The part of the config that changes outputs, for trace keys."""
-        return self.model_dump()
+        """The part of the config that changes outputs, for trace keys.
+
+        A field added after trace runs were made enters the key only when it is set, so those runs
+        keep their keys (and resume) as long as they do not use it.
+        """
+        data = self.model_dump()
+        for name in KEYED_WHEN_SET:
+            if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+                del data[name]
+        return data
 
 
 # One bool field per switchable role, named by its registry entry: TRACE's four roles run unless
