@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+from distill.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rationale-share", type=float, default=1.0, help="share of label rows that get a rationale twin (seeded)"
+    )
+    parser.add_argument(
+        "--joint",
+        action="store_true",
+        help="also write <out>/joint: every built role's rows in one dataset, for one adapter that serves all "
+        "roles (train --roles joint)",
     )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
     parser.add_argument(
@@ -94,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
+    if args.joint and built:
+        from distill.sft_tasks import JOINT, joint_dataset
+
+        joint_dataset(built, args.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in SPLITS})
     for line in report.lines():
         print(line, file=sys.stderr)
     if not built:

@@ -15,12 +15,16 @@
 from __future__ import annotations
 
 import random
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from data_prep.taxonomy import to_ekman
 from distill.roles import ROLES, RoleInput, render_student
 from distill.trace import Trace
 
+if TYPE_CHECKING:
+    from datasets import DatasetDict
+
+JOINT = "joint"  # one adapter for every role: each row's system tag already names its role
 DIRECT_ROLES = ("asi", "ers")  # the roles with a gold answer in the data itself
 RATIONALE_ROLES = ("asi", "srp")  # the classification roles whose teacher answer carries a rationale
 RationaleSource = Literal["teacher", "situation"]
@@ -97,3 +101,11 @@ def with_rationale_twins(
     out = rows + twins
     rng.shuffle(out)
     return out, missing
+
+
+def joint_dataset(built: dict[str, DatasetDict], seed: int) -> DatasetDict:
+    """Every role's rows in one dataset, shuffled, for one adapter that serves all roles."""
+    from datasets import DatasetDict, concatenate_datasets
+
+    splits = next(iter(built.values())).keys()
+    return DatasetDict({s: concatenate_datasets([dd[s] for dd in built.values()]).shuffle(seed=seed) for s in splits})

@@ -11,6 +11,8 @@ scores every student, the emotion probe and the prompted base on the same test d
   dialogue alone as input, no teacher rationale and no upstream role.
 - `rationale`: `traces` with a rationale-task twin for asi and srp rows (Distilling step-by-step); its
   cae and ers adapters are the `traces` student's, so it differs in exactly that.
+- `joint` (opt-in): the `traces` rows of all four roles in one adapter, at the four roles' summed token
+  budget: is per-role LoRA worth four adapters?
 
 A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
@@ -28,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from distill.roles import CORE_ROLES
+from distill.sft_tasks import JOINT, joint_dataset
 from distill.trace import Trace
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
@@ -45,6 +48,7 @@ class Student:
     borrows: tuple[str, ...] = ()  # roles whose adapters are the `traces` student's (the same recipe)
     options: dict[str, Any] = field(default_factory=dict)  # DatasetOptions beyond the curve's own
     pipeline: dict[str, Any] = field(default_factory=dict)  # PipelineConfig beyond the student defaults
+    joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
 
 
 STUDENTS: dict[str, Student] = {
@@ -58,6 +62,7 @@ STUDENTS: dict[str, Student] = {
             pipeline={"direct": True, "use_cae": False, "use_srp": False},
         ),
         Student("rationale", ("asi", "srp"), borrows=("cae", "ers")),
+        Student("joint", (JOINT,), joint=True),
     )
 }
 
@@ -74,7 +79,9 @@ class CurveConfig(BaseModel):
     test_split: str = "test"
     test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
     points: list[int] = Field(min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]")
-    students: list[Literal["traces", "direct", "rationale"]] = Field(default_factory=lambda: list(STUDENTS))
+    students: list[Literal["traces", "direct", "rationale", "joint"]] = Field(
+        default_factory=lambda: ["traces", "direct", "rationale"]
+    )
     rationale: Literal["teacher", "situation"] = Field("situation", description="the rationale task's source")
     rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
     require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
@@ -149,11 +156,15 @@ def build_datasets(student: Student, traces: list[Trace], out: Path, config: Cur
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
         return
     report = BuildReport()
-    built = build_role_datasets(traces, list(student.trains), options, report, run_meta)
-    missing = [r for r in student.trains if r not in built]
+    roles = list(CORE_ROLES if student.joint else student.trains)
+    built = build_role_datasets(traces, roles, options, report, run_meta)
+    missing = [r for r in roles if r not in built]
     if missing:
         raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
-    save_role_datasets(built, out, traces, run_meta, options, report, Path(config.traces))
+    if student.joint:
+        joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
+    else:
+        save_role_datasets(built, out, traces, run_meta, options, report, Path(config.traces))
     stamp_file.write_text(json.dumps(stamp))
 
 
@@ -162,13 +173,8 @@ def train_student(student: Student, point: Path, config: CurveConfig) -> Path:
     from eval.adapter_runs import train_stale
 
     adapters = point / f"adapters-{student.name}"
-    train_stale(
-        point / f"datasets-{student.name}",
-        adapters,
-        student.trains,
-        config.max_tokens_budget,
-        Path(config.train_config),
-    )
+    budget = config.max_tokens_budget * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
+    train_stale(point / f"datasets-{student.name}", adapters, student.trains, budget, Path(config.train_config))
     for role in student.borrows:
         link, target = adapters / role, (point / "adapters-traces" / role).resolve()
         if not link.exists():
@@ -178,11 +184,8 @@ def train_student(student: Student, point: Path, config: CurveConfig) -> Path:
 
 def student_system(student: Student, adapters: Path, config: CurveConfig) -> dict[str, Any]:
     pipeline = {"prompt_style": "student", "use_adapters": True, "max_attempts": 2, **student.pipeline}
-    return {
-        "name": f"student-{student.name}",
-        "backend": {**config.backend, "adapters": str(adapters)},
-        "pipeline": pipeline,
-    }
+    folders = {role: str(adapters / JOINT) for role in CORE_ROLES} if student.joint else str(adapters)
+    return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
 
 
 def base_system(config: CurveConfig) -> dict[str, Any]:
@@ -222,7 +225,7 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
         return report
     path.write_text(text)
     if compare_run(argparse.Namespace(config=str(path), out=str(point / "eval"))):
-        raise SystemExit(f"eval compare of {point} failed; rerun to resume from here")
+        raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
     return report
 
 

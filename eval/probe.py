@@ -33,8 +33,10 @@ class EmotionProbe:
         import torch
 
         classes = tuple(label for label in EKMAN if label in set(labels))
-        if len(classes) < 2:
-            raise ValueError(f"the probe needs at least 2 emotions in its train split, got {list(classes)}")
+        if not classes:
+            raise ValueError("the probe's train split has no dialogues")
+        if len(classes) == 1:  # nothing to separate: the probe answers the one emotion it has seen
+            return cls(np.zeros((features.shape[1] + 1, 1)), classes)
         x = torch.tensor(_with_bias(features), dtype=torch.float64)
         y = torch.tensor([classes.index(label) for label in labels])
         w = torch.zeros(x.shape[1], len(classes), dtype=torch.float64, requires_grad=True)

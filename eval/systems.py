@@ -242,7 +242,10 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
         backend = make_backend(dict(spec.backend))
     except (ValueError, OSError) as err:
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
-    pipeline = Pipeline(pipeline_config, backend, index)
+    try:
+        pipeline = Pipeline(pipeline_config, backend, index)
+    except ValueError as err:  # an oracle's trace run that cannot be read
+        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
     try:
         store.claim(pipeline.run_info(system=spec.model_dump(mode="json")))
     except StoreError as err:

@@ -217,6 +217,8 @@ def test_probe_separates_classes_it_can_see():
     probe = EmotionProbe.fit(features, labels)
     assert probe.classes == ("anger", "fear", "sadness")
     assert probe.predict(features) == labels
+    single = EmotionProbe.fit(features[:20], labels[:20])  # one emotion seen: it answers that one
+    assert single.predict(features) == ["anger"] * len(labels)
 
 
 @pytest.mark.slow
@@ -231,6 +233,7 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     config.write_text(
         f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\npoints: [3, 5]\ntest_limit: 2\n"
         "max_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\nppl: null\n"
+        "students: [traces, direct, rationale, joint]\n"
     )
     import argparse
 
@@ -241,7 +244,7 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     assert curve["points"] == [3, 5]
     systems = {(r["n"], r["system"]) for r in curve["rows"]}
     for n in (3, 5):
-        for name in ("student-traces", "student-direct", "student-rationale", "probe"):
+        for name in ("student-traces", "student-direct", "student-rationale", "student-joint", "probe"):
             assert (n, name) in systems
     asked = {(p["n"], tuple(p["pair"]), p["metric"]) for p in curve["paired"]}
     assert (5, ("student-traces", "student-direct"), "i_acc") in asked
@@ -253,6 +256,10 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     rationale = tmp_path / "curve" / "n5" / "adapters-rationale"
     assert (rationale / "cae").resolve() == (tmp_path / "curve" / "n5" / "adapters-traces" / "cae").resolve()
     assert "rationale" in load_split_tasks(tmp_path / "curve" / "n5" / "datasets-rationale" / "asi")
+    joint = json.loads(
+        (tmp_path / "curve" / "n5" / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text()
+    )
+    assert joint["role"] == "joint" and joint["train_config"]["max_tokens_budget"] == 4 * 300
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "curve").rglob("adapter_model.safetensors")}
 
     assert run(args) == 0
@@ -269,10 +276,20 @@ def load_split_tasks(folder) -> set[str]:
     return set(load_from_disk(str(folder))["train"]["task"])
 
 
+def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
+    from distill.sft_tasks import joint_dataset
+
+    built = build_role_datasets([handmade_trace(d) for d in tiny_dialogues], None, DatasetOptions(eval_fraction=0.25))
+    joint = joint_dataset(built, seed=0)
+    for split in ("train", "validation"):
+        tags = [row[0]["content"] for row in joint[split]["prompt"]]
+        assert sorted(tags) == sorted(f"[{r}]" for r in built for _ in range(len(built[r][split])))
+
+
 def test_every_student_reads_the_registry():
     from eval.curve import STUDENTS, CurveConfig
 
-    assert set(STUDENTS) == {"traces", "direct", "rationale"}
+    assert set(STUDENTS) == {"traces", "direct", "rationale", "joint"}
     config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
     assert [s.name for s in config.ordered_students()] == ["traces", "rationale"]
     for student in STUDENTS.values():

@@ -25,6 +25,7 @@ import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
 from distill.roles import CORE_ROLES, ROLES
+from distill.sft_tasks import JOINT
 
 
 class ConfigError(ValueError):
@@ -44,7 +45,10 @@ class DistillArguments:
     )
     roles: str = field(
         default="all",
-        metadata={"help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers)."},
+        metadata={
+            "help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers); "
+            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint)."
+        },
     )
     max_tokens_budget: int = field(
         default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."}
@@ -121,10 +125,10 @@ class TrainConfig:
         if self.distill.roles.strip() == "all":
             return list(CORE_ROLES)
         names = [r.strip() for r in self.distill.roles.split(",") if r.strip()]
-        unknown = [r for r in names if r not in ROLES]
+        unknown = [r for r in names if r not in ROLES and r != JOINT]
         if not names or unknown:
             raise ConfigError(
-                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)})"
+                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)}, {JOINT})"
             )
         return names
 
