@@ -4,12 +4,12 @@
 # gold-guided teacher traces for the first N_TRACES train conversations (the embedded model, resumable),
 # then `eval curve` with configs/eval/curve-ed.yaml (or CONFIG), which reads RUN's folders.
 # Every step resumes: rerunning after a kill redoes only the unfinished part.
-# Usage: bash benchmarks/ed_curve.sh [SOURCE=../shared/data/ed_ekman_dev.csv] [RUN=runs/ed] [N_TRACES=200]
+# Usage: bash benchmarks/ed_curve.sh [SOURCE=../shared/data/ed_ekman_dev.csv] [RUN=runs/ed] [N_TRACES=160]
 #        [CONFIG=configs/eval/curve-ed.yaml]
 set -euo pipefail
 SOURCE=${1:-../shared/data/ed_ekman_dev.csv}
 RUN=${2:-runs/ed}
-N_TRACES=${3:-200}
+N_TRACES=${3:-160}
 CONFIG=${4:-configs/eval/curve-ed.yaml}
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
