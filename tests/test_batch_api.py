@@ -11,6 +11,7 @@ import json
 import pytest
 from fastapi import Request  # module level: FastAPI resolves the handlers' string annotations here
 
+from distill import __version__
 from distill.batch_api import (
     BATCH_DIR,
     NeedsBatch,
@@ -114,6 +115,8 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
     assert rounds == [("asi", 0, 3), ("asi", 0, 1), ("cae", 0, 2), ("srp", 0, 2), ("ers", 0, 2)]
     traces, problems = TraceStore(run_dir).read()
     assert not problems and len(traces) == 3
+    info = TraceStore(run_dir).run_info()  # the same run.json as `distill generate`, version included
+    assert info["trace_distill_version"] == __version__ and info["source"] == {"via": "batch_api"}
     by_status = {t.status: t for t in traces}
     ok = [t for t in traces if t.status == "ok"]
     assert len(ok) == 2 and all(Trace.model_validate(t.model_dump()) for t in ok)
