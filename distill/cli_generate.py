@@ -39,10 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-cost", type=float, default=None, help="stop before an API run spends more than this many USD"
     )
-    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
     parser.add_argument(
         "--adapters", default=None, help="local backend: <dir>/<role>/ adapters (implies --use-adapters)"
     )
+    add_pipeline_flags(parser)
+
+
+def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags over the YAML's `pipeline:` keys (gold guidance, role switches, prompt style), which
+    `distill batch submit` takes too, so both routes to a trace run take the same pipeline."""
+    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
     for name in _SWITCHES:
         parser.add_argument(
             f"--{name.replace('_', '-')}",

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
+from distill import __version__
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
 from distill.oracle import Oracle
@@ -80,6 +81,7 @@ class Pipeline:
             "model": self.backend.model,
             "prompt_version": prompt_version(self.config.prompt_style),
             "backend": self.backend.describe(),
+            "trace_distill_version": __version__,
             **extra,
         }
 

@@ -5,8 +5,9 @@
         [--bertscore-model minilm] [--out metrics.json]
 
 Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
-when a gold column is given, PPL only with ``--ppl-model``. The metrics JSON goes to stdout (and
-``--out``); a missing file or column is one line on stderr and exit code 2.
+when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
+skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``); a missing file
+or column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
     return out
 
 
+def skipped_metrics(args: argparse.Namespace) -> list[str]:
+    """The metrics this run leaves out for want of a flag, each with the flag that turns it on."""
+    wants = {
+        "I-ACC (--emotion-column and --gold-emotion-column)": args.emotion_column or args.gold_emotion_column,
+        "BERTScore (--gold-column)": args.gold_column,
+        "PPL (--ppl-model, e.g. smollm2-135m)": args.ppl_model,
+    }
+    return [metric for metric, flag in wants.items() if not flag]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses", required=True, help="a .csv (with header) or .jsonl file of responses")
     parser.add_argument("--column", required=True, help="the column holding the responses to score")
@@ -141,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     except ScoreInputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    skipped = skipped_metrics(args)
+    if skipped:  # a metric that is silently absent reads as "not applicable", not "not asked for"
+        print(f"warning: skipped {', '.join(skipped)}", file=sys.stderr)
     text = json.dumps(metrics, indent=2, ensure_ascii=False)
     print(text)
     if args.out:

@@ -18,6 +18,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from distill import __version__
 from distill.adapters import METADATA_FILE, read_metadata
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
@@ -128,6 +129,7 @@ def test_two_roles_from_one_load_train_lora_only(two_roles, smollm_path):
         assert stored["prompt_version"] == STUDENT_PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
         assert stored["global_step"] == 3 and stored["world_size"] == 1 and stored["dataset_fingerprint"]
         assert stored["tokens"]["completion_tokens"] > 0 and stored["train_seconds"] > 0
+        assert stored["trace_distill_version"] == __version__
         assert "modules_to_save" not in json.dumps(
             json.loads((saved / "adapter_config.json").read_text()).get("modules_to_save") or ""
         )

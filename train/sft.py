@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
+from distill import __version__
 from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, TrainConfig
@@ -208,6 +209,7 @@ def adapter_metadata(
         "tokens": counts,
         "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
         "quantized_4bit": cfg.model.load_in_4bit,
+        "trace_distill_version": __version__,
     }
 
 
