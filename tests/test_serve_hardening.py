@@ -120,7 +120,7 @@ def _stalled_connections(port: int) -> dict[str, socket.socket]:
 def test_stalled_connections_are_closed_after_the_timeout_while_health_stays_fast(server):
     proc, _ = server
     socks = _stalled_connections(proc.port)
-    start, received, closed_after, slowest = time.monotonic(), {n: b"" for n in socks}, {}, 0.0
+    start, received, closed_after, health_s = time.monotonic(), {n: b"" for n in socks}, {}, []
     loris_bytes = iter(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000)
     while len(closed_after) < len(socks) and time.monotonic() - start < 4 * REQUEST_TIMEOUT_S:
         if "loris" not in closed_after:
@@ -140,14 +140,15 @@ def test_stalled_connections_are_closed_after_the_timeout_while_health_stays_fas
                     closed_after[name] = time.monotonic() - start
         began = time.perf_counter()
         assert httpx.get(proc.url + "/health", timeout=5).status_code == 200
-        slowest = max(slowest, time.perf_counter() - began)
+        health_s.append(time.perf_counter() - began)
     for sock in socks.values():
         sock.close()
     assert set(closed_after) == set(socks), f"still open after {4 * REQUEST_TIMEOUT_S} s: {closed_after}"
     assert all(REQUEST_TIMEOUT_S - 0.5 < t < 2 * REQUEST_TIMEOUT_S for t in closed_after.values()), closed_after
     assert received["silent"] == received["loris"] == b""  # closed without a reply: no request ever arrived
     assert received["half_body"].startswith(b"HTTP/1.1 408") and b"--request-timeout" in received["half_body"]
-    assert slowest < 1.0
+    # /health never waited on them: typically milliseconds; the max allows for a CPU shared with other jobs
+    assert sorted(health_s)[len(health_s) // 2] < 0.5 and max(health_s) < REQUEST_TIMEOUT_S, health_s
 
 
 def test_huge_body_is_refused_while_health_stays_fast(server):
