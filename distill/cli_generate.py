@@ -131,12 +131,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from data_prep.commands import not_a_directory
     from data_prep.loaders import load_split
     from distill.pipeline import Pipeline
     from distill.store import TraceStore
 
-    if args.chunk_size < 1 or (args.limit is not None and args.limit < 0):
-        raise ValueError("--chunk-size must be >= 1 and --limit >= 0")
+    if args.chunk_size < 1 or (args.limit is not None and args.limit < 1):
+        raise ValueError(f"--chunk-size and --limit must be >= 1 (got {args.chunk_size}, {args.limit})")
+    if problem := not_a_directory(args.out):
+        raise ValueError(f"{args.out}: --out must be a directory, but {problem}")
     data = load_config(args.config)
     config = pipeline_config(args.config, data.get("pipeline"), args)
     dialogues = load_split(args.dialogues, args.split)

@@ -13,6 +13,7 @@ The resumable variant `run_into` writes each chunk's traces to a `TraceStore` as
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -23,7 +24,7 @@ from tqdm.auto import tqdm
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
 from distill import __version__
-from distill.backends.base import Backend, GenerationRequest, GenerationResult
+from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
 from distill.oracle import Oracle
 from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
@@ -100,7 +101,9 @@ class Pipeline:
         self._run_iteration(runs, 0, progress)
         if self.config.reflection:
             self._reflect(runs, progress)
-        return [self._finish(r) for r in runs]
+        traces = [self._finish(r) for r in runs]
+        _warn_truncated(traces)
+        return traces
 
     def run_into(
         self,
@@ -336,3 +339,17 @@ class Pipeline:
         if r.audits.get(final) is not None:
             trace.outputs["gra"] = r.audits[final].model_dump()
         return trace
+
+
+def _warn_truncated(traces: Sequence[Trace]) -> None:
+    """One stderr line when a prompt was cut to the model's context: the trace records it, but a long
+    dialogue answered from its last part alone should not pass unnoticed."""
+    cut = [(t, s, e) for t in traces for s in t.steps for e in s.events if e.startswith(TRUNCATED_EVENT)]
+    if cut:
+        trace, step, event = cut[0]
+        dialogues = len({id(t) for t, _, _ in cut})
+        print(
+            f"warning: {len(cut)} prompt(s) of {dialogues} dialogue(s) were cut to fit the model's context, "
+            f"e.g. dialogue {trace.dialogue.id}, {step.role}: {event}",
+            file=sys.stderr,
+        )

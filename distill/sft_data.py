@@ -301,6 +301,9 @@ def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], r
     if traces and all(s is None for s in known):
         raise ValueError(f"--split {split}: this trace run records no dialogue split (run.json has no 'split')")
     kept = [t for t, s in zip(traces, known) if s == split]
+    if traces and not kept:
+        found = ", ".join(sorted({s for s in known if s}))
+        raise ValueError(f"--split {split}: no trace of this run is from that split (its traces are from: {found})")
     if len(kept) < len(traces):
         report.problems.append(f"--split {split}: skipped {len(traces) - len(kept)} traces from other splits")
     return kept

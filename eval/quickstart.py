@@ -24,6 +24,18 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CORE = ("asi", "cae", "srp", "ers")
 
 
+def _positive(text: str) -> int:
+    """An argparse type: sizes are checked when parsed, before any stage runs (a bad one used to fail
+    only after data prep and indexing, in a message about another command's flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="run folder; rerunning resumes it")
     parser.add_argument(
@@ -44,11 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="SFT datasets keep only traces whose asi emotion is the gold label (STaR filter)",
     )
-    parser.add_argument("--train-limit", type=int, default=48, help="train dialogues the teacher annotates")
-    parser.add_argument("--test-limit", type=int, default=16, help="test dialogues every system is scored on")
+    parser.add_argument("--train-limit", type=_positive, default=48, help="train dialogues the teacher annotates")
+    parser.add_argument("--test-limit", type=_positive, default=16, help="test dialogues every system is scored on")
     parser.add_argument(
         "--max-tokens-budget",
-        type=int,
+        type=_positive,
         default=6000,
         help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)",
     )

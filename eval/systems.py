@@ -99,6 +99,7 @@ class CompareConfig(BaseModel):
     dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
     split: str = "test"
     limit: Optional[int] = Field(None, ge=1)
+    chunk_size: int = Field(32, ge=1, description="test dialogues a generated system stores at a time")
     index: Optional[str] = Field(None, description="exemplar index dir; must not contain any test conversation")
     reference: Optional[str] = Field(
         None, description="system the agreement metrics compare with (default: judge.against, else the first)"
@@ -217,11 +218,14 @@ def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[
     return found if all(found) else None
 
 
-def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path) -> SystemRun:
+def generate_system(
+    spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path, chunk_size: int = 32
+) -> SystemRun:
     """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
 
-    A rerun reuses what an earlier run of the same system stored there, so a crash later in the
-    compare (the judge, say) never costs a system's generation again.
+    Traces are stored a chunk at a time (`Pipeline.run_into`, as `distill generate` does), so a crash or
+    Ctrl-C mid-system loses at most one chunk, and a rerun reuses what an earlier run of the same system
+    stored there: a crash later in the compare (the judge, say) never costs a system's generation again.
     """
     from distill.backends import make_backend
     from distill.config import PipelineConfig
@@ -254,8 +258,7 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
     todo = [d for d in test if pipeline.key(d) not in stored]
     with PeakRSS() as memory:
         start = time.perf_counter()
-        for trace in pipeline.run(todo):
-            store.append(trace)
+        pipeline.run_into(store, todo, chunk_size=chunk_size, progress=True)
         wall = time.perf_counter() - start
     by_key = {t.key: t for t in store.read()[0]}
     local = getattr(backend, "name", "") == "local"
@@ -286,7 +289,8 @@ def collect_systems(
         elif spec.probe is not None:
             runs.append(probe_system(spec, config, test, config_file))
         else:
-            runs.append(generate_system(spec, test, index, config_file, out / SYSTEMS_DIR / spec.name))
+            run_dir = out / SYSTEMS_DIR / spec.name
+            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size))
     return runs
 
 

@@ -295,7 +295,9 @@ def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
     )
     assert "unknown role 'xyz'" in capsys.readouterr().err
     rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--split", "test"])
-    assert rc == 1 and "skipped 2 traces from other splits" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "--split test: no trace of this run is from that split (its traces are from: train)" in err
+    assert not (tmp_path / "o").exists()  # nothing written for a split the run does not have
 
 
 def test_push_to_hub_failure_is_one_error_line(tiny_dialogues, tmp_path, capsys, monkeypatch):

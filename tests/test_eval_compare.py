@@ -368,3 +368,51 @@ def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_pat
     report = json.loads((out / "report.json").read_text())
     assert report["systems"][0]["source"] == f"reused from {out / 'systems' / 'student'}"
     assert report["systems"][0]["n"] == 2
+
+
+@pytest.mark.slow
+def test_compare_killed_mid_system_keeps_its_finished_chunks(tmp_path, smollm_path, tiny_dialogues):
+    """SIGKILL after the first chunk of a generated system is stored: the rerun keeps those traces byte for
+    byte and generates only the rest (a whole system's generation used to be lost)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fault_proxy import make_tiny_model
+
+    model = make_tiny_model(smollm_path, tmp_path / "tiny")
+    test = tiny_dialogues[:4]  # two chunks of two; asi and ers only: the CPU is shared
+    system = {
+        "name": "student",
+        "backend": {"type": "local", "model": str(model), "batch_size": 2},
+        "pipeline": {"max_attempts": 1, "rag": False, "use_cae": False, "use_srp": False},
+    }
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": None, "bertscore": None, "chunk_size": 2}
+    cfg["systems"] = [system]
+    config, out = _write_config(tmp_path, cfg), tmp_path / "out"
+    traces = out / "systems" / "student" / "traces.jsonl"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "eval", "compare", "--config", config, "--out", str(out)]
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 900
+        while not (traces.exists() and traces.read_bytes().count(b"\n") >= 2):
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "compare stored no chunk"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    data = traces.read_bytes()
+    kept = data[: data.rfind(b"\n") + 1]  # a line cut by the kill is not a stored trace
+    stored = kept.count(b"\n")
+    assert 2 <= stored < len(test), "the kill should land mid-system"
+    assert not (out / "report.json").exists()
+    assert main(["compare", "--config", config, "--out", str(out)]) == 0
+    assert traces.read_bytes().startswith(kept)  # the finished chunks are reused, not regenerated
+    found, problems = TraceStore(traces.parent).read()
+    assert problems == [] and len(found) == len(test) == traces.read_bytes().count(b"\n")
+    report = json.loads((out / "report.json").read_text())
+    n = len(test)
+    assert report["systems"][0]["source"] == f"generated {n - stored} of {n}, the rest reused"

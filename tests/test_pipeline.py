@@ -237,7 +237,7 @@ def test_run_into_resumes_without_repeat_calls(backend, tiny_dialogues, tmp_path
     assert problems == [] and [t.dialogue.id for t in traces] == [d.id for d in tiny_dialogues[:3]]
 
 
-def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialogues):
+def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialogues, capsys):
     base = tiny_dialogues[0]
     empty = Dialogue(id="empty#1", conv_id="empty", turns=[], situation="", emotion="sadness")
     blank = base.model_copy(update={"id": "blank#1", "turns": [Turn(speaker="seeker", text="")]})
@@ -259,6 +259,8 @@ def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialo
     for trace in traces:
         _assert_schema_valid(trace, config.stages())
     assert any("input truncated" in e for s in traces[2].steps for e in s.events)
+    warning = capsys.readouterr().err  # and the run says so, once, naming a dialogue
+    assert warning.count("cut to fit the model's context") == 1 and "e.g. dialogue huge#1" in warning
 
 
 def test_parse_output_rules():

@@ -293,6 +293,8 @@ def test_trl_style_yaml_trains_a_role(role_datasets, tmp_path):
     meta = read_metadata(tmp_path / "out" / "asi")
     assert meta["global_step"] == 2 and meta["lora"]["r"] == 4
     assert meta["train_config"]["per_device_train_batch_size"] == 4 and meta["train_config"]["learning_rate"] == 1e-3
+    # training reads its datasets and writes nothing beside them (TRL's `map` used to leave cache-*.arrow there)
+    assert not list(role_datasets.rglob("cache-*"))
 
 
 @pytest.mark.slow

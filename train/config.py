@@ -145,6 +145,7 @@ class TrainConfig:
     distill: DistillArguments
     sft: SFTConfig
     model: ModelConfig
+    source: str = "command line"  # the YAML file (or flags) the options came from, for error messages
 
     def role_list(self) -> list[str]:
         if self.distill.roles.strip() == "all":
@@ -323,7 +324,7 @@ def _build(parser: _Parser, argv: list[str]) -> TrainConfig:
     except ValueError as err:  # TrainingArguments' and ModelConfig's own checks
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{parser.source}: {first}") from None
-    cfg = TrainConfig(distill=distill, sft=sft, model=model)
+    cfg = TrainConfig(distill=distill, sft=sft, model=model, source=parser.source)
     check_values(cfg, parser.source)
     return cfg
 
@@ -355,3 +356,18 @@ def check_values(cfg: TrainConfig, source: str) -> None:
         raise ConfigError(f"{source}: field 'load_in_4bit': QLoRA needs bitsandbytes ({hint})")
     cfg.role_list()
     cfg.use_completion_head()
+    _check_outputs(cfg, source)
+
+
+def _check_outputs(cfg: TrainConfig, source: str) -> None:
+    """Where results go, checked here because TRL and transformers only check them after the model loads."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from data_prep.commands import not_a_directory
+
+    unknown = [name for name in cfg.sft.report_to or [] if name not in (*INTEGRATION_TO_CALLBACK, "all", "none")]
+    if unknown:
+        known = ", ".join(["none", "all", *INTEGRATION_TO_CALLBACK])
+        raise ConfigError(f"{source}: field 'report_to': unknown integration '{unknown[0]}' (known: {known})")
+    if problem := not_a_directory(cfg.sft.output_dir):
+        raise ConfigError(f"{source}: field 'output_dir': {cfg.sft.output_dir} must be a directory, but {problem}")
