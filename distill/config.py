@@ -2,7 +2,8 @@
 
 YAML files under configs/ fill these models; their keys mirror the CLI flags. The defaults are the `trace`
 preset: TRACE's four roles, exemplar retrieval with its code's top-2 and no similarity threshold, and its
-temperatures (the registry's). Every other switch goes beyond TRACE and is off by default.
+temperatures (the registry's), kept on a retry as TRACE's code keeps them. Every other switch goes beyond
+TRACE and is off by default.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from data_prep.retrieval import TRACE_TOP_K
+from distill.reflection import FinalSelection
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 
@@ -21,8 +23,13 @@ class _PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_refinements: int = Field(2, ge=0, le=5)
-    later_iteration_penalty: float = Field(
-        0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer"
+    final_selection: FinalSelection = Field(
+        "best",
+        description="best: the iteration whose stage checks are lexicographically best, ties to the earliest; "
+        "last: the last complete iteration (no selection)",
+    )
+    reflection_backend: Optional[dict[str, Any]] = Field(
+        None, description="backend config for the audit alone (as in a YAML's `backend:`); null = the pipeline's"
     )
 
     rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
@@ -37,6 +44,12 @@ class _PipelineSettings(BaseModel):
     use_adapters: bool = Field(False, description="route each stage to its role adapter (the student)")
 
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
+    retry_temperature: Optional[float] = Field(
+        None,
+        ge=0,
+        description="an invalid answer is regenerated at max(role temperature, this) with a new seed; null = "
+        "the same temperature, as TRACE's code retries (at temperature 0 a local greedy model then repeats itself)",
+    )
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"
     )

@@ -96,7 +96,26 @@ PERSPECTIVE_TASK = (
 
 PHASE_TASK = "Decide which counselling phase the conversation is in:\n" + _defs(PHASE_DEFINITIONS)
 
-GRA_TASK = """Audit the earlier agents' work stage by stage, in order. For each stage say whether it passed: \
-the emotion fits the dialogue, the cause is grounded in the seeker's words, the forecast emotion is \
-consistent with them, the strategy suits the emotion, and the reply is empathetic, specific and consistent \
-with the plan. Name the earliest failed stage (or null) and give a one-sentence correction for it."""
+# What the audit checks at each stage; `gra_task` asks only about the stages that ran.
+GRA_CHECKS: dict[str, str] = {
+    "asi": "the emotion fits the dialogue",
+    "cae": "the cause is grounded in the seeker's words",
+    "caef": "the forecast emotion is consistent with the seeker's emotion and its cause",
+    "perspective": "the seeker's state and needs fit the dialogue",
+    "phase": "the counselling phase fits the conversation",
+    "srp": "the strategy suits the emotion",
+    "plan": "the plan suits the emotion and the strategy",
+    "ers": "the reply is empathetic and specific",
+}
+
+
+def gra_task(stages: tuple[str, ...]) -> str:
+    """The audit instruction for the run's enabled `stages`: one check per stage, in stage order."""
+    checks = [f"- {stage}: {GRA_CHECKS[stage]}" for stage in GRA_CHECKS if stage in stages]
+    if "ers" in stages and "plan" in stages:
+        checks[-1] += ", and consistent with the plan"
+    return (
+        "Audit the earlier agents' work stage by stage, in order. For each of these stages say whether it "
+        "passed:\n" + "\n".join(checks) + "\nName the earliest failed stage (or null) and give a one-sentence "
+        "correction for it."
+    )

@@ -119,7 +119,7 @@ def test_reflection_with_optional_roles_keeps_every_iteration(backend, tiny_dial
             for it in iterations
             if all(s.valid for s in trace.steps if s.iteration == it and s.role != "gra")
         }
-        assert trace.final_iteration == choose_final(complete, stages, config.later_iteration_penalty)
+        assert trace.final_iteration == choose_final(complete, stages, config.final_selection)
         assert set(stages) <= set(trace.outputs)
 
 
