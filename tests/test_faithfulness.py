@@ -168,7 +168,10 @@ def test_eval_score_accepts_traces_numeric_gold_ids(tmp_path):
     cmd += ["--emotion-column", "predicted_id", "--gold-emotion-column", "emotion_id", "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     acc = json.loads(out.read_text())["i_acc"]
-    assert acc["ekman6"]["accuracy"]["value"] == pytest.approx(0.5)  # rows 1 and 3 right; -1 is invalid
+    # rows 1 and 3 right, row 2's -1 invalid: strict counts it wrong (2 of 4); TRACE's Agent1.py drops
+    # predicted_id < 0 from the denominator (2 of 3)
+    assert acc["ekman6"]["accuracy"]["value"] == pytest.approx(0.5)
+    assert acc["ekman6"]["accuracy_invalid_dropped"]["value"] == pytest.approx(2 / 3)
     assert acc["ekman6"]["n_invalid"] == 1 and acc["ed32"] is None
 
 
