@@ -1,7 +1,9 @@
 """What the teacher is told, role by role: the instructions, label definitions and the briefing on earlier agents.
 
-The four TRACE roles follow the agent specifications of TRACE's code (sunbus100/TRACE, Agent1.py-Agent4.py),
-written in our own words:
+The four TRACE roles are modelled on the agent specifications of TRACE's code (sunbus100/TRACE,
+Agent1.py-Agent4.py), in our own words, with the differences the README's deviations table lists (cause
+definitions added, the strategy examples dropped, reasoning capped at 240 characters and trigger spans at
+120 by the schemas, `prepared` listed under happiness):
 
 - each agent is told which earlier agents ran and what each of them produced (`BRIEFS`);
 - ASI sees the dialogue and the six classes with the finer ED emotions each groups, and answers with its
@@ -13,7 +15,8 @@ written in our own words:
 - ERS emulates the tone and brevity of the retrieved human replies without copying them, opens with the
   chosen strategy and blends in a second one, and weaves in a concrete detail from the trigger sentences.
 
-The MERG and EmoStage roles are ours, from those papers' descriptions. The compact student prompts are
+The MERG and EmoStage roles, the audit's per-stage checks and the plan's value lists are this project's
+own wording of those papers' roles. The compact student prompts are
 not here: the behaviour of a student lives in its adapter (`distill.roles.render_student`).
 """
 

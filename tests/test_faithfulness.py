@@ -1,7 +1,8 @@
 """The toolkit's labels and metric definitions against TRACE's public code (sunbus100/TRACE).
 
 Each expectation is written out here from TRACE's files, not read from the taxonomy, so a label or a
-definition that drifts from the paper's code fails a test.
+metric definition that drifts from the paper's code fails a test. The prompts are not pinned word for word:
+they are TRACE's in substance, and the README's deviations table lists how they differ.
 """
 
 from __future__ import annotations
@@ -278,3 +279,8 @@ def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
         rerun = [s for s in trace.steps if s.iteration == 1 and s.role != "gra"]
         assert [s.role for s in rerun] == stages[stages.index("cae") :]  # from the faulted stage on
         assert "Quote the seeker's own words" in rerun[0].messages[1]["content"]
+        first_cae = next(s for s in trace.steps if s.role == "cae" and s.iteration == 0)
+        assert (
+            f"Your previous answer: {json.dumps(first_cae.parsed, separators=(',', ':'))}"
+            in rerun[0].messages[1]["content"]
+        )

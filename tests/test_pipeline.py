@@ -123,6 +123,48 @@ def test_reflection_with_optional_roles_keeps_every_iteration(backend, tiny_dial
         assert set(stages) <= set(trace.outputs)
 
 
+class AsiChangesOnRerun:
+    """The embedded model answers every request; then the first audit of each dialogue faults `asi`, and
+    ASI answers sadness on the first pass and fear on the rerun (its prompt carries its previous answer),
+    so the rerun changes the emotion that drives the precise exemplar search."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.model = inner, inner.name, inner.model
+        self.audited: set[str] = set()
+
+    def generate(self, requests, progress=None):
+        results = self.inner.generate(requests, progress)
+        for request, result in zip(requests, results):
+            role, prompt = _role_of(request), request.messages[-1]["content"]
+            if role == "asi":
+                emotion = "fear" if "Your previous answer" in prompt else "sadness"
+                result.text = json.dumps({"reasoning": "the seeker's words", "emotion": emotion})
+            elif role == "gra" and prompt not in self.audited:
+                self.audited.add(prompt)
+                result.text = json.dumps(
+                    {"checks": [{"stage": "asi", "passed": False}], "earliest_failure": "asi", "correction": "Recheck."}
+                )
+        return results
+
+    def describe(self):
+        return self.inner.describe()
+
+
+def test_exemplars_are_fetched_again_when_a_rerun_changes_the_emotion(backend, tiny_dialogues):
+    from data_prep.retrieval import build_index
+
+    index = build_index(tiny_dialogues[1:])  # one sadness case (tiny7), one fear case (tiny3)
+    sad, fear = tiny_dialogues[7].situation, tiny_dialogues[3].situation
+    config = PipelineConfig(reflection=True, max_refinements=1, max_attempts=1, use_cae=False)
+    [trace] = Pipeline(config, AsiChangesOnRerun(backend), index=index).run(tiny_dialogues[:1], progress=False)
+    assert trace.status == "ok", trace.failure
+    prompts = {(s.role, s.iteration): s.messages[1]["content"] for s in trace.steps}
+    assert '"emotion":"sadness"' in prompts[("asi", 1)]  # the rerun saw its previous answer
+    for role in ("srp", "ers"):
+        assert f"- situation: {sad}" in prompts[(role, 0)] and fear not in prompts[(role, 0)]
+        assert f"- situation: {fear}" in prompts[(role, 1)] and sad not in prompts[(role, 1)]
+
+
 @pytest.mark.parametrize(
     "switch,absent_role,absent_keys",
     [
