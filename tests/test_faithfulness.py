@@ -280,7 +280,5 @@ def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
         assert [s.role for s in rerun] == stages[stages.index("cae") :]  # from the faulted stage on
         assert "Quote the seeker's own words" in rerun[0].messages[1]["content"]
         first_cae = next(s for s in trace.steps if s.role == "cae" and s.iteration == 0)
-        assert (
-            f"Your previous answer: {json.dumps(first_cae.parsed, separators=(',', ':'))}"
-            in rerun[0].messages[1]["content"]
-        )
+        previous = ROLES["cae"].schema.model_validate(first_cae.parsed).model_dump_json()
+        assert f"Your previous answer: {previous}" in rerun[0].messages[1]["content"]  # MERG keeps iteration t
