@@ -2,7 +2,8 @@
 
 A mean-type metric is reported as ``{"value", "ci_low", "ci_high", "n"}`` (see `mean_with_ci`), so the
 report shows how much a difference between systems could be noise. The judge's Win/Lose/Tie counts
-are tested with a two-sided exact sign test (`sign_test`).
+are tested with a two-sided exact sign test (`sign_test`); a paired bootstrap also gives a p-value, and
+`holm` adjusts a family of them.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def paired_bootstrap(
 
     ``p_value`` is two-sided: 2 (k + 1) / (B + 1), k the number of the B resampled differences on the
     smaller side of 0 (at or beyond it), capped at 1. It is the level at which the percentile interval
-    would reach 0, with the +1 of Davison & Hinkley (1997, eq. 4.11), so it is never below 2 / (B + 1).
+    would reach 0, with the usual +1 of a Monte Carlo p-value, so it is never below 2 / (B + 1).
     """
     if len(a) != len(b):
         raise ValueError(f"paired_bootstrap: {len(a)} items against {len(b)}")
