@@ -16,6 +16,7 @@ import sys
 from itertools import chain
 
 import pytest
+from answer_override import AnswerOverride
 
 from data_prep import taxonomy
 from distill import schemas
@@ -234,29 +235,16 @@ def test_trace_temperatures_are_the_registry_defaults():
 # --- MERG's reflection on real dialogues ------------------------------------------------------------
 
 
-class FirstAuditFaults:
+class FirstAuditFaults(AnswerOverride):
     """The embedded model answers every request; the first audit of each dialogue is then replaced by
-    one that faults `cae`. The embedded 135M teacher's own audits are valid now that stage names are an
-    enum, but it passes every stage, so the rerun path needs an audit that flags one."""
+    one that faults `cae`, so the rerun path runs whatever the model's own audit says."""
 
     FLAG = '{"checks":[{"stage":"asi","passed":true},{"stage":"cae","passed":false}],"earliest_failure":"cae",'
     FLAG += '"correction":"Quote the seeker\'s own words as the trigger."}'
 
-    def __init__(self, inner):
-        self.inner, self.name, self.model = inner, inner.name, inner.model
-        self.audited: set[str] = set()
-
-    def generate(self, requests, progress=None):
-        results = self.inner.generate(requests, progress)
-        for request, result in zip(requests, results):
-            dialogue = request.messages[-1]["content"]
-            if "Global Reflection Agent" in request.messages[0]["content"] and dialogue not in self.audited:
-                self.audited.add(dialogue)
-                result.text = self.FLAG
-        return results
-
-    def describe(self):
-        return self.inner.describe()
+    def override(self, request, result):
+        if self.first_audit(request):
+            result.text = self.FLAG
 
 
 @pytest.mark.slow

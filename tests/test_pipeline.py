@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from answer_override import AnswerOverride
 
 from data_prep.dialogues import Dialogue, Turn
 from distill.config import PipelineConfig
@@ -123,31 +124,19 @@ def test_reflection_with_optional_roles_keeps_every_iteration(backend, tiny_dial
         assert set(stages) <= set(trace.outputs)
 
 
-class AsiChangesOnRerun:
+class AsiChangesOnRerun(AnswerOverride):
     """The embedded model answers every request; then the first audit of each dialogue faults `asi`, and
     ASI answers sadness on the first pass and fear on the rerun (its prompt carries its previous answer),
     so the rerun changes the emotion that drives the precise exemplar search."""
 
-    def __init__(self, inner):
-        self.inner, self.name, self.model = inner, inner.name, inner.model
-        self.audited: set[str] = set()
+    FLAG = {"checks": [{"stage": "asi", "passed": False}], "earliest_failure": "asi", "correction": "Recheck."}
 
-    def generate(self, requests, progress=None):
-        results = self.inner.generate(requests, progress)
-        for request, result in zip(requests, results):
-            role, prompt = _role_of(request), request.messages[-1]["content"]
-            if role == "asi":
-                emotion = "fear" if "Your previous answer" in prompt else "sadness"
-                result.text = json.dumps({"reasoning": "the seeker's words", "emotion": emotion})
-            elif role == "gra" and prompt not in self.audited:
-                self.audited.add(prompt)
-                result.text = json.dumps(
-                    {"checks": [{"stage": "asi", "passed": False}], "earliest_failure": "asi", "correction": "Recheck."}
-                )
-        return results
-
-    def describe(self):
-        return self.inner.describe()
+    def override(self, request, result):
+        if _role_of(request) == "asi":
+            emotion = "fear" if "Your previous answer" in request.messages[-1]["content"] else "sadness"
+            result.text = json.dumps({"reasoning": "the seeker's words", "emotion": emotion})
+        elif self.first_audit(request):
+            result.text = json.dumps(self.FLAG)
 
 
 def test_exemplars_are_fetched_again_when_a_rerun_changes_the_emotion(backend, tiny_dialogues):
