@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from data_prep.retrieval import TRACE_TOP_K
+from distill.backends import BACKEND_TYPES
 from distill.reflection import FinalSelection
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
@@ -54,6 +55,14 @@ class _PipelineSettings(BaseModel):
         default_factory=dict, description="per-role override of the registry default"
     )
     seed: int = 0
+
+    @field_validator("reflection_backend")
+    @classmethod
+    def _known_backend(cls, cfg: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        # checked here, not when the first audit builds it after a whole pass of the pipeline
+        if cfg is not None and cfg.get("type") not in BACKEND_TYPES:
+            raise ValueError(f"needs a 'type', one of {', '.join(BACKEND_TYPES)}; got {cfg.get('type')!r}")
+        return cfg
 
     def runs(self, role: str) -> bool:
         switch = ROLES[role].switch

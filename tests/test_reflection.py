@@ -79,3 +79,14 @@ def test_retries_keep_traces_temperatures_unless_a_retry_temperature_is_set():
     assert warm._request(ROLES["asi"], messages, 0).temperature == 0.0
     assert warm._request(ROLES["asi"], messages, 1).temperature == 0.7
     assert Pipeline(PipelineConfig(retry_temperature=0.3), None)._request(ROLES["ers"], messages, 1).temperature == 0.5
+
+
+def test_the_audit_runs_on_its_own_backend_when_the_config_names_one():
+    plain = Pipeline(PipelineConfig(reflection=True), backend="the pipeline's")
+    assert plain._reviewer == "the pipeline's"
+    reviewer = {"type": "openai", "model": "a-stronger-reviewer", "base_url": "http://127.0.0.1:9/v1"}
+    paired = Pipeline(PipelineConfig(reflection=True, reflection_backend=reviewer), backend="the pipeline's")
+    assert (paired._reviewer.name, paired._reviewer.model) == ("openai", "a-stronger-reviewer")
+    assert paired.config.key_dict()["reflection_backend"] == reviewer  # part of every trace key
+    with pytest.raises(ValueError, match="(?s)reflection_backend.*needs a 'type', one of local, openai"):
+        PipelineConfig(reflection=True, reflection_backend={"model": "x"})
