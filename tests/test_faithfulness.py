@@ -270,3 +270,34 @@ def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
         first_cae = next(s for s in trace.steps if s.role == "cae" and s.iteration == 0)
         previous = ROLES["cae"].schema.model_validate(first_cae.parsed).model_dump_json()
         assert f"Your previous answer: {previous}" in rerun[0].messages[1]["content"]  # MERG keeps iteration t
+
+
+@pytest.mark.slow
+def test_a_real_audit_on_its_own_backend_reruns_and_can_change_the_reply(shared_ed_csv):
+    """No answer replaced: the embedded model audits on its own backend (`reflection_backend`), sampling at
+    temperature 1.0 (greedy, it passes every stage), and what it flags is rerun and picked by the rules."""
+    from data_prep.loaders import load_dialogues
+    from distill.backends.local import LocalBackend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+    from distill.reflection import choose_final, restart_stage
+    from distill.schemas import GRAOutput
+
+    dialogues = load_dialogues(shared_ed_csv).splits["all"][:12]
+    reviewer = {"type": "local", "model": "smollm2-135m", "batch_size": 16}
+    config = PipelineConfig(
+        reflection=True, rag=False, max_refinements=1, reflection_backend=reviewer, temperatures={"gra": 1.0}
+    )
+    traces = Pipeline(config, LocalBackend("smollm2-135m", batch_size=16)).run(dialogues, progress=False)
+    stages, changed = config.stages(), 0
+    for trace in [t for t in traces if t.status == "ok"]:
+        audits = {s.iteration: GRAOutput.model_validate(s.parsed) for s in trace.steps if s.role == "gra" and s.valid}
+        rerun = [s.role for s in trace.steps if s.iteration == 1 and s.role != "gra"]
+        flagged = 0 in audits and restart_stage(audits[0], stages)
+        assert rerun == (stages[stages.index(flagged) :] if flagged else [])
+        ran = [0, 1] if rerun else [0]
+        complete = [it for it in ran if all(s.valid for s in trace.steps if s.iteration == it and s.role != "gra")]
+        assert trace.final_iteration == choose_final({it: audits.get(it) for it in complete}, stages)
+        first = next(s.parsed["response"] for s in trace.steps if s.role == "ers" and s.iteration == 0)
+        changed += trace.response != first
+    assert changed >= 1  # a real audit led to a rerun whose reply the pick kept
