@@ -2,16 +2,19 @@
 
 YAML files under configs/ fill these models; their keys mirror the CLI flags. The defaults are the `trace`
 preset: TRACE's four roles, exemplar retrieval with its code's top-2 and no similarity threshold, and its
-temperatures (the registry's). Every other switch goes beyond TRACE and is off by default.
+temperatures (the registry's), kept on a retry as TRACE's code keeps them. Every other switch goes beyond
+TRACE and is off by default.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from data_prep.retrieval import TRACE_TOP_K
+from distill.backends import BACKEND_TYPES
+from distill.reflection import FinalSelection
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
@@ -25,8 +28,13 @@ class _PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_refinements: int = Field(2, ge=0, le=5)
-    later_iteration_penalty: float = Field(
-        0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer"
+    final_selection: FinalSelection = Field(
+        "best",
+        description="best: the iteration whose stage checks are lexicographically best, ties to the earliest; "
+        "last: the last complete iteration (no selection)",
+    )
+    reflection_backend: Optional[dict[str, Any]] = Field(
+        None, description="backend config for the audit alone (as in a YAML's `backend:`); null = the pipeline's"
     )
 
     rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
@@ -51,6 +59,12 @@ class _PipelineSettings(BaseModel):
     oracle_traces: Optional[str] = Field(None, description="the teacher's trace run that `oracle: teacher` reads")
 
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
+    retry_temperature: Optional[float] = Field(
+        None,
+        ge=0,
+        description="an invalid answer is regenerated at max(role temperature, this) with a new seed; null = "
+        "the same temperature, as TRACE's code retries (at temperature 0 a local greedy model then repeats itself)",
+    )
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"
     )
@@ -66,6 +80,14 @@ class _PipelineSettings(BaseModel):
         if "teacher" in self.oracle.values() and not self.oracle_traces:
             raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
         return self
+
+    @field_validator("reflection_backend")
+    @classmethod
+    def _known_backend(cls, cfg: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        # checked here, not when the first audit builds it after a whole pass of the pipeline
+        if cfg is not None and cfg.get("type") not in BACKEND_TYPES:
+            raise ValueError(f"needs a 'type', one of {', '.join(BACKEND_TYPES)}; got {cfg.get('type')!r}")
+        return cfg
 
     def runs(self, role: str) -> bool:
         switch = ROLES[role].switch

@@ -19,7 +19,8 @@ from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
 from eval.diversity import diversity_metrics
-from eval.paired import human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.run_figures import reflection_figures, retries_per_role
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
@@ -94,15 +95,9 @@ def score_system(
     if run.replies:
         extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
-    result["i_acc"] = (
-        emotion_accuracy(
-            [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces],
-            [d.emotion for d in test],
-            [d.emotion_fine for d in test],
-        )
-        if ran_asi
-        else None
-    )
+    # ASI answers Ekman's six, so there is no 32-class figure to list here (see `emotion_accuracy`)
+    predicted = [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces]
+    result["i_acc"] = {"ekman6": emotion_accuracy(predicted, [d.emotion for d in test])["ekman6"]} if ran_asi else None
     result["agreement"] = (
         teacher_agreement(run.traces, reference.traces)
         if reference is not None and reference.name != run.name
@@ -110,6 +105,8 @@ def score_system(
     )
     result["schema_valid"] = schema_valid_rate(run.traces)
     result["cost"] = _cost(run)
+    result["retries"] = retries_per_role(run.traces)
+    result["reflection"] = reflection_figures(run.traces)
     return result, per_dialogue(run, test, reference, extras)
 
 
@@ -228,6 +225,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "bertscore": config.bertscore.model_dump() if config.bertscore else None,
                 "ead": config.ead.model_dump(),
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
+                "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
             },
             "systems": systems,
             "human_gold": human_gold(test, config, reference_lm),

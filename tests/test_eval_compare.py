@@ -112,6 +112,71 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert len(numbers) > 20 and not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
 
 
+def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:
+    """A hand-written reflection trace: iteration 0's four stages, then one audit per iteration, each
+    fault (a stage name) rerunning from that stage; `final` is the iteration the pick chose."""
+    from distill.trace import Step
+
+    first = {
+        "asi": {"reasoning": "r", "emotion": "sadness"},
+        "cae": {"triggers": ["x y"], "cause": "c", "category": "Loss & Failure"},
+        "srp": {"reasoning": "r", "strategy": "ER"},
+        "ers": {"response": f"first {d.id}"},
+    }
+    steps = [Step(role=r, messages=[], parsed=out, attempts=2 if r == "asi" else 1) for r, out in first.items()]
+    iterations = [first]
+    for it, fault in enumerate(audits):
+        checks = [{"stage": s, "passed": s != fault} for s in first]
+        steps.append(Step(role="gra", iteration=it, messages=[], parsed={"checks": checks, "earliest_failure": fault}))
+        if fault is not None and it + 1 < len(audits):
+            rerun = {**iterations[-1], "ers": {"response": f"second {d.id}"}}
+            stages = list(first)[list(first).index(fault) :]
+            steps += [Step(role=r, iteration=it + 1, messages=[], parsed=rerun[r]) for r in stages]
+            iterations.append(rerun)
+    config = {"reflection": True, "retry_temperature": 0.7}
+    return Trace(
+        key=d.id, dialogue=d, backend="local", model="m", prompt_version=PROMPT_VERSION, prompt_style="teacher",
+        config=config, steps=steps, outputs=iterations[final], final_iteration=final,
+    )  # fmt: skip
+
+
+def test_report_shows_reflection_figures_and_retries_per_role(tmp_path, tiny_dialogues):
+    test = tiny_dialogues[:4]
+    store = TraceStore(tmp_path / "r")
+    _claim(store, {"reflection": True}, "test")
+    # d0: srp faulted, the rerun passes and is picked; d1: the reply faulted twice, the tie keeps iteration 0
+    for d, audits, final in zip(test, (["srp", None], ["ers", "ers"], [None], [None]), (1, 0, 0, 0)):
+        store.append(_reflection_trace(d, audits, final))
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "systems": [
+            {"name": "reflect", "traces": str(tmp_path / "r")},
+            {"name": "plain", "traces": _hand_trace_run(tmp_path / "p", test, split="test")},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    reflect, plain = report["systems"]
+    r = reflect["reflection"]
+    assert (r["audit_calls"], r["valid_audits"], r["clean_audits"]) == (6, 6, 3)
+    assert r["blamed"] == {"srp": 1, "ers": 2}
+    assert r["rerun_rate"]["value"] == 0.5 and r["mean_selected_iteration"]["value"] == 0.25
+    assert r["reply_changed_by_pick"]["value"] == 0.25
+    assert plain["reflection"] is None
+    assert reflect["retries"]["retry_temperature"] == 0.7 and plain["retries"]["retry_temperature"] is None
+    assert reflect["retries"]["roles"]["asi"] == {"calls": 4, "retried_calls": 4, "retries": 4, "transport_retries": 0}
+    assert reflect["retries"]["roles"]["ers"]["calls"] == 6  # two reruns rewrote the reply
+    md = (out / "report.md").read_text()
+    assert "| reflect | 6 / 6 | 3 | srp 1, ers 2 | 0.50 [" in md and "| plain | " not in md.split("## Reflection")[1]
+    assert "| reflect | ≥ 0.7 | asi | 4 | 4 | 4 | 0 |" in md and "| plain | same settings | asi | 4 | 0 | 0 | 0 |" in md
+    numbers = _numbers_in_tables(md)
+    stored = _json_numbers(report)
+    assert not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
+
+
 def _write_config(tmp_path: Path, cfg: dict) -> str:
     path = tmp_path / "cmp.yaml"
     path.write_text(yaml.safe_dump(cfg))
