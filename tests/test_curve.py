@@ -14,7 +14,7 @@ from data_prep.taxonomy import CAUSE_CATEGORIES, to_ekman
 from distill.config import PipelineConfig
 from distill.roles import ROLES
 from distill.sft_data import DatasetOptions, build_role_datasets
-from distill.sft_tasks import rationale_tag
+from distill.sft_tasks import JOINT, rationale_tag
 from distill.store import TraceStore
 from distill.trace import Step, Trace, trace_key
 
@@ -293,4 +293,5 @@ def test_every_student_reads_the_registry():
     config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
     assert [s.name for s in config.ordered_students()] == ["traces", "rationale"]
     for student in STUDENTS.values():
-        assert set(student.trains) | set(student.borrows) <= set(ROLES)
+        assert set(student.trains) | set(student.borrows) <= set(ROLES) | {JOINT}
+        assert student.joint == (student.trains == (JOINT,))
