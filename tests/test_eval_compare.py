@@ -14,7 +14,6 @@ from distill.roles import CORE_ROLES, PROMPT_VERSION
 from distill.store import TraceStore
 from distill.trace import Trace
 from eval.__main__ import main
-from eval.compare import load_config
 
 
 def _dataset(tmp_path: Path, name: str, test) -> str:
@@ -394,15 +393,34 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert not missing, f"numbers in report.md that are no report.json value rounded: {missing[:5]}"
 
 
-@pytest.mark.parametrize(
-    "path", sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml")), ids=lambda p: p.name
-)
-def test_shipped_eval_configs_validate(path):
-    """Every shipped compare config parses, and each system is a trace run or a backend, never neither."""
-    config = load_config(str(path))
-    assert config.systems
-    for system in config.systems:
-        assert (system.traces is None) != (system.backend is None)
+# Every shipped compare config parses: tests/test_shipped_configs.py.
+
+
+@pytest.mark.slow
+def test_external_adapters_config_evaluates_plain_peft_folders(tmp_path, smollm_path, tiny_dialogues):
+    """configs/eval/external-adapters.yaml as shipped, with its paths pointed at a tiny base and at
+    adapters saved by plain PEFT (no trace-distill metadata, folder names that are not role names)."""
+    from fault_proxy import make_tiny_model
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = make_tiny_model(smollm_path, tmp_path / "tiny")
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/eval/external-adapters.yaml").read_text())
+    external, base = cfg["systems"]
+    for role in external["backend"]["adapters"]:
+        folder = tmp_path / "from-elsewhere" / f"lora-{role}"
+        lora = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False, task_type="CAUSAL_LM")
+        get_peft_model(AutoModelForCausalLM.from_pretrained(model), lora).save_pretrained(folder)
+        external["backend"]["adapters"][role] = str(folder)
+    external["backend"]["model"] = base["backend"]["model"] = str(model)
+    cfg.update(dialogues=_dataset(tmp_path, "ds", tiny_dialogues[:2]), index=None, ppl=None, bertscore=None)
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["external", "base"] and report["systems"][0]["n"] == 2
+    store = TraceStore(out / "systems" / "external")
+    assert len(store.read()[0]) == 2 and all(t.prompt_style == "student" for t in store.read()[0])
+    assert store.run_info()["backend"]["adapters"] == external["backend"]["adapters"]  # each role's own folder
 
 
 @pytest.mark.slow
