@@ -211,7 +211,7 @@ def test_trace_run_on_another_split_is_refused(tmp_path, capsys, tiny_dialogues)
 
 def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
     cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r", "backend": {"type": "local"}}]}
-    assert "give exactly one of 'traces' or 'backend'" in _run_bad(tmp_path, capsys, cfg)
+    assert "give exactly one of 'traces', 'backend' or 'probe'" in _run_bad(tmp_path, capsys, cfg)
     cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r"}], "judge": {"backend": {}, "against": "b"}}
     assert "judge.against: no system named 'b'" in _run_bad(tmp_path, capsys, cfg)
 
