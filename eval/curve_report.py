@@ -24,6 +24,7 @@ QUESTIONS = (
     ("student-direct", "probe", "the fine-tuned emotion agent against a linear probe"),
     ("student-direct", "base", "what fine-tuning on gold labels gives over the zero-shot prompted model"),
     ("student-traces", "base", "the distilled student against the zero-shot prompted model"),
+    ("student-joint", "student-traces", "one adapter for all roles against one adapter per role"),
 )
 METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"}
 
@@ -51,14 +52,15 @@ def _paired(n: int, report: dict) -> list[dict[str, Any]]:
             if p["metric"] not in METRICS or {first, second} != set(p["pair"]) or p["diff"] is None:
                 continue
             sign = 1 if p["pair"][0] == first else -1
-            low, high = sorted((sign * p["ci_low"], sign * p["ci_high"]))
+            # + 0.0 turns a flipped 0 into 0, not -0
+            low, high = sorted((sign * p["ci_low"] + 0.0, sign * p["ci_high"] + 0.0))
             out.append(
                 {
                     "n": n,
                     "pair": [first, second],
                     "metric": p["metric"],
                     "meaning": meaning,
-                    "diff": sign * p["diff"],
+                    "diff": sign * p["diff"] + 0.0,
                     "ci_low": low,
                     "ci_high": high,
                     "dialogues": p["n"],
