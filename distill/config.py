@@ -60,10 +60,11 @@ class _PipelineSettings(BaseModel):
 
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
     retry_temperature: Optional[float] = Field(
-        None,
+        0.7,
         ge=0,
         description="an invalid answer is regenerated at max(role temperature, this) with a new seed; null = "
-        "the same temperature, as TRACE's code retries (at temperature 0 a local greedy model then repeats itself)",
+        "the same settings, as TRACE's code retries (at temperature 0 a local greedy model then repeats its "
+        "invalid answer, e.g. a reasoning cut at the token limit, which is why it is not the default)",
     )
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"

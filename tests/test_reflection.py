@@ -71,7 +71,8 @@ def test_audit_prompt_names_only_the_enabled_stages(tiny_dialogues):
 
 def test_retries_keep_traces_temperatures_unless_a_retry_temperature_is_set():
     messages = [{"role": "user", "content": "x"}]
-    same = Pipeline(PipelineConfig(), backend=None)
+    assert PipelineConfig().retry_temperature == 0.7  # a greedy local model would repeat an invalid answer
+    same = Pipeline(PipelineConfig(retry_temperature=None), backend=None)
     first, retry = same._request(ROLES["asi"], messages, 0), same._request(ROLES["asi"], messages, 1)
     assert first.temperature == retry.temperature == 0.0 and retry.seed != first.seed
     assert same._request(ROLES["ers"], messages, 2).temperature == 0.5
