@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.report import fmt, interval, with_ci
+from eval.report import fmt, interval, markdown_table, with_ci
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
 # (first, second, what the difference says): the comparisons the question needs, first − second
@@ -106,26 +106,18 @@ def headline(curve: dict) -> list[str]:
 
 
 def render_curve(curve: dict) -> str:
-    table = ["| N | system | I-ACC (6) | macro-F1 | BERTScore F | Dist-2 | EAD-2 | PPL |", "|---" * 8 + "|"]
-    for r in curve["rows"]:
-        cells = [
-            fmt(r["n"]),
-            r["system"],
-            with_ci(r["i_acc"]),
-            fmt(r["macro_f1"]),
-            with_ci(r["bertscore"]),
-            fmt(r["dist2"]),
-            fmt(r["ead2"]),
-            with_ci(r["ppl"]),
-        ]
-        table.append("| " + " | ".join(cells) + " |")
-    diffs = ["| N | first − second | metric | difference [95% CI] | CI excludes 0 |", "|---" * 5 + "|"]
-    for p in curve["paired"]:
-        excludes = "yes" if not p["ci_low"] <= 0 <= p["ci_high"] else "no"
-        diffs.append(
-            f"| {p['n']} | {p['pair'][0]} − {p['pair'][1]} | {METRICS[p['metric']]} | "
-            f"{interval(p['diff'], p['ci_low'], p['ci_high'])} | {excludes} |"
-        )
+    rows = [
+        [fmt(r["n"]), r["system"], with_ci(r["i_acc"]), fmt(r["macro_f1"]), with_ci(r["bertscore"]),
+         fmt(r["dist2"]), fmt(r["ead2"]), with_ci(r["ppl"])]
+        for r in curve["rows"]
+    ]  # fmt: skip
+    table = markdown_table(["N", "system", "I-ACC (6)", "macro-F1", "BERTScore F", "Dist-2", "EAD-2", "PPL"], rows)
+    pairs = [
+        [fmt(p["n"]), f"{p['pair'][0]} − {p['pair'][1]}", METRICS[p["metric"]],
+         interval(p["diff"], p["ci_low"], p["ci_high"]), "no" if p["ci_low"] <= 0 <= p["ci_high"] else "yes"]
+        for p in curve["paired"]
+    ]  # fmt: skip
+    diffs = markdown_table(["N", "first − second", "metric", "difference [95% CI]", "CI excludes 0"], pairs)
     return "\n".join(
         [
             "# Does distillation pay? Learning curves",

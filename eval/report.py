@@ -70,7 +70,7 @@ def system_figures(report: dict, name: str) -> dict[str, str]:
     }
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
@@ -102,7 +102,7 @@ def quality_table(report: dict) -> list[str]:
         rows.append(_quality_row(report["human_gold"]))
     header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6, strict)"]
     header += ["I-ACC (6, TRACE: invalid dropped)", "invalid (dropped)", "macro-F1 (6)", "BERTScore F"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def paired_table(report: dict) -> list[str]:
@@ -120,7 +120,7 @@ def paired_table(report: dict) -> list[str]:
         for p in report.get("paired") or []
     ]
     header = ["Pair (first − second)", "metric", "difference [95% CI]", "n", "reading", "bootstrap p", "Holm p"]
-    return _table([*header, "survives Holm"], rows)
+    return markdown_table([*header, "survives Holm"], rows)
 
 
 def retries_table(report: dict) -> list[str]:
@@ -133,7 +133,7 @@ def retries_table(report: dict) -> list[str]:
             counts = (r["calls"], r["retried_calls"], r["retries"], r["transport_retries"])
             rows.append([s["name"], shown, role, *map(fmt, counts)])
     header = ["System", "retry temperature", "role", "calls", "retried calls", "retries", "transport retries"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def reflection_table(report: dict) -> list[str]:
@@ -148,7 +148,7 @@ def reflection_table(report: dict) -> list[str]:
         figures = (r["rerun_rate"], r["mean_selected_iteration"], r["reply_changed_by_pick"])
         rows.append([s["name"], audits, fmt(r["clean_audits"]), blamed, *map(with_ci, figures)])
     header = ["System", "valid audits / calls", "clean audits", "blamed stage (per audit)", "rerun rate"]
-    return _table([*header, "mean selected iteration", "reply changed by the pick"], rows) if rows else []
+    return markdown_table([*header, "mean selected iteration", "reply changed by the pick"], rows) if rows else []
 
 
 def agreement_table(report: dict) -> list[str]:
@@ -167,7 +167,7 @@ def agreement_table(report: dict) -> list[str]:
                 with_ci(s["schema_valid"]["overall"]),
             ]
         )
-    return _table(
+    return markdown_table(
         ["System", "n pairs", "emotion", "cause category", "strategy", "trigger F1", "n calls", "schema-valid"], rows
     )
 
@@ -189,7 +189,7 @@ def cost_table(report: dict) -> list[str]:
                 fmt(c["peak_rss_mb"]),
             ]
         )
-    return _table(
+    return markdown_table(
         [
             "System",
             "latency p50 (s)",
@@ -223,7 +223,7 @@ def judge_table(judge: dict) -> list[str]:
                 ]
             )
     header = ["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "Holm p", "invalid verdicts"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _notes(report: dict) -> list[str]:
