@@ -19,7 +19,11 @@ from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
-KEYED_WHEN_SET = ("direct", "oracle", "oracle_traces")
+KEYED_WHEN_SET = ("direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature")
+# Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
+# them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
+# changed when later_iteration_penalty went, so those runs must not resume.)
+RETIRED_WITHOUT_REFLECTION = {"later_iteration_penalty": 0.5}
 
 
 class _PipelineSettings(BaseModel):
@@ -108,6 +112,8 @@ class _PipelineSettings(BaseModel):
         for name in KEYED_WHEN_SET:
             if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
                 del data[name]
+        if not data["reflection"]:
+            data.update(RETIRED_WITHOUT_REFLECTION)
         return data
 
 
