@@ -12,7 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from data_prep.ed_formats import FORMATS, DataError
+from data_prep.ed_formats import FORMATS, DataError, SizeLimits
 
 SKIPPED_FILE = "skipped.jsonl"
 
@@ -49,6 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="split proportions when the source has no splits (default 0.8,0.1,0.1)",
     )
     p.add_argument(
+        "--max-chars",
+        type=int,
+        default=SizeLimits.max_chars,
+        help="longest dialogue accepted, in characters of its turns (longer ones are refused, or skipped)",
+    )
+    p.add_argument("--max-turns", type=int, default=SizeLimits.max_turns, help="most turns a dialogue may have")
+    p.add_argument(
         "--skip-invalid",
         action="store_true",
         help=f"skip bad rows/conversations and list them in <out>/{SKIPPED_FILE} instead of failing",
@@ -63,19 +70,33 @@ def _write_skip_report(out: Path, skipped: list) -> None:
     print(f"skipped {len(skipped)} invalid rows/conversations: see {out / SKIPPED_FILE}", file=sys.stderr)
 
 
+def _print_skip_report(out: Path, skipped: list, shown: int = 20) -> None:
+    """A failed run leaves an existing --out as it was: its skip report goes to stderr instead."""
+    for record in skipped[:shown]:
+        where = record.file + (f" row {record.row}" if record.row is not None else "")
+        print(f"skipped: {where}: {record.reason}", file=sys.stderr)
+    more = f" ({len(skipped) - shown} more not shown)" if len(skipped) > shown else ""
+    print(f"skipped {len(skipped)} invalid rows/conversations{more}; {out} was left as it was", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from data_prep.loaders import load_dialogues, save_dialogues, split_dialogues
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DataError(str(out), None, None, "--out exists and is not a directory")
-    loaded = load_dialogues(args.source, fmt=args.format, skip_invalid=args.skip_invalid)
+    if args.max_chars < 1 or args.max_turns < 1:
+        raise DataError(str(args.source), None, None, "--max-chars and --max-turns must be >= 1")
+    limits = SizeLimits(max_chars=args.max_chars, max_turns=args.max_turns)
+    loaded = load_dialogues(args.source, fmt=args.format, skip_invalid=args.skip_invalid, limits=limits)
     if loaded.has_splits:
         splits = loaded.splits
     else:
         splits = split_dialogues(loaded.splits["all"], seed=args.seed, ratios=args.split_ratios)
     if not any(splits.values()):
-        if loaded.skipped:  # every row was bad: the report says why, and nothing else is written
+        if loaded.skipped and out.exists() and any(out.iterdir()):
+            _print_skip_report(out, loaded.skipped)
+        elif loaded.skipped:  # every row was bad: the report says why, and nothing else is written
             _write_skip_report(out, loaded.skipped)
         raise DataError(str(args.source), None, None, "no valid dialogues to write")
     save_dialogues(splits, out)

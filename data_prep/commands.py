@@ -11,12 +11,25 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from data_prep.ed_formats import DataError
 from data_prep.models import ModelNotAvailable
 
 USER_ERRORS: tuple[type[Exception], ...] = (DataError, ModelNotAvailable)
 Commands = Mapping[str, tuple[str, str]]  # name -> (module, one-line help)
+
+
+def not_a_directory(path: str | Path) -> str | None:
+    """Why `path` cannot be an output directory (it, or a folder above it, is a file), else None.
+
+    Commands check it before any model loads, so the error comes first and nothing is written."""
+    for folder in (Path(path), *Path(path).parents):
+        if folder.exists():
+            if folder.is_dir():
+                return None
+            return "it is a file" if folder == Path(path) else f"{folder} is a file"
+    return None
 
 
 def run_command(module_name: str, argv: list[str], prog: str, help_text: str) -> int:

@@ -18,6 +18,7 @@ import csv
 import hashlib
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +36,9 @@ FORMATS = ("ed", "trace")
 _TURN_PREFIX = re.compile(r"^(seeker|responder):\s?(.*)$")
 # Lone surrogates are how `errors="surrogateescape"` carries undecodable bytes through to us.
 _SURROGATE = re.compile("[\udc80-\udcff]")
+# C0 control characters (NUL, ESC, ...) but tab and line breaks: no text holds them, a binary file does.
+# C1 controls are left alone: mojibake such as '\x83' occurs in real ED text.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 Row = tuple[int, dict]
 
@@ -46,6 +50,43 @@ class DataError(ValueError):
         self.file, self.row, self.column, self.reason = file, row, column, reason
         where = file + (f" row {row}" if row is not None else "") + (f", column '{column}'" if column else "")
         super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """The largest dialogue accepted. A longer one is later cut to the model's context, and one
+    300,000-character dialogue took minutes to run; `data_prep dialogues --max-chars/--max-turns` change them."""
+
+    max_chars: int = 8000
+    max_turns: int = 64
+
+    def check(self, turns: Sequence[Turn], file: str, row: int, column: str) -> None:
+        chars = sum(len(t.text) for t in turns)
+        if len(turns) > self.max_turns:
+            raise DataError(file, row, column, f"{len(turns)} turns, over the limit of {self.max_turns} (--max-turns)")
+        if chars > self.max_chars:
+            reason = f"{chars:,} characters of dialogue, over the limit of {self.max_chars:,} (--max-chars)"
+            raise DataError(file, row, column, reason)
+
+
+def control_character(text: str) -> Optional[str]:
+    """The first C0 control character of `text` (not tab or a line break) as 'U+0000', or None."""
+    found = _CONTROL.search(text)
+    return f"U+{ord(found.group()):04X}" if found else None
+
+
+def visible(text: str) -> bool:
+    """False for text that prints nothing: whitespace and zero-width or other format characters (Cf)."""
+    return any(not ch.isspace() and unicodedata.category(ch) != "Cf" for ch in text)
+
+
+def text_problem(text: str) -> Optional[str]:
+    """Why non-empty `text` is not usable dialogue text (a control character, nothing visible), or None."""
+    if code := control_character(text):
+        return f"control character {code} in the text (is this a text file?)"
+    if text and not visible(text):
+        return "no visible text (only whitespace or zero-width characters)"
+    return None
 
 
 @dataclass
@@ -107,9 +148,10 @@ def read_csv_rows(path: Path) -> tuple[list[str], Iterator[Row]]:
         handle.close()
         raise DataError(str(path), None, None, "the file is empty (no header row)") from None
     for column in header:
-        if _SURROGATE.search(column):
+        if _SURROGATE.search(column) or _CONTROL.search(column):
             handle.close()
-            raise DataError(str(path), 1, column.encode("utf-8", "replace").decode(), "non-UTF-8 bytes in the header")
+            # the header is not echoed: from a binary file it is raw bytes, escape codes included
+            raise DataError(str(path), 1, None, "non-UTF-8 bytes or control characters in the header (is it a CSV?)")
 
     def rows() -> Iterator[Row]:
         with handle:
@@ -134,6 +176,9 @@ def clean_field(value, file: str, row: int, column: str, *, required: bool = Tru
     if _SURROGATE.search(text):
         raise DataError(file, row, column, "non-UTF-8 bytes (save the file as UTF-8)")
     text = text.replace("_comma_", ",").replace("_pipe_", "|").strip()
+    problem = text_problem(text)
+    if problem:
+        raise DataError(file, row, column, problem)
     if required and not text:
         raise DataError(
             file,
@@ -210,7 +255,9 @@ def _skip_duplicate(skipped: Optional[list], file: str, row: int, what: str, fir
         print(f"warning: {record.file} row {row}: {record.reason}", file=sys.stderr)
 
 
-def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None) -> list[Dialogue]:
+def ed_dialogues(
+    rows: Iterable[Row], file: str, skipped: Optional[list] = None, limits: SizeLimits = SizeLimits()
+) -> list[Dialogue]:
     """Dialogues from original-ED rows: one per listener turn, context ending on the seeker turn before it."""
     out: list[Dialogue] = []
     for conv_id, utterances, meta in _ed_conversations(rows, file, skipped):
@@ -219,17 +266,15 @@ def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None)
             i for i, u in enumerate(utterances) if u.index % 2 == 0 and i > 0 and turns[i - 1].speaker == "seeker"
         ]
         if not examples:
-            err = DataError(
-                file,
-                meta["row"],
-                "utterance_idx",
-                f"conversation '{conv_id}' has no listener turn (even utterance_idx) after a seeker turn",
-            )
-            if skipped is None:
-                raise err
-            skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+            reason = f"conversation '{conv_id}' has no listener turn (even utterance_idx) after a seeker turn"
+            _skip_or_raise(DataError(file, meta["row"], "utterance_idx", reason), skipped)
             continue
         for i in examples:
+            try:
+                limits.check(turns[:i], file, utterances[i - 1].row, "utterance")
+            except DataError as err:
+                _skip_or_raise(err, skipped)
+                continue
             out.append(
                 Dialogue(
                     id=f"{conv_id}#{utterances[i].index}",
@@ -244,6 +289,13 @@ def ed_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None)
     return out
 
 
+def _skip_or_raise(err: DataError, skipped: Optional[list]) -> None:
+    """Under --skip-invalid (a `skipped` list) the error is recorded there; otherwise it is raised."""
+    if skipped is None:
+        raise err
+    skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+
+
 def _trace_turns(text: str, file: str, row: int) -> list[Turn]:
     turns: list[Turn] = []
     for line in text.splitlines():
@@ -256,8 +308,8 @@ def _trace_turns(text: str, file: str, row: int) -> list[Turn]:
         elif line.strip():
             raise DataError(file, row, "utterances", "the first line must start with 'seeker: ' or 'responder: '")
     for turn in turns:
-        if not turn.text:
-            raise DataError(file, row, "utterances", f"empty utterance (a '{turn.speaker}:' line has no text)")
+        if not visible(turn.text):
+            raise DataError(file, row, "utterances", f"empty utterance (a '{turn.speaker}:' line has no visible text)")
     if not turns or turns[-1].speaker != "seeker":
         raise DataError(file, row, "utterances", "the dialogue must end on a 'seeker: ' turn")
     return turns
@@ -295,7 +347,9 @@ def content_id(situation: str, turns: Sequence[Turn], prefix: str = "trace") -> 
     return f"{prefix}-{hashlib.sha256(chr(10).join(lines).encode('utf-8')).hexdigest()[:16]}"
 
 
-def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = None) -> list[Dialogue]:
+def trace_dialogues(
+    rows: Iterable[Row], file: str, skipped: Optional[list] = None, limits: SizeLimits = SizeLimits()
+) -> list[Dialogue]:
     """Dialogues from TRACE-prepared rows, one per row, ids from content (`content_id`).
 
     A row whose dialogue already appeared is dropped and reported, so no conversation can land in
@@ -306,10 +360,9 @@ def trace_dialogues(rows: Iterable[Row], file: str, skipped: Optional[list] = No
     for number, raw in rows:
         try:
             dialogue = _trace_row(number, raw, file)
+            limits.check(dialogue.turns, file, number, "utterances")
         except DataError as err:
-            if skipped is None:
-                raise
-            skipped.append(SkippedRecord(err.file, err.row, err.column, err.reason))
+            _skip_or_raise(err, skipped)
             continue
         first = first_row.setdefault(dialogue.conv_id, number)
         if first != number:

@@ -29,6 +29,7 @@ from data_prep.ed_formats import (
     FORMATS,
     DataError,
     Row,
+    SizeLimits,
     SkippedRecord,
     check_columns,
     detect_format,
@@ -68,7 +69,9 @@ def _progress(rows, desc: str):
     return tqdm(rows, desc=desc, unit="row", leave=False, mininterval=0.5, delay=1.0)
 
 
-def _rows_to_dialogues(header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list]) -> list[Dialogue]:
+def _rows_to_dialogues(
+    header: Sequence[str], rows, fmt: str, file: str, skipped: Optional[list], limits: SizeLimits = SizeLimits()
+) -> list[Dialogue]:
     if fmt == "auto":
         fmt = detect_format(header, file)
     elif fmt not in FORMATS:
@@ -76,17 +79,19 @@ def _rows_to_dialogues(header: Sequence[str], rows, fmt: str, file: str, skipped
     check_columns(header, fmt, file)
     rows = _progress(rows, f"reading {Path(file).name}")
     if fmt == "ed":
-        return ed_dialogues(rows, file, skipped)
-    return trace_dialogues(rows, file, skipped)
+        return ed_dialogues(rows, file, skipped, limits)
+    return trace_dialogues(rows, file, skipped, limits)
 
 
-def read_csv(path: str | Path, fmt: str = "auto", skipped: Optional[list] = None) -> list[Dialogue]:
+def read_csv(
+    path: str | Path, fmt: str = "auto", skipped: Optional[list] = None, limits: SizeLimits = SizeLimits()
+) -> list[Dialogue]:
     """Dialogues from one ED-release or TRACE CSV; with a ``skipped`` list, bad rows go there instead of raising."""
     path = Path(path)
     if not path.is_file():
         raise DataError(str(path), None, None, "no such file")
     header, rows = read_csv_rows(path)
-    return _rows_to_dialogues(header, rows, fmt, str(path), skipped)
+    return _rows_to_dialogues(header, rows, fmt, str(path), skipped, limits)
 
 
 def _split_csvs(directory: Path) -> dict[str, Path]:
@@ -102,7 +107,9 @@ def _dataset_rows(ds) -> list[Row]:
     return [(number, row) for number, row in enumerate(ds, start=1)] if ds.num_rows else []
 
 
-def _from_datasets(obj, name: str, fmt: str, skipped: Optional[list]) -> dict[str, list[Dialogue]]:
+def _from_datasets(
+    obj, name: str, fmt: str, skipped: Optional[list], limits: SizeLimits = SizeLimits()
+) -> dict[str, list[Dialogue]]:
     from datasets import DatasetDict
 
     parts = dict(obj) if isinstance(obj, DatasetDict) else {"all": obj}
@@ -113,17 +120,11 @@ def _from_datasets(obj, name: str, fmt: str, skipped: Optional[list]) -> dict[st
         if set(_DIALOGUE_COLUMNS) <= set(ds.column_names):  # already normalised by `data_prep dialogues`
             splits[split] = _records(ds)
         else:
-            splits[split] = _rows_to_dialogues(
-                ds.column_names,
-                _dataset_rows(ds),
-                fmt,
-                label,
-                skipped,
-            )
+            splits[split] = _rows_to_dialogues(ds.column_names, _dataset_rows(ds), fmt, label, skipped, limits)
     return splits
 
 
-def _from_hub(source: str, fmt: str, skipped: Optional[list]) -> dict[str, list[Dialogue]]:
+def _from_hub(source: str, fmt: str, skipped: Optional[list], limits: SizeLimits) -> dict[str, list[Dialogue]]:
     from datasets import load_dataset
 
     # With no network huggingface_hub logs each of its retries; the one sentence below says it all.
@@ -150,19 +151,22 @@ def _from_hub(source: str, fmt: str, skipped: Optional[list]) -> dict[str, list[
         ) from None
     finally:
         hub_logger.setLevel(level)
-    return _from_datasets(obj, source, fmt, skipped)
+    return _from_datasets(obj, source, fmt, skipped, limits)
 
 
-def load_dialogues(source: str | Path, fmt: str = "auto", skip_invalid: bool = False) -> LoadedSource:
-    """Read any supported source; bad rows raise DataError unless ``skip_invalid`` records them instead."""
+def load_dialogues(
+    source: str | Path, fmt: str = "auto", skip_invalid: bool = False, limits: SizeLimits = SizeLimits()
+) -> LoadedSource:
+    """Read any supported source; bad rows (and dialogues over `limits`) raise DataError unless
+    ``skip_invalid`` records them instead."""
     skipped: Optional[list] = [] if skip_invalid else None
     path = Path(source)
     if path.is_file():
-        splits = {"all": read_csv(path, fmt, skipped)}
+        splits = {"all": read_csv(path, fmt, skipped, limits)}
     elif path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
         from datasets import load_from_disk
 
-        splits = _from_datasets(load_from_disk(str(path)), str(path), fmt, skipped)
+        splits = _from_datasets(load_from_disk(str(path)), str(path), fmt, skipped, limits)
     elif path.is_dir():
         files = _split_csvs(path)
         if not files:
@@ -172,11 +176,11 @@ def load_dialogues(source: str | Path, fmt: str = "auto", skip_invalid: bool = F
                 None,
                 "directory holds neither train.csv/valid.csv/test.csv nor a `datasets` save_to_disk copy",
             )
-        splits = {split: read_csv(p, fmt, skipped) for split, p in files.items()}
+        splits = {split: read_csv(p, fmt, skipped, limits) for split, p in files.items()}
     elif str(source).endswith(".csv") or str(source).startswith((".", "/", "~")):
         raise DataError(str(source), None, None, "no such file or directory")
     else:
-        splits = _from_hub(str(source), fmt, skipped)
+        splits = _from_hub(str(source), fmt, skipped, limits)
     return LoadedSource(splits=splits, skipped=skipped or [])
 
 

@@ -76,7 +76,7 @@ STRATEGY_DEFINITIONS: dict[str, str] = {
     "said outright, to understand them better.",
 }
 
-# MERG pragmatic plan: the four dimensions and the values each may take.
+# The pragmatic plan after MERG: four dimensions; the values each may take are this project's own.
 PLAN_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "goal": ("comfort", "validate", "encourage", "celebrate", "explore", "inform"),
     "stance": ("supportive", "curious", "reassuring", "enthusiastic", "reflective"),

@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 from distill.adapters import CARD_FILE, base_hub_id, embedded_note, read_metadata, role_repo, vllm_max_rank
 from distill.dataset_card import label_section, read_build_record
-from distill.roles import ROLES
+from distill.roles import CORE_ROLES, ROLES
+from distill.sft_tasks import JOINT
 
 # Training options worth quoting; the full config is in the metadata file.
 _TRAIN_KEYS = (
@@ -165,8 +166,30 @@ vllm serve {base} --enable-lora --max-lora-rank {rank} --lora-modules {role}={re
 ```"""
 
 
+def render_joint_card(meta: dict, figures: Optional[dict[str, Any]] = None) -> str:
+    """The card of one adapter trained on every role's rows (the system tag `[role]` picks the role)."""
+    return f"""{_front_matter(meta)}
+# trace-distill adapter: `{JOINT}` (every role in one adapter)
+
+One LoRA adapter for all of trace-distill's distilled agents ({", ".join(f"`{r}`" for r in CORE_ROLES)}),
+the baseline against one adapter per role. Each prompt's system message `[<role>]` names the agent;
+the prompts and answers are those of the per-role adapters (see their cards).
+- base model: `{base_hub_id(meta) or meta.get("base_model")}`
+
+## Training
+
+{_training_section(meta)}
+
+## Evaluation
+
+{_eval_section(figures)}
+"""
+
+
 def render_adapter_card(meta: dict, repo: str, figures: Optional[dict[str, Any]] = None) -> str:
     role = meta["role"]
+    if role == JOINT:
+        return render_joint_card(meta, figures)
     spec = ROLES[role]
     answer = spec.schema_for("student")
     return f"""{_front_matter(meta)}

@@ -36,7 +36,6 @@ from distill.pricing import (
     price_table,
     worst_case_cost,
 )
-from distill.roles import prompt_version
 from distill.store import TraceStore
 
 BATCH_DIR = "batch"
@@ -209,16 +208,7 @@ def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Opti
     store = TraceStore(run_dir)
     # The same identity as `distill generate` writes, so a batch run and a synchronous run of one
     # teacher can share (and resume) a run directory.
-    store.claim(
-        {
-            "pipeline": pipeline.config.key_dict(),
-            "backend_name": api.name,
-            "model": api.model,
-            "prompt_version": prompt_version(pipeline.config.prompt_style),
-            "backend": api.describe(),
-            "source": {"via": "batch_api"},
-        }
-    )
+    store.claim(pipeline.run_info(source={"via": "batch_api"}))
     try:
         pipeline.run_into(store, dialogues, chunk_size=max(1, len(dialogues)))
     except NeedsBatch as needed:

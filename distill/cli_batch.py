@@ -13,6 +13,7 @@ from typing import Any
 
 from distill.backends.openai_backend import OpenAIBackend
 from distill.batch_api import BATCH_DIR, advance, load_state, save_state
+from distill.cli_generate import add_pipeline_flags
 from distill.pricing import CostGuard, CostLimitReached, price_table
 
 
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="USD cap for the whole run at batch prices: a round that could pass it is not submitted "
         "(submit sets it; poll may raise it)",
     )
+    add_pipeline_flags(parser)  # submit only: as `distill generate`'s, over the YAML's pipeline keys
 
 
 def _inputs(state: dict[str, Any]):
@@ -60,11 +62,13 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 
 
 def _start_state(args: argparse.Namespace) -> dict[str, Any]:
-    from distill.cli_generate import load_config
+    from distill.cli_generate import load_config, pipeline_config
 
     if not (args.config and args.dialogues):
         raise BatchInputError("batch submit: --config and --dialogues are required")
     config = load_config(args.config)  # the same validated loader as `distill generate`
+    # The resolved pipeline, flags included, is the run's: every later poll replays it from state.json.
+    config["pipeline"] = pipeline_config(args.config, config.get("pipeline"), args).model_dump(mode="json")
     if config["backend"].get("type") != "openai":
         raise BatchInputError(f"{args.config}: field 'backend.type' must be 'openai' for the Batch API")
     if args.max_cost is not None:  # an unpriced model would count as free and never trip the cap

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+from distill.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +29,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--balance-emotions",
         action="store_true",
         help="asi train split: repeat rows of rarer emotions until each emotion has as many as the commonest",
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=("pipeline", "direct"),
+        default="pipeline",
+        help="direct: the fine-tuning baseline, the dialogue in and the data's gold answer out (asi, ers), "
+        "no teacher rationale and no upstream role output",
+    )
+    parser.add_argument(
+        "--rationale",
+        choices=("teacher", "situation"),
+        default=None,
+        help="asi/srp train rows gain a rationale-task twin (Distilling step-by-step): the teacher's reasoning, "
+        "or ED's situation text as a human-written stand-in; the student still answers the label task alone",
+    )
+    parser.add_argument(
+        "--rationale-share", type=float, default=1.0, help="share of label rows that get a rationale twin (seeded)"
+    )
+    parser.add_argument(
+        "--joint",
+        action="store_true",
+        help="also write <out>/joint: every built role's rows in one dataset, for one adapter that serves all "
+        "roles (train --roles joint)",
     )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
     parser.add_argument(
@@ -52,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.eval_fraction < 1:
         print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
         return 2
+    if not 0 < args.rationale_share <= 1:
+        print(f"error: --rationale-share must be in (0, 1], got {args.rationale_share}", file=sys.stderr)
+        return 2
     try:
         traces, run_meta, problems = read_run(Path(args.traces))
         roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
@@ -63,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             split=args.split,
             balance_emotions=args.balance_emotions,
+            inputs=args.inputs,
+            rationale=args.rationale,
+            rationale_share=args.rationale_share,
         )
         report = BuildReport(problems=list(problems))
         built = build_role_datasets(traces, roles, options, report, run_meta)
@@ -71,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
+    if args.joint and built:
+        from distill.sft_tasks import JOINT, joint_dataset
+
+        joint_dataset(built, args.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in SPLITS})
     for line in report.lines():
         print(line, file=sys.stderr)
     if not built:

@@ -39,10 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-cost", type=float, default=None, help="stop before an API run spends more than this many USD"
     )
-    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
     parser.add_argument(
         "--adapters", default=None, help="local backend: <dir>/<role>/ adapters (implies --use-adapters)"
     )
+    add_pipeline_flags(parser)
+
+
+def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags over the YAML's `pipeline:` keys (gold guidance, role switches, prompt style), which
+    `distill batch submit` takes too, so both routes to a trace run take the same pipeline."""
+    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
     for name in _SWITCHES:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
@@ -125,12 +131,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from data_prep.commands import not_a_directory
     from data_prep.loaders import load_split
     from distill.pipeline import Pipeline
     from distill.store import TraceStore
 
-    if args.chunk_size < 1 or (args.limit is not None and args.limit < 0):
-        raise ValueError("--chunk-size must be >= 1 and --limit >= 0")
+    if args.chunk_size < 1 or (args.limit is not None and args.limit < 1):
+        raise ValueError(f"--chunk-size and --limit must be >= 1 (got {args.chunk_size}, {args.limit})")
+    if problem := not_a_directory(args.out):
+        raise ValueError(f"{args.out}: --out must be a directory, but {problem}")
     data = load_config(args.config)
     config = pipeline_config(args.config, data.get("pipeline"), args)
     dialogues = load_split(args.dialogues, args.split)

@@ -37,10 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_dialogue(text: str, situation: str = "", source: str = "<text>") -> Dialogue:
     """A `Dialogue` from plain text; an unlabelled line takes the speaker after the previous one."""
+    from data_prep.ed_formats import control_character, visible
+
     turns: list[Turn] = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
-        if not line:
+        if code := control_character(line):
+            raise ValueError(f"{source} line {number}: control character {code} in the text")
+        if not visible(line):  # a line of zero-width characters is as blank as an empty one
             continue
         head, _, rest = line.partition(":")
         if head.strip().lower() in _SPEAKERS and rest.strip():
@@ -95,7 +99,11 @@ def _read_dialogue(args: argparse.Namespace) -> Dialogue:
     if (args.text is None) == (args.dialogue_file is None):
         raise ValueError("give the dialogue either as text or with --dialogue-file (exactly one)")
     if args.dialogue_file:
-        return parse_dialogue(Path(args.dialogue_file).read_text(encoding="utf-8"), args.situation, args.dialogue_file)
+        try:
+            text = Path(args.dialogue_file).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{args.dialogue_file}: not UTF-8 text (save it as UTF-8)") from None
+        return parse_dialogue(text, args.situation, args.dialogue_file)
     return parse_dialogue(args.text, args.situation)
 
 

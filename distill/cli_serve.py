@@ -7,7 +7,7 @@ import os
 from typing import Optional
 
 from distill.serve import create_app
-from distill.serve_guard import DEFAULT_MAX_BODY_BYTES
+from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, timed_protocol
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_BODY_BYTES,
         help="larger request bodies get a 413 before they are read",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a client has to send a request's headers, and again its body; a stalled connection is closed",
+    )
+    parser.add_argument(
+        "--keep-alive-timeout", type=int, default=5, help="seconds an idle connection stays open between requests"
     )
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch", type=int, default=16, help="requests generated together")
@@ -57,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     from distill.backends.local import LocalBackend
 
     api_key = _api_key(args.api_key_env)
+    if args.request_timeout <= 0 or args.keep_alive_timeout < 1:
+        raise ValueError("--request-timeout must be > 0 and --keep-alive-timeout >= 1")
 
     backend = LocalBackend(
         model=args.model,
@@ -75,11 +86,19 @@ def run(args: argparse.Namespace) -> int:
         batch_window_ms=args.batch_window_ms,
         max_body_bytes=args.max_body_bytes,
         api_key=api_key,
+        request_timeout_s=args.request_timeout,
     )
     print(
         f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "
         f"on http://{args.host}:{args.port}/v1",
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        http=timed_protocol(args.request_timeout),
+        timeout_keep_alive=args.keep_alive_timeout,
+    )
     return 0

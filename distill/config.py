@@ -2,17 +2,28 @@
 
 YAML files under configs/ fill these models; their keys mirror the CLI flags. The defaults are the `trace`
 preset: TRACE's four roles, exemplar retrieval with its code's top-2 and no similarity threshold, and its
-temperatures (the registry's). Every other switch goes beyond TRACE and is off by default.
+temperatures (the registry's), kept on a retry as TRACE's code keeps them. Every other switch goes beyond
+TRACE and is off by default.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from data_prep.retrieval import TRACE_TOP_K
+from distill.backends import BACKEND_TYPES
+from distill.reflection import FinalSelection
 from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
+
+GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
+# Fields newer than stored trace runs: part of a trace's key only when not at their default.
+KEYED_WHEN_SET = ("direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature")
+# Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
+# them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
+# changed when later_iteration_penalty went, so those runs must not resume.)
+RETIRED_WITHOUT_REFLECTION = {"later_iteration_penalty": 0.5}
 
 
 class _PipelineSettings(BaseModel):
@@ -21,8 +32,13 @@ class _PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_refinements: int = Field(2, ge=0, le=5)
-    later_iteration_penalty: float = Field(
-        0.5, ge=0, description="score penalty per refinement iteration when choosing the final answer"
+    final_selection: FinalSelection = Field(
+        "best",
+        description="best: the iteration whose stage checks are lexicographically best, ties to the earliest; "
+        "last: the last complete iteration (no selection)",
+    )
+    reflection_backend: Optional[dict[str, Any]] = Field(
+        None, description="backend config for the audit alone (as in a YAML's `backend:`); null = the pipeline's"
     )
 
     rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
@@ -36,11 +52,47 @@ class _PipelineSettings(BaseModel):
     gold_response: bool = Field(False, description="also tell the teacher the gold listener reply")
     use_adapters: bool = Field(False, description="route each stage to its role adapter (the student)")
 
+    direct: bool = Field(
+        False, description="every role sees the dialogue alone, no earlier role's output (the direct student)"
+    )
+    oracle: dict[str, Literal["gold", "teacher"]] = Field(
+        default_factory=dict,
+        description="feed a stage the gold answer (asi, ers) or the teacher's (any role, from oracle_traces) "
+        "instead of generating it: role attribution, e.g. {asi: gold} or {cae: teacher}",
+    )
+    oracle_traces: Optional[str] = Field(None, description="the teacher's trace run that `oracle: teacher` reads")
+
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
+    retry_temperature: Optional[float] = Field(
+        0.7,
+        ge=0,
+        description="an invalid answer is regenerated at max(role temperature, this) with a new seed; null = "
+        "the same settings, as TRACE's code retries (at temperature 0 a local greedy model then repeats its "
+        "invalid answer, e.g. a reasoning cut at the token limit, which is why it is not the default)",
+    )
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"
     )
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _oracle_sources(self) -> _PipelineSettings:
+        for role, source in self.oracle.items():
+            if role not in ROLES or not ROLES[role].stage:
+                raise ValueError(f"oracle: '{role}' is not a pipeline stage (stages: {', '.join(STAGE_ORDER)})")
+            if source == "gold" and role not in GOLD_ORACLE_ROLES:
+                raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: asi, ers; else teacher)")
+        if "teacher" in self.oracle.values() and not self.oracle_traces:
+            raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
+        return self
+
+    @field_validator("reflection_backend")
+    @classmethod
+    def _known_backend(cls, cfg: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        # checked here, not when the first audit builds it after a whole pass of the pipeline
+        if cfg is not None and cfg.get("type") not in BACKEND_TYPES:
+            raise ValueError(f"needs a 'type', one of {', '.join(BACKEND_TYPES)}; got {cfg.get('type')!r}")
+        return cfg
 
     def runs(self, role: str) -> bool:
         switch = ROLES[role].switch
@@ -51,8 +103,18 @@ class _PipelineSettings(BaseModel):
         return [r for r in STAGE_ORDER if self.runs(r)]
 
     def key_dict(self) -> dict[str, Any]:
-        """The part of the config that changes outputs, for trace keys."""
-        return self.model_dump()
+        """The part of the config that changes outputs, for trace keys.
+
+        A field added after trace runs were made enters the key only when it is set, so those runs
+        keep their keys (and resume) as long as they do not use it.
+        """
+        data = self.model_dump()
+        for name in KEYED_WHEN_SET:
+            if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+                del data[name]
+        if not data["reflection"]:
+            data.update(RETIRED_WITHOUT_REFLECTION)
+        return data
 
 
 # One bool field per switchable role, named by its registry entry: TRACE's four roles run unless

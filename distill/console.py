@@ -5,6 +5,7 @@ trace-distill distill ...     == python -m distill ...
 trace-distill train ...       == python -m train ...  (multi-process: accelerate launch --no_python trace-distill train)
 trace-distill eval ...        == python -m eval ...
 trace-distill quickstart ...  the whole loop on the embedded default
+trace-distill --version       the installed version
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ TARGETS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        from distill import __version__
+
+        print(f"trace-distill {__version__}")
+        return 0
     if not argv or argv[0] not in TARGETS:
         print(__doc__.strip(), file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2

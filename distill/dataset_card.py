@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from distill import __version__
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION
 from distill.trace import Trace
 
@@ -177,6 +178,7 @@ def build_record(
         "options": asdict(options),
         "counts": counts.as_dict(),
         "rows": {split: dd[split].num_rows for split in dd},
+        "trace_distill_version": __version__,
     }
 
 

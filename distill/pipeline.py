@@ -13,8 +13,10 @@ The resumable variant `run_into` writes each chunk's traces to a `TraceStore` as
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Optional
 
 from pydantic import BaseModel
@@ -22,16 +24,15 @@ from tqdm.auto import tqdm
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
-from distill.backends.base import Backend, GenerationRequest, GenerationResult
+from distill import __version__
+from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
 from distill.config import PipelineConfig
+from distill.oracle import Oracle
 from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
 from distill.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.schemas import GRAOutput
 from distill.trace import GoldGuidance, Step, Trace, trace_key
 
-# A retry at temperature 0 with the same prompt would reproduce the same invalid answer, so
-# retries sample at least this warm, with a different seed per attempt.
-RETRY_TEMPERATURE = 0.7
 _DEFAULT_CORRECTION = "the reviewer marked this stage as failed; reconsider your answer"
 
 
@@ -47,6 +48,7 @@ class _DialogueRun:
     start: dict[int, str] = field(default_factory=dict)  # stage each refinement restarts from
     correction: dict[int, str] = field(default_factory=dict)
     exemplars: Optional[list[Exemplar]] = None
+    exemplar_emotion: Optional[str] = None  # the ASI emotion the exemplars were fetched for
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Pipeline:
         self.index = index  # data_prep.retrieval.ExemplarIndex, or None for no exemplars
         self.stages = config.stages()
         self._teacher = config.prompt_style == "teacher"
+        self.oracle = Oracle(config.oracle, config.oracle_traces)
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -78,6 +81,7 @@ class Pipeline:
             "model": self.backend.model,
             "prompt_version": prompt_version(self.config.prompt_style),
             "backend": self.backend.describe(),
+            "trace_distill_version": __version__,
             **extra,
         }
 
@@ -96,7 +100,9 @@ class Pipeline:
         self._run_iteration(runs, 0, progress)
         if self.config.reflection:
             self._reflect(runs, progress)
-        return [self._finish(r) for r in runs]
+        traces = [self._finish(r) for r in runs]
+        _warn_truncated(traces)
+        return traces
 
     def run_into(
         self,
@@ -161,8 +167,11 @@ class Pipeline:
             if not active:
                 continue
             spec = ROLES[role]
+            if self.oracle.covers(role):
+                self._fill_from_oracle(role, active, iteration)
+                continue
             if spec.uses_exemplars:
-                self._retrieve([r for r in active if r.exemplars is None])
+                self._retrieve([r for r in active if r.exemplars is None or r.exemplar_emotion != _emotion(r)])
             inputs = [self._role_input(spec, r, iteration) for r in active]
             steps, outputs = self._generate(spec, inputs, iteration, progress)
             for r, step, out in zip(active, steps, outputs):
@@ -172,9 +181,24 @@ class Pipeline:
                 else:
                     r.iterations[iteration][role] = out
 
+    def _fill_from_oracle(self, role: str, runs: list[_DialogueRun], iteration: int) -> None:
+        """The stage's answer from the oracle, recorded as a step that spent no generation."""
+        for r in runs:
+            answer, source = self.oracle.answer(role, r.dialogue)
+            step = Step(role=role, iteration=iteration, messages=[], attempts=0, events=[source])
+            if answer is None:
+                step.error = source
+                r.broken.add(iteration)
+            else:
+                step.parsed, step.raw = answer.model_dump(), answer.model_dump_json()
+                r.iterations[iteration][role] = answer
+            r.trace.steps.append(step)
+
     def _role_input(self, spec: RoleSpec, r: _DialogueRun, iteration: int) -> RoleInput:
-        done = r.iterations[iteration]
+        # the direct student: every role sees the dialogue alone
+        done = {} if self.config.direct else r.iterations[iteration]
         d = r.dialogue
+        restarted = r.start.get(iteration) == spec.name  # the faulted stage sees the audit and its own answer
         # the same builder the SFT dataset uses, so training and inference see one upstream view
         return build_role_input(
             spec,
@@ -183,18 +207,20 @@ class Pipeline:
             exemplars=r.exemplars if spec.uses_exemplars else None,
             gold_emotion=d.emotion if self.config.gold_emotion and self._teacher else None,
             gold_response=d.gold_response if self.config.gold_response and self._teacher else None,
-            correction=r.correction.get(iteration) if r.start.get(iteration) == spec.name else None,
+            correction=r.correction.get(iteration) if restarted else None,
+            previous=r.iterations[iteration - 1].get(spec.name) if restarted else None,
         )
 
     def _retrieve(self, runs: list[_DialogueRun]) -> None:
-        """Exemplars once per dialogue, keyed on ASI's emotion (never the gold one); student prompts show none."""
+        """Exemplars keyed on ASI's emotion (never the gold one), fetched again when a rerun changes that
+        emotion, since it drives the precise search; student prompts show none."""
         if not runs:
             return
         if not (self.config.rag and self.index is not None and self._teacher):
             for r in runs:
-                r.exemplars = []
+                r.exemplars, r.exemplar_emotion = [], _emotion(r)
             return
-        emotions = [getattr(r.iterations[-1].get("asi"), "emotion", None) for r in runs]
+        emotions = [_emotion(r) for r in runs]
         found = self.index.query(
             [r.dialogue.situation for r in runs],
             emotions,
@@ -202,15 +228,15 @@ class Pipeline:
             k=self.config.rag_k,
             tau=self.config.rag_tau,
         )
-        for r, exemplars in zip(runs, found):
-            r.exemplars = exemplars
+        for r, exemplars, emotion in zip(runs, found, emotions):
+            r.exemplars, r.exemplar_emotion = exemplars, emotion
 
     # --- generation with validation and retries --------------------------------------------------
 
     def _request(self, spec: RoleSpec, messages: list[dict[str, str]], attempt: int) -> GenerationRequest:
         temperature = self.config.temperatures.get(spec.name, spec.temperature)
-        if attempt:
-            temperature = max(temperature, RETRY_TEMPERATURE)
+        if attempt and self.config.retry_temperature is not None:
+            temperature = max(temperature, self.config.retry_temperature)
         return GenerationRequest(
             messages=messages,
             schema=spec.schema_for(self.config.prompt_style, self.stages),
@@ -221,9 +247,10 @@ class Pipeline:
         )
 
     def _generate(
-        self, spec: RoleSpec, inputs: list[RoleInput], iteration: int, progress: bool
+        self, spec: RoleSpec, inputs: list[RoleInput], iteration: int, progress: bool, backend: Optional[Backend] = None
     ) -> tuple[list[Step], list[Optional[BaseModel]]]:
         """One stage for many dialogues: one backend call per attempt, retrying only the invalid answers."""
+        backend = backend or self.backend
         steps = [
             Step(role=spec.name, iteration=iteration, messages=spec.render(inp, self.config.prompt_style), attempts=0)
             for inp in inputs
@@ -236,10 +263,10 @@ class Pipeline:
             requests = [self._request(spec, steps[i].messages, attempt) for i in pending]
             label = f"{spec.name} (iteration {iteration}, attempt {attempt + 1})"
             with tqdm(total=len(requests), desc=label, unit="req", disable=not progress, leave=False) as bar:
-                results = self.backend.generate(requests, progress=bar.update)
+                results = backend.generate(requests, progress=bar.update)
             if len(results) != len(requests):
                 raise RuntimeError(
-                    f"backend '{self.backend.name}' returned {len(results)} results for {len(requests)} requests"
+                    f"backend '{backend.name}' returned {len(results)} results for {len(requests)} requests"
                 )
             retry = []
             for i, result in zip(pending, results):
@@ -275,6 +302,16 @@ class Pipeline:
 
     # --- reflection and the final answer ------------------------------------------------------
 
+    @cached_property
+    def _reviewer(self) -> Backend:
+        """The audit's backend: `reflection_backend` when the config names one, else the pipeline's own, so
+        a cheap pipeline can be paired with a stronger reviewer."""
+        if self.config.reflection_backend is None:
+            return self.backend
+        from distill.backends import make_backend
+
+        return make_backend(dict(self.config.reflection_backend))
+
     def _reflect(self, runs: list[_DialogueRun], progress: bool) -> None:
         """Audit, rerun from the earliest faulted stage, repeat: at most `max_refinements` reruns."""
         gra = ROLES["gra"]
@@ -283,7 +320,7 @@ class Pipeline:
             if not audited:
                 return
             inputs = [RoleInput(dialogue=r.dialogue, upstream=dict(r.iterations[iteration])) for r in audited]
-            steps, outputs = self._generate(gra, inputs, iteration, progress)
+            steps, outputs = self._generate(gra, inputs, iteration, progress, self._reviewer)
             rerun = []
             for r, step, audit in zip(audited, steps, outputs):
                 r.trace.steps.append(step)
@@ -307,11 +344,28 @@ class Pipeline:
             trace.outputs = {s: out.model_dump() for s, out in r.iterations[0].items()}  # the stages that did validate
             return trace
         complete = [it for it in range(len(r.iterations)) if it not in r.broken]
-        final = choose_final(
-            {it: r.audits.get(it) for it in complete}, self.stages, self.config.later_iteration_penalty
-        )
+        final = choose_final({it: r.audits.get(it) for it in complete}, self.stages, self.config.final_selection)
         trace.final_iteration = final
         trace.outputs = {s: out.model_dump() for s, out in r.iterations[final].items()}
         if r.audits.get(final) is not None:
             trace.outputs["gra"] = r.audits[final].model_dump()
         return trace
+
+
+def _warn_truncated(traces: Sequence[Trace]) -> None:
+    """One stderr line when a prompt was cut to the model's context: the trace records it, but a long
+    dialogue answered from its last part alone should not pass unnoticed."""
+    cut = [(t, s, e) for t in traces for s in t.steps for e in s.events if e.startswith(TRUNCATED_EVENT)]
+    if cut:
+        trace, step, event = cut[0]
+        dialogues = len({id(t) for t, _, _ in cut})
+        print(
+            f"warning: {len(cut)} prompt(s) of {dialogues} dialogue(s) were cut to fit the model's context, "
+            f"e.g. dialogue {trace.dialogue.id}, {step.role}: {event}",
+            file=sys.stderr,
+        )
+
+
+def _emotion(r: _DialogueRun) -> Optional[str]:
+    """ASI's emotion in the dialogue's latest iteration: what the precise exemplar search keys on."""
+    return getattr(r.iterations[-1].get("asi"), "emotion", None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,6 +17,7 @@ from data_prep.dialogues import Dialogue
 from distill.roles import PromptStyle, RoleSpec
 from distill.schemas import CAEOutput, GRAOutput
 
+FinalSelection = Literal["best", "last"]
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
 
 
@@ -107,29 +108,20 @@ def restart_stage(audit: GRAOutput, stages: Sequence[str]) -> Optional[str]:
     return next((s for s, ok in zip(stages, passes) if not ok), None)
 
 
-def iteration_score(passes: tuple[bool, ...], iteration: int, penalty: float) -> float:
-    """Σ_j passed_j · 2^(n-1-j)  −  penalty · iteration.
+def choose_final(
+    candidates: dict[int, Optional[GRAOutput]], stages: Sequence[str], selection: FinalSelection = "best"
+) -> int:
+    """The iteration whose answer becomes the trace's outputs.
 
-    The weighted sum reads the tuple of passed flags (stage order) as a binary number, so without
-    the penalty it orders iterations exactly lexicographically: passing an earlier stage beats
-    passing any number of later ones. The penalty (in units of the last stage's weight) lets a
-    refinement win only when it improves on an earlier iteration by more than penalty × extra
-    iterations; with the default 0.5, iteration 1 that fixes only the reply (+1) beats iteration 0,
-    while iteration 2 that fixes only the reply ties with iteration 0 (+1 − 1.0) and the tie goes
-    to the earlier iteration.
-    """
-    n = len(passes)
-    return sum(2 ** (n - 1 - j) for j, ok in enumerate(passes) if ok) - penalty * iteration
-
-
-def choose_final(candidates: dict[int, Optional[GRAOutput]], stages: Sequence[str], penalty: float) -> int:
-    """The iteration with the highest `iteration_score`; ties go to the earliest iteration.
-
-    ``candidates`` maps each complete iteration (every stage valid) to its audit, or None when the
-    GRA produced no valid audit for it.
+    ``candidates`` maps each complete iteration (every stage valid) to its audit, or None when the GRA
+    produced no valid audit for it. ``best`` compares the tuples of passed flags in stage order
+    lexicographically (passing an earlier stage beats passing any number of later ones), so a later
+    iteration wins only when it is strictly better, and a tie goes to the earliest iteration: the
+    iteration number breaks ties and nothing else. ``last`` takes the last complete iteration, the
+    no-selection variant the issue describes MERG comparing against.
     """
     if not candidates:
         raise ValueError("choose_final needs at least one complete iteration")
-    return max(
-        sorted(candidates), key=lambda it: (iteration_score(stage_passes(candidates[it], stages), it, penalty), -it)
-    )
+    if selection == "last":
+        return max(candidates)
+    return max(sorted(candidates), key=lambda it: (stage_passes(candidates[it], stages), -it))

@@ -18,7 +18,7 @@ from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
 from distill import schemas, teacher_prompts
 
-PROMPT_VERSION = "v2"  # the teacher renderer: v2 follows TRACE's agent specifications
+PROMPT_VERSION = "v2"  # the teacher renderer: v2 is modelled on TRACE's agent specifications (see teacher_prompts)
 # The student renderer and the student's answer format: v2 = classification roles answer with the
 # decision alone (`RoleSpec.student_schema`). Adapters record the version they were trained on.
 STUDENT_PROMPT_VERSION = "v2"
@@ -36,6 +36,7 @@ class RoleInput:
     gold_emotion: Optional[str] = None  # STaR-style rationalisation: teacher only
     gold_response: Optional[str] = None
     correction: Optional[str] = None  # the reflection agent's feedback for this role
+    previous: Optional[BaseModel] = None  # this role's answer in the iteration the feedback is about
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class RoleSpec:
     student_schema: Optional[type[BaseModel]] = None
     # A schema that depends on the run's enabled stages (the reflection audit names only those).
     stage_schema: Optional[Callable[[tuple[str, ...]], type[BaseModel]]] = None
+    # The teacher's instruction for a role that reads the run's stages (the audit): built from the
+    # stages present in the input, so it never asks about a stage that did not run.
+    stage_task: Optional[Callable[[tuple[str, ...]], str]] = None
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
@@ -165,7 +169,8 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
     Like TRACE's agents, the teacher sees the dialogue, not ED's situation prompt (the seeker's own
     description, which often names the emotion); the situation is only the retrieval query.
     """
-    system = f"You are the {spec.title} in a team of agents that writes empathetic replies.\n\n{spec.task}"
+    task = spec.stage_task(tuple(inp.upstream)) if spec.stage_task is not None and inp.upstream else spec.task
+    system = f"You are the {spec.title} in a team of agents that writes empathetic replies.\n\n{task}"
     parts = [f"Dialogue:\n{inp.dialogue.render_context()}"]
     briefing = _briefing(spec, inp)
     if briefing:
@@ -179,6 +184,8 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
         )
     if inp.gold_response:
         parts.append(f"Reference: the human listener actually replied: {inp.gold_response}")
+    if inp.previous is not None:
+        parts.append(f"Your previous answer: {inp.previous.model_dump_json()}")
     if inp.correction:
         parts.append(f"A reviewer found a problem with your previous answer: {inp.correction}")
     parts.append(_schema_hint(spec.schema))
@@ -191,6 +198,8 @@ def render_student(spec: RoleSpec, inp: RoleInput) -> Messages:
     up = _upstream_lines(inp, spec.inputs)
     if up:
         parts.append("\n".join(up))
+    if inp.previous is not None:
+        parts.append(f"previous: {spec.student_target(inp.previous).model_dump_json()}")
     if inp.correction:
         parts.append(f"fix: {inp.correction}")
     return [{"role": "system", "content": f"[{spec.name}]"}, {"role": "user", "content": "\n".join(parts)}]
@@ -247,8 +256,8 @@ ROLES: dict[str, RoleSpec] = {
         ),
         RoleSpec(
             "gra", "Global Reflection Agent", schemas.GRAOutput, (*_ALL_BEFORE_ERS, "ers"), 0.0, 256,
-            teacher_prompts.GRA_TASK,
-            stage_schema=schemas.audit_schema, stage=False,
+            teacher_prompts.gra_task((*_ALL_BEFORE_ERS, "ers")),
+            stage_schema=schemas.audit_schema, stage_task=teacher_prompts.gra_task, stage=False,
             switch="reflection", default_on=False,
             switch_help="MERG global reflection agent and refinement loop",
         ),

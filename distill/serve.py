@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from distill.backends.base import GenerationRequest
 from distill.serve_batcher import RequestBatcher
-from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, ServeGuard
+from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, ServeGuard
 
 # Fields of OpenAI's chat API that would change the answer and that this server does not implement: a
 # request that sets one is refused, as OpenAI refuses what a model cannot do, never silently ignored.
@@ -192,6 +192,7 @@ def create_app(
     batch_window_ms: float = 10.0,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     api_key: Optional[str] = None,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
 ):
     """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names).
 
@@ -210,7 +211,7 @@ def create_app(
         await batcher.stop()
 
     app = FastAPI(title="trace-distill serve", lifespan=lifespan)
-    app.add_middleware(ServeGuard, max_body_bytes=max_body_bytes, api_key=api_key)
+    app.add_middleware(ServeGuard, max_body_bytes=max_body_bytes, api_key=api_key, request_timeout_s=request_timeout_s)
 
     def error(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> JSONResponse:
         counters["bad_requests"] += status < 500

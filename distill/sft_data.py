@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from data_prep.taxonomy import to_ekman
 from distill.config import PipelineConfig
 from distill.roles import ROLES, build_role_input
+from distill.sft_tasks import DIRECT_ROLES, RationaleSource, direct_row, with_rationale_twins
 from distill.trace import Trace
 
 SPLITS = ("train", "validation")
@@ -47,6 +48,13 @@ class DatasetOptions:
     # repeat asi train rows of rarer emotions until every emotion has as many as the commonest, so a
     # small student is not taught the skew of the data (the validation split is left as it is)
     balance_emotions: bool = False
+    # "direct": the standard fine-tuning baseline, the dialogue in and the data's gold answer out, with no
+    # teacher output at all (distill.sft_tasks); only asi and ers have such rows
+    inputs: Literal["pipeline", "direct"] = "pipeline"
+    # a rationale-task twin for asi/srp train rows (Distilling step-by-step), from the teacher's reasoning
+    # or from ED's situation text; `rationale_share` of the label rows get one (seeded)
+    rationale: Optional[RationaleSource] = None
+    rationale_share: float = 1.0
 
 
 @dataclass
@@ -151,6 +159,8 @@ def role_row(
     role: str, trace: Trace, run_roles: set[str], options: DatasetOptions
 ) -> tuple[Optional[dict], Optional[str]]:
     """The SFT row for one role of one trace, or (None, reason to drop)."""
+    if options.inputs == "direct":
+        return direct_row(role, trace)  # the dialogue and its gold answer: the trace's outcome is irrelevant
     if trace.status == "failed":
         return None, "trace failed"
     if options.require_gold_emotion and (why := _asi_matches_gold(trace)):
@@ -179,6 +189,7 @@ def role_row(
         "dialogue_id": trace.dialogue.id,
         "conv_id": trace.dialogue.conv_id,
         "key": trace.key,
+        "task": "label",
     }, None
 
 
@@ -194,6 +205,7 @@ def _features():
             "dialogue_id": Value("string"),
             "conv_id": Value("string"),
             "key": Value("string"),
+            "task": Value("string"),  # "label", or "rationale" for a rationale-task twin
         }
     )
 
@@ -224,12 +236,7 @@ def build_role_datasets(
     if options.split:
         traces = _only_split(traces, options.split, run_meta, report)
     run_roles = enabled_roles(traces)
-    for role in roles or run_roles:
-        if role not in ROLES:
-            raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
-        if role not in run_roles:
-            report.skipped_roles[role] = "role not enabled in this trace run"
-    wanted = [r for r in (roles or run_roles) if r in run_roles]
+    wanted = _wanted_roles(roles, run_roles, options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
     result: dict[str, DatasetDict] = {}
     for role in wanted:
@@ -241,9 +248,33 @@ def build_role_datasets(
         by_split = {s: [r for r in rows if (r["conv_id"] in held_out) == (s == "validation")] for s in SPLITS}
         if options.balance_emotions and role == "asi":
             by_split["train"] = balance_by_emotion(by_split["train"], options.seed)
+        if options.rationale:  # twins train only: validation measures the label task the student answers
+            by_key = {t.key: t for t in traces}
+            by_split["train"], missing = with_rationale_twins(
+                by_split["train"], role, by_key, options.rationale, options.rationale_share, options.seed
+            )
+            counts.dropped["no rationale (twin skipped)"] += missing
         result[role] = DatasetDict({s: _to_dataset(by_split[s]) for s in SPLITS})
         counts.rows = {s: len(by_split[s]) for s in SPLITS}
     return result
+
+
+def _wanted_roles(
+    roles: Optional[Sequence[str]], run_roles: list[str], options: DatasetOptions, report: BuildReport
+) -> list[str]:
+    """The roles to build: the requested ones the run can give rows for (`roles=None`: all of them)."""
+    if options.inputs == "direct":  # gold answers come from the data, whichever roles the teacher ran
+        requested = list(roles or DIRECT_ROLES)
+        bad = [r for r in requested if r not in DIRECT_ROLES]
+        if bad:
+            raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
+        return requested
+    for role in roles or run_roles:
+        if role not in ROLES:
+            raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
+        if role not in run_roles:
+            report.skipped_roles[role] = "role not enabled in this trace run"
+    return [r for r in (roles or run_roles) if r in run_roles]
 
 
 def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:
@@ -270,6 +301,9 @@ def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], r
     if traces and all(s is None for s in known):
         raise ValueError(f"--split {split}: this trace run records no dialogue split (run.json has no 'split')")
     kept = [t for t, s in zip(traces, known) if s == split]
+    if traces and not kept:
+        found = ", ".join(sorted({s for s in known if s}))
+        raise ValueError(f"--split {split}: no trace of this run is from that split (its traces are from: {found})")
     if len(kept) < len(traces):
         report.problems.append(f"--split {split}: skipped {len(traces) - len(kept)} traces from other splits")
     return kept

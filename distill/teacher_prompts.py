@@ -1,7 +1,9 @@
 """What the teacher is told, role by role: the instructions, label definitions and the briefing on earlier agents.
 
-The four TRACE roles follow the agent specifications of TRACE's code (sunbus100/TRACE, Agent1.py-Agent4.py),
-written in our own words:
+The four TRACE roles are modelled on the agent specifications of TRACE's code (sunbus100/TRACE,
+Agent1.py-Agent4.py), in our own words, with the differences the README's deviations table lists (cause
+definitions added, the strategy examples dropped, reasoning capped at 240 characters and trigger spans at
+120 by the schemas, `prepared` listed under happiness):
 
 - each agent is told which earlier agents ran and what each of them produced (`BRIEFS`);
 - ASI sees the dialogue and the six classes with the finer ED emotions each groups, and answers with its
@@ -13,7 +15,8 @@ written in our own words:
 - ERS emulates the tone and brevity of the retrieved human replies without copying them, opens with the
   chosen strategy and blends in a second one, and weaves in a concrete detail from the trigger sentences.
 
-The MERG and EmoStage roles are ours, from those papers' descriptions. The compact student prompts are
+The MERG and EmoStage roles, the audit's per-stage checks and the plan's value lists are this project's
+own wording of those papers' roles. The compact student prompts are
 not here: the behaviour of a student lives in its adapter (`distill.roles.render_student`).
 """
 
@@ -96,7 +99,26 @@ PERSPECTIVE_TASK = (
 
 PHASE_TASK = "Decide which counselling phase the conversation is in:\n" + _defs(PHASE_DEFINITIONS)
 
-GRA_TASK = """Audit the earlier agents' work stage by stage, in order. For each stage say whether it passed: \
-the emotion fits the dialogue, the cause is grounded in the seeker's words, the forecast emotion is \
-consistent with them, the strategy suits the emotion, and the reply is empathetic, specific and consistent \
-with the plan. Name the earliest failed stage (or null) and give a one-sentence correction for it."""
+# What the audit checks at each stage; `gra_task` asks only about the stages that ran.
+GRA_CHECKS: dict[str, str] = {
+    "asi": "the emotion fits the dialogue",
+    "cae": "the cause is grounded in the seeker's words",
+    "caef": "the forecast emotion is consistent with the seeker's emotion and its cause",
+    "perspective": "the seeker's state and needs fit the dialogue",
+    "phase": "the counselling phase fits the conversation",
+    "srp": "the strategy suits the emotion",
+    "plan": "the plan suits the emotion and the strategy",
+    "ers": "the reply is empathetic and specific",
+}
+
+
+def gra_task(stages: tuple[str, ...]) -> str:
+    """The audit instruction for the run's enabled `stages`: one check per stage, in stage order."""
+    checks = [f"- {stage}: {GRA_CHECKS[stage]}" for stage in GRA_CHECKS if stage in stages]
+    if "ers" in stages and "plan" in stages:
+        checks[-1] += ", and consistent with the plan"
+    return (
+        "Audit the earlier agents' work stage by stage, in order. For each of these stages say whether it "
+        "passed:\n" + "\n".join(checks) + "\nName the earliest failed stage (or null) and give a one-sentence "
+        "correction for it."
+    )

@@ -2,6 +2,7 @@
 
     python -m eval score --responses <file.csv|file.jsonl> --column <name> [...]
     python -m eval compare --config configs/eval/<name>.yaml --out <dir>
+    python -m eval curve --config configs/eval/curve.yaml --out <dir>
 
 Each command lives in its own module; `data_prep.commands.dispatch` runs it.
 """
@@ -17,6 +18,10 @@ COMMANDS = {
     "compare": (
         "eval.cli_compare",
         "run/read every system of a config on one test split and write report.json/.md + plots",
+    ),
+    "curve": (
+        "eval.cli_curve",
+        "learning curves: distilled, direct and rationale-task students at N train conversations, paired",
     ),
 }
 

@@ -15,7 +15,7 @@ from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
 from distill.trace import Trace
 from eval.stats import mean_with_ci
 
-INVALID = "(invalid)"  # a prediction missing or outside the label set; always counted as wrong
+INVALID = "(invalid)"  # a prediction missing or outside the label set: wrong in the strict figure
 
 
 def _normalise(label: Optional[str], labels: Sequence[str]) -> str:
@@ -26,6 +26,10 @@ def _normalise(label: Optional[str], labels: Sequence[str]) -> str:
 def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str], labels: Sequence[str]) -> dict:
     """Accuracy (with CI), macro-F1 and confusion matrix of ``predicted`` vs ``gold`` over ``labels``.
 
+    Two accuracies: ``accuracy`` is strict (an invalid prediction counts as wrong);
+    ``accuracy_invalid_dropped`` is TRACE's (Agent1.py scores only rows with predicted_id >= 0), with
+    ``n_invalid`` the rows it leaves out. A system that answers invalidly more often looks no worse
+    under TRACE's rule, so the strict figure is the one paired comparisons use.
     Macro-F1 averages per-class F1 (van Rijsbergen's F with β=1) over the classes present in gold
     or in the valid predictions, like scikit-learn's default. The confusion matrix has gold as rows,
     predictions as columns, plus an ``(invalid)`` column when any prediction was unusable.
@@ -49,6 +53,7 @@ def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str
     counts = Counter(zip(golds, preds))
     return {
         "accuracy": mean_with_ci(correct),
+        "accuracy_invalid_dropped": mean_with_ci([c for c, p in zip(correct, preds) if p != INVALID]),
         "macro_f1": sum(f1s) / len(f1s) if f1s else None,
         "n": len(gold),
         "n_invalid": preds.count(INVALID),
@@ -71,11 +76,13 @@ def ekman_or_invalid(label: Optional[str]) -> Optional[str]:
 def emotion_accuracy(
     predicted: Sequence[Optional[str]], gold_ekman: Sequence[str], gold_fine: Optional[Sequence[Optional[str]]] = None
 ) -> dict:
-    """I-ACC (TRACE): emotion accuracy, 6-class Ekman and, when both sides are fine ED labels, 32-class.
+    """I-ACC: emotion accuracy, 6-class Ekman and, when both sides are fine ED labels, 32-class; each
+    strict and as TRACE's Agent1.py computes it (invalid predictions dropped), see `classification_report`.
 
     6-class: predictions and gold are mapped to Ekman with `to_ekman` (a fine prediction counts as
     its Ekman family). 32-class is reported only when every gold fine label exists and the
-    predictions are ED labels themselves (a pipeline that predicts Ekman has no 32-class score).
+    predictions are ED labels themselves: `eval score` on a file of fine predictions. The pipeline's
+    ASI answers Ekman's six, so `eval compare` has no 32-class figure.
     """
 
     result = {

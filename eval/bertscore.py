@@ -1,7 +1,8 @@
 """BERTScore of each response against its gold reply.
 
 Runs offline on local weights (`data_prep.models.resolve_model`): the default encoder is all-MiniLM-L6-v2.
-The papers use roberta-large, so every result names the model it was computed with.
+Neither TRACE's code nor MERG's text names an encoder (bert-score's English default is roberta-large), so
+every result names the model it was computed with.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ def bertscore(
     """BERTScore P/R/F1 (Zhang et al. 2020) of each candidate vs its gold reply, with bootstrap CIs.
 
     Uses ``bert_score.score`` with a local encoder directory as ``model_type`` (no hub), no IDF and no
-    baseline rescaling. ``num_layers`` defaults to all of the encoder's layers (6 for MiniLM); the
-    papers use roberta-large at layer 17. Pairs without a reference are skipped; n counts the rest;
+    baseline rescaling. ``num_layers`` defaults to all of the encoder's layers (6 for MiniLM); bert-score's
+    own default for English is roberta-large at layer 17. Pairs without a reference are skipped; n counts the rest;
     an empty candidate scores 0. ``keep_items`` adds each candidate's F1 (None without a reference),
     for paired comparisons.
     """

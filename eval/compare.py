@@ -19,7 +19,8 @@ from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
 from eval.diversity import diversity_metrics
-from eval.paired import human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.run_figures import reflection_figures, retries_per_role
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
@@ -82,19 +83,40 @@ def score_system(
 ) -> tuple[dict[str, Any], dict[str, list]]:
     """Every metric for one system on the test dialogues (its traces are in test order), and the
     per-dialogue values the paired comparisons resample."""
-    from eval.bertscore import bertscore
-
-    responses = [t.response or "" for t in run.traces]
     result: dict[str, Any] = {
         "name": run.name,
         "source": run.source,
         "description": run.description,
         "n": len(test),
         "failed_traces": sum(t.status == "failed" for t in run.traces),
-        "empty_responses": sum(not r.strip() for r in responses),
-        "length_words": mean_with_ci([len(r.split()) for r in responses]),
-        "diversity": diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size),
+        "replies": run.replies,
     }
+    extras: dict[str, list] = {}
+    if run.replies:
+        extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
+    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
+    # ASI answers Ekman's six, so there is no 32-class figure to list here (see `emotion_accuracy`)
+    predicted = [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces]
+    result["i_acc"] = {"ekman6": emotion_accuracy(predicted, [d.emotion for d in test])["ekman6"]} if ran_asi else None
+    result["agreement"] = (
+        teacher_agreement(run.traces, reference.traces)
+        if reference is not None and reference.name != run.name
+        else None
+    )
+    result["schema_valid"] = schema_valid_rate(run.traces)
+    result["cost"] = _cost(run)
+    result["retries"] = retries_per_role(run.traces)
+    result["reflection"] = reflection_figures(run.traces)
+    return result, per_dialogue(run, test, reference, extras)
+
+
+def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue], config: CompareConfig, reference_lm):
+    """The reply metrics into `result`; returns the per-dialogue values the paired comparisons need."""
+    from eval.bertscore import bertscore
+
+    result["empty_responses"] = sum(not r.strip() for r in responses)
+    result["length_words"] = mean_with_ci([len(r.split()) for r in responses])
+    result["diversity"] = diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size)
     extras: dict[str, list] = {}
     if config.ppl is not None:
         result["ppl"], extras["ppl"] = score_ppl(responses, test, config, reference_lm)
@@ -103,24 +125,7 @@ def score_system(
         score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
         extras["bertscore_f1"] = score.pop("items")
         result["bertscore"] = score
-    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
-    result["i_acc"] = (
-        emotion_accuracy(
-            [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces],
-            [d.emotion for d in test],
-            [d.emotion_fine for d in test],
-        )
-        if ran_asi
-        else None
-    )
-    result["agreement"] = (
-        teacher_agreement(run.traces, reference.traces)
-        if reference is not None and reference.name != run.name
-        else None
-    )
-    result["schema_valid"] = schema_valid_rate(run.traces)
-    result["cost"] = _cost(run)
-    return result, per_dialogue(run, test, reference, extras)
+    return extras
 
 
 def _cost(run: SystemRun) -> dict[str, Any]:
@@ -182,6 +187,8 @@ def _mark_shared_outputs(runs: list[SystemRun], systems: list[dict[str, Any]]) -
     the teacher's own traces, and two identical rows must not read as an independent replication."""
     seen: dict[tuple, str] = {}
     for run, system in zip(runs, systems):
+        if not run.replies:
+            continue
         replies = tuple(t.response or "" for t in run.traces)
         system["same_outputs_as"] = seen.get(replies)
         seen.setdefault(replies, run.name)
@@ -218,6 +225,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "bertscore": config.bertscore.model_dump() if config.bertscore else None,
                 "ead": config.ead.model_dump(),
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
+                "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
             },
             "systems": systems,
             "human_gold": human_gold(test, config, reference_lm),

@@ -2,8 +2,9 @@
 
 Two separate confidence intervals say little about a difference; a paired bootstrap over the same
 test dialogues does. Every pair of systems gets one for each per-dialogue metric both have: I-ACC
-(correct or not), PPL (the corpus statistic over the resampled dialogues), BERTScore F, emotion
-agreement with the reference system, and latency. The human-gold row gives a reader the scale of
+(strict: an invalid answer is wrong), PPL (the corpus statistic over the resampled dialogues), BERTScore F, emotion
+agreement with the reference system, and latency; Holm's adjustment over the whole table says which
+differences survive the multiple comparisons. The human-gold row gives a reader the scale of
 diversity and fluency that real listeners reach on the same dialogues.
 """
 
@@ -18,8 +19,9 @@ from data_prep.taxonomy import to_ekman
 from eval.accuracy import ekman_or_invalid
 from eval.diversity import diversity_metrics
 from eval.perplexity import corpus_ppl
-from eval.stats import mean_with_ci, paired_bootstrap
+from eval.stats import DEFAULT_RESAMPLES, holm, mean_with_ci, paired_bootstrap
 
+ALPHA = 0.05  # the family-wise error rate the paired table is corrected to
 # metric -> how to read a difference (first − second)
 PAIRED_METRICS = {
     "i_acc": "higher is better",
@@ -48,9 +50,20 @@ def per_dialogue(run, test: Sequence[Dialogue], reference, extras: dict[str, lis
     return values
 
 
+def paired_resamples(family_size: int) -> int:
+    """Resamples for a family of `family_size` paired tests: at least 1,000, and enough that the smallest
+    attainable p, 2 / (B + 1), is below Holm's first threshold ALPHA / m, so every row can survive."""
+    return max(DEFAULT_RESAMPLES, 40 * family_size)
+
+
 def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str, Any]]:
-    """One paired bootstrap per pair of systems and metric both have; diff = first − second."""
-    out = []
+    """One paired bootstrap per pair of systems and metric both have; diff = first − second.
+
+    The family is every row of the table (each pair of systems × each metric both have). Holm's
+    adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
+    holds at a family-wise error rate of ALPHA. A CI that excludes 0 alone is not a finding.
+    """
+    rows = []
     for first, second in combinations(per_system, 2):
         a, b = per_system[first], per_system[second]
         for metric, reading in PAIRED_METRICS.items():
@@ -60,9 +73,17 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
             if metric == "bertscore_f1":  # dialogues without a gold reply have no score on either side
                 keep = [i for i, (x, y) in enumerate(zip(xs, ys)) if x is not None and y is not None]
                 xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
-            stat = corpus_ppl if metric == "ppl" else None
-            result = paired_bootstrap(xs, ys, statistic=stat)
-            out.append({"pair": [first, second], "metric": metric, "reading": reading, **result})
+            rows.append(((first, second), metric, reading, xs, ys))
+    resamples = paired_resamples(len(rows))
+    out = []
+    for pair, metric, reading, xs, ys in rows:
+        stat = corpus_ppl if metric == "ppl" else None
+        result = paired_bootstrap(xs, ys, statistic=stat, resamples=resamples)
+        out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples})
+    adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None})
+    for i, row in enumerate(out):
+        row["p_holm"] = adjusted.get(str(i))
+        row["survives_holm"] = row["p_holm"] is not None and row["p_holm"] < ALPHA
     return out
 
 

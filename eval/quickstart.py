@@ -24,6 +24,18 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 CORE = ("asi", "cae", "srp", "ers")
 
 
+def _positive(text: str) -> int:
+    """An argparse type: sizes are checked when parsed, before any stage runs (a bad one used to fail
+    only after data prep and indexing, in a message about another command's flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="run folder; rerunning resumes it")
     parser.add_argument(
@@ -44,11 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="SFT datasets keep only traces whose asi emotion is the gold label (STaR filter)",
     )
-    parser.add_argument("--train-limit", type=int, default=48, help="train dialogues the teacher annotates")
-    parser.add_argument("--test-limit", type=int, default=16, help="test dialogues every system is scored on")
+    parser.add_argument("--train-limit", type=_positive, default=48, help="train dialogues the teacher annotates")
+    parser.add_argument("--test-limit", type=_positive, default=16, help="test dialogues every system is scored on")
     parser.add_argument(
         "--max-tokens-budget",
-        type=int,
+        type=_positive,
         default=6000,
         help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)",
     )
@@ -137,26 +149,6 @@ def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     }
 
 
-def _adapter_stale(out: Path, role: str, max_tokens_budget: int) -> str | None:
-    """Why `role`'s adapter must be (re)trained, or None when it was trained on today's dataset and budget."""
-    from datasets import load_from_disk
-
-    from distill.adapters import has_metadata, read_metadata
-    from distill.roles import STUDENT_PROMPT_VERSION
-
-    folder = out / "adapters" / role
-    if not has_metadata(folder):
-        return "not trained yet"
-    meta = read_metadata(folder)
-    if meta.get("dataset_fingerprint") != load_from_disk(str(out / "datasets" / role))["train"]._fingerprint:
-        return "its dataset changed"
-    if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
-        return f"it was trained for student prompt version {meta.get('prompt_version')}"
-    if (meta.get("train_config") or {}).get("max_tokens_budget") != max_tokens_budget:
-        return "--max-tokens-budget changed"
-    return None
-
-
 def _run_cli(package: str, argv: list[str], what: str) -> None:
     """Run `python -m <package> <argv>` in this process: the command a user would type."""
     import importlib
@@ -210,18 +202,10 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 
 
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
-    stale = {r: why for r in CORE if (why := _adapter_stale(out, r, args.max_tokens_budget))}
-    if not stale:
+    from eval.adapter_runs import train_stale
+
+    if not train_stale(out / "datasets", out / "adapters", CORE, args.max_tokens_budget):
         print(f"reusing {out / 'adapters'}")
-        return
-    for role, why in stale.items():
-        if why != "not trained yet":
-            print(f"retraining {role}: {why}")
-    kept = [r for r in CORE if r not in stale]
-    print(f"training {', '.join(stale)}" + (f" (reusing {', '.join(kept)})" if kept else ""))
-    argv = ["--config", str(CONFIGS / "train" / "smollm2-cpu.yaml"), "--dataset_name", str(out / "datasets")]
-    argv += ["--output_dir", str(out / "adapters"), "--roles", ",".join(stale)]
-    _run_cli("train", [*argv, "--max_tokens_budget", str(args.max_tokens_budget)], "train")
 
 
 def step_eval(out: Path, args: argparse.Namespace, source: str) -> None:

@@ -58,39 +58,39 @@ def system_figures(report: dict, name: str) -> dict[str, str]:
     if s is None:
         return {}
     acc = (s.get("i_acc") or {}).get("ekman6") or {}
+    div = s.get("diversity") or {}
     return {
         "test dialogues": fmt(s["n"]),
         "emotion accuracy (I-ACC, 6 classes) [95% CI]": with_ci(acc.get("accuracy")),
         "macro-F1 (6)": fmt(acc.get("macro_f1")),
-        "Dist-2 / EAD-2": f"{fmt(s['diversity']['dist2'])} / {fmt(s['diversity']['ead2'])}",
+        "Dist-2 / EAD-2": f"{fmt(div.get('dist2'))} / {fmt(div.get('ead2'))}",
         "PPL [95% CI]": with_ci(s.get("ppl")),
         "BERTScore F vs the gold reply [95% CI]": with_ci((s.get("bertscore") or {}).get("f1")),
         "test split": f"`{report['test']['split']}` of `{report['test']['dialogues']}`",
     }
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def _quality_row(s: dict) -> list[str]:
-    div, ppl = s["diversity"], s.get("ppl") or {}
+    div, ppl = s.get("diversity") or {}, s.get("ppl") or {}
     acc = (s.get("i_acc") or {}).get("ekman6") or {}
-    acc32 = (s.get("i_acc") or {}).get("ed32") or {}
     name = s["name"] + (f" (the same outputs as {s['same_outputs_as']})" if s.get("same_outputs_as") else "")
     return [
         name,
         fmt(s["n"]),
         with_ci(ppl) if ppl else DASH,
-        fmt(div["dist1"]),
-        fmt(div["dist2"]),
-        fmt(div["ead1"]),
-        fmt(div["ead2"]),
+        fmt(div.get("dist1")),
+        fmt(div.get("dist2")),
+        fmt(div.get("ead1")),
+        fmt(div.get("ead2")),
         with_ci(s.get("length_words")),
         with_ci(acc.get("accuracy")),
+        with_ci(acc.get("accuracy_invalid_dropped")),
         fmt(acc.get("n_invalid")),
         fmt(acc.get("macro_f1")),
-        with_ci(acc32.get("accuracy")),
         with_ci((s.get("bertscore") or {}).get("f1")),
     ]
 
@@ -100,9 +100,9 @@ def quality_table(report: dict) -> list[str]:
     rows = [_quality_row(s) for s in report["systems"]]
     if report.get("human_gold"):
         rows.append(_quality_row(report["human_gold"]))
-    header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6)"]
-    header += ["invalid", "macro-F1 (6)", "I-ACC (32)", "BERTScore F"]
-    return _table(header, rows)
+    header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6, strict)"]
+    header += ["I-ACC (6, TRACE: invalid dropped)", "invalid (dropped)", "macro-F1 (6)", "BERTScore F"]
+    return markdown_table(header, rows)
 
 
 def paired_table(report: dict) -> list[str]:
@@ -113,11 +113,42 @@ def paired_table(report: dict) -> list[str]:
             interval(p["diff"], p["ci_low"], p["ci_high"]),
             fmt(p["n"]),
             p["reading"],
-            "yes" if p["ci_low"] is not None and (p["ci_low"] > 0 or p["ci_high"] < 0) else "no",
+            fmt(p.get("p_value")),
+            fmt(p.get("p_holm")),
+            "yes" if p.get("survives_holm") else "no",
         ]
         for p in report.get("paired") or []
     ]
-    return _table(["Pair (first − second)", "metric", "difference [95% CI]", "n", "reading", "CI excludes 0"], rows)
+    header = ["Pair (first − second)", "metric", "difference [95% CI]", "n", "reading", "bootstrap p", "Holm p"]
+    return markdown_table([*header, "survives Holm"], rows)
+
+
+def retries_table(report: dict) -> list[str]:
+    """Per system and role: calls, calls retried, retries (invalid output) and transport retries."""
+    rows = []
+    for s in report["systems"]:
+        retries = s.get("retries") or {}
+        shown = "same settings" if retries.get("retry_temperature") is None else f"≥ {retries['retry_temperature']}"
+        for role, r in (retries.get("roles") or {}).items():
+            counts = (r["calls"], r["retried_calls"], r["retries"], r["transport_retries"])
+            rows.append([s["name"], shown, role, *map(fmt, counts)])
+    header = ["System", "retry temperature", "role", "calls", "retried calls", "retries", "transport retries"]
+    return markdown_table(header, rows)
+
+
+def reflection_table(report: dict) -> list[str]:
+    """The reflection figures of the systems that ran reflection (empty when none did)."""
+    rows = []
+    for s in report["systems"]:
+        r = s.get("reflection")
+        if not r:
+            continue
+        blamed = ", ".join(f"{stage} {count}" for stage, count in r["blamed"].items()) or "none"
+        audits = f"{fmt(r['valid_audits'])} / {fmt(r['audit_calls'])}"
+        figures = (r["rerun_rate"], r["mean_selected_iteration"], r["reply_changed_by_pick"])
+        rows.append([s["name"], audits, fmt(r["clean_audits"]), blamed, *map(with_ci, figures)])
+    header = ["System", "valid audits / calls", "clean audits", "blamed stage (per audit)", "rerun rate"]
+    return markdown_table([*header, "mean selected iteration", "reply changed by the pick"], rows) if rows else []
 
 
 def agreement_table(report: dict) -> list[str]:
@@ -136,7 +167,7 @@ def agreement_table(report: dict) -> list[str]:
                 with_ci(s["schema_valid"]["overall"]),
             ]
         )
-    return _table(
+    return markdown_table(
         ["System", "n pairs", "emotion", "cause category", "strategy", "trigger F1", "n calls", "schema-valid"], rows
     )
 
@@ -158,7 +189,7 @@ def cost_table(report: dict) -> list[str]:
                 fmt(c["peak_rss_mb"]),
             ]
         )
-    return _table(
+    return markdown_table(
         [
             "System",
             "latency p50 (s)",
@@ -192,7 +223,7 @@ def judge_table(judge: dict) -> list[str]:
                 ]
             )
     header = ["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "Holm p", "invalid verdicts"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def _notes(report: dict) -> list[str]:
@@ -211,7 +242,10 @@ def _notes(report: dict) -> list[str]:
             "(token-weighted exp(total NLL / total response tokens))."
         )
     if bert:
-        notes.append(f"BERTScore: encoder `{bert['model']}` (papers use roberta-large), vs the gold reply.")
+        notes.append(
+            f"BERTScore: encoder `{bert['model']}`, vs the gold reply (neither TRACE's code nor MERG's text "
+            "names an encoder; bert-score's English default is roberta-large)."
+        )
     notes.append(
         f"EAD tokenizer `{st['ead']['tokenizer']}`. Agreement is with `{st['reference_system']}` on the same "
         "dialogue ids. Latency is the sum of a dialogue's step latencies."
@@ -223,6 +257,7 @@ def _notes(report: dict) -> list[str]:
 
 
 def render_markdown(report: dict) -> str:
+    fam = report["settings"].get("paired_family") or {}
     lines = [
         "# Evaluation report",
         "",
@@ -239,9 +274,15 @@ def render_markdown(report: dict) -> str:
         "## Paired differences (same dialogues, bootstrap over dialogues)",
         "",
         "Each row resamples the test dialogues and takes both systems' values on the same draw, so the "
-        "interval is for the difference itself. PPL's is the corpus statistic on each draw.",
+        "interval is for the difference itself. PPL's is the corpus statistic on each draw. The family is "
+        f"every row of this table ({fam.get('rows', DASH)}); Holm's adjustment holds its family-wise error rate "
+        f"at {fam.get('alpha', DASH)}, and only a row that survives it is a finding.",
         "",
         *paired_table(report),
+        "",
+        "## Retries per role",
+        "",
+        *retries_table(report),
         "",
         "## Cost and speed",
         "",
@@ -254,6 +295,9 @@ def render_markdown(report: dict) -> str:
     ]
     if any((s.get("i_acc") or {}).get("ekman6") for s in report["systems"]):
         lines += ["![emotion confusion matrices](confusion.png)", ""]
+    reflection = reflection_table(report)
+    if reflection:
+        lines += ["## Reflection (MERG's global reflection agent)", "", *reflection, ""]
     if report.get("judge"):
         j = report["judge"]
         lines += [

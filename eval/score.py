@@ -5,8 +5,9 @@
         [--bertscore-model minilm] [--out metrics.json]
 
 Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
-when a gold column is given, PPL only with ``--ppl-model``. The metrics JSON goes to stdout (and
-``--out``); a missing file or column is one line on stderr and exit code 2.
+when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
+skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``); a missing file
+or column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from data_prep.commands import not_a_directory
 from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
 from eval.diversity import diversity_metrics
@@ -26,52 +28,73 @@ class ScoreInputError(ValueError):
     """The responses file or one of its columns is unusable; the message names file, row and field."""
 
 
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """Rows of a .csv (header row) or .jsonl (one object per line) file."""
+def read_rows(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """(where, row) for each row of a .csv (header row) or .jsonl (one object per line) file; `where` is
+    "line N" of a JSONL file or "row N" of a CSV, so an error names the place to fix."""
     file = Path(path)
     if not file.is_file():
         raise ScoreInputError(f"{path}: no such file")
     if file.suffix.lower() == ".jsonl":
-        rows = []
-        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ScoreInputError(f"{path} line {number}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ScoreInputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-        if not rows:
-            raise ScoreInputError(f"{path}: no rows to score")
-        return rows
+        return _jsonl_rows(file, path)
     if file.suffix.lower() != ".csv":
         raise ScoreInputError(f"{path}: expected a .csv or .jsonl file")
     _, rows = read_csv_rows(file)
-    found = [row for _, row in rows]
+    found = [(f"row {number}", row) for number, (_, row) in enumerate(rows, start=1)]
     if not found:
         raise ScoreInputError(f"{path}: no rows to score")
     return found
 
 
-def column(rows: list[dict[str, Any]], name: str, path: str, required: bool = True) -> list[Optional[str]]:
-    """One column as strings; a missing column (or a missing value when required) names the row."""
-    if rows and all(name not in row for row in rows):
-        known = ", ".join(rows[0].keys())
+def _jsonl_rows(file: Path, path: str) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    for number, raw in enumerate(file.read_bytes().splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScoreInputError(f"{path} line {number}: non-UTF-8 bytes (save the file as UTF-8)") from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ScoreInputError(f"{path} line {number}: not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise ScoreInputError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}")
+        rows.append((f"line {number}", row))
+    if not rows:
+        raise ScoreInputError(f"{path}: no rows to score")
+    return rows
+
+
+def column(
+    rows: list[tuple[str, dict[str, Any]]], name: str, path: str, required: bool = True, label: bool = False
+) -> list[Optional[str]]:
+    """One column as strings; a missing column (or a missing value when required) names the row.
+
+    A JSONL value must be a string (a label column may also hold an integer id): a number, list or
+    NaN in a reply column is a broken export, and scoring its repr as text would hide that.
+    """
+    if rows and all(name not in row for _, row in rows):
+        known = ", ".join(rows[0][1].keys())
         raise ScoreInputError(f"{path}: no column '{name}' (columns: {known})")
     values = []
-    for number, row in enumerate(rows, start=1):
+    for where, row in rows:
         value = row.get(name)
         if value is None and required:
-            raise ScoreInputError(f"{path} row {number}: field '{name}' is missing")
+            raise ScoreInputError(f"{path} {where}: field '{name}' is missing")
+        allowed = (str, int) if label else (str,)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, allowed)):
+            raise ScoreInputError(
+                f"{path} {where}: field '{name}': expected {'a label' if label else 'text'}, "
+                f"got {type(value).__name__} {json.dumps(value)[:40]}"
+            )
         if value is not None and undecodable(str(value)):
-            raise ScoreInputError(f"{path} row {number}: field '{name}': non-UTF-8 bytes (save the file as UTF-8)")
+            raise ScoreInputError(f"{path} {where}: field '{name}': non-UTF-8 bytes (save the file as UTF-8)")
         values.append(None if value is None else str(value))
     return values
 
 
-def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
     from eval.accuracy import emotion_accuracy
 
     responses = [r or "" for r in column(rows, args.column, args.responses)]
@@ -84,18 +107,16 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
     if args.emotion_column or args.gold_emotion_column:
         if not (args.emotion_column and args.gold_emotion_column):
             raise ScoreInputError("I-ACC needs both --emotion-column and --gold-emotion-column")
-        gold = column(rows, args.gold_emotion_column, args.responses)
-        for number, label in enumerate(gold, start=1):
+        gold = column(rows, args.gold_emotion_column, args.responses, label=True)
+        for (where, _), value in zip(rows, gold):
             try:
-                to_ekman(label)
+                to_ekman(value)
             except ValueError as err:
-                raise ScoreInputError(
-                    f"{args.responses} row {number}: field '{args.gold_emotion_column}': {err}"
-                ) from None
+                raise ScoreInputError(f"{args.responses} {where}: field '{args.gold_emotion_column}': {err}") from None
         # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
         gold_fine = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
         out["i_acc"] = emotion_accuracy(
-            column(rows, args.emotion_column, args.responses, required=False), gold, gold_fine
+            column(rows, args.emotion_column, args.responses, required=False, label=True), gold, gold_fine
         )
     if args.gold_column:
         from eval.bertscore import bertscore
@@ -108,6 +129,16 @@ def score_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
 
         out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context)
     return out
+
+
+def skipped_metrics(args: argparse.Namespace) -> list[str]:
+    """The metrics this run leaves out for want of a flag, each with the flag that turns it on."""
+    wants = {
+        "I-ACC (--emotion-column and --gold-emotion-column)": args.emotion_column or args.gold_emotion_column,
+        "BERTScore (--gold-column)": args.gold_column,
+        "PPL (--ppl-model, e.g. smollm2-135m)": args.ppl_model,
+    }
+    return [metric for metric, flag in wants.items() if not flag]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,10 +168,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.out and Path(args.out).is_dir():
             raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
+        if args.out and (problem := not_a_directory(Path(args.out).parent)):
+            raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
         metrics = score_rows(read_rows(args.responses), args)
     except ScoreInputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    skipped = skipped_metrics(args)
+    if skipped:  # a metric that is silently absent reads as "not applicable", not "not asked for"
+        print(f"warning: skipped {', '.join(skipped)}", file=sys.stderr)
     text = json.dumps(metrics, indent=2, ensure_ascii=False)
     print(text)
     if args.out:

@@ -2,7 +2,8 @@
 
 A mean-type metric is reported as ``{"value", "ci_low", "ci_high", "n"}`` (see `mean_with_ci`), so the
 report shows how much a difference between systems could be noise. The judge's Win/Lose/Tie counts
-are tested with a two-sided exact sign test (`sign_test`).
+are tested with a two-sided exact sign test (`sign_test`); a paired bootstrap also gives a p-value, and
+`holm` adjusts a family of them.
 """
 
 from __future__ import annotations
@@ -89,12 +90,16 @@ def paired_bootstrap(
     Each resample draws item indices once and applies them to both systems, so the interval is for
     the difference on these dialogues, not two separate intervals that ignore the pairing. ``a[i]``
     and ``b[i]`` must describe the same item; ``statistic`` defaults to the mean.
+
+    ``p_value`` is two-sided: 2 (k + 1) / (B + 1), k the number of the B resampled differences on the
+    smaller side of 0 (at or beyond it), capped at 1. It is the level at which the percentile interval
+    would reach 0, with the usual +1 of a Monte Carlo p-value, so it is never below 2 / (B + 1).
     """
     if len(a) != len(b):
         raise ValueError(f"paired_bootstrap: {len(a)} items against {len(b)}")
     n = len(a)
     if n == 0:
-        return {"diff": None, "ci_low": None, "ci_high": None, "n": 0}
+        return {"diff": None, "ci_low": None, "ci_high": None, "n": 0, "p_value": None}
     stat = statistic or (lambda xs: sum(xs) / len(xs))
     rng = random.Random(seed)
     diffs = []
@@ -105,7 +110,9 @@ def paired_bootstrap(
     alpha = (1.0 - level) / 2
     low = diffs[int(math.floor(alpha * (resamples - 1)))]
     high = diffs[int(math.ceil((1 - alpha) * (resamples - 1)))]
-    return {"diff": float(stat(a) - stat(b)), "ci_low": float(low), "ci_high": float(high), "n": n}
+    k = min(sum(d <= 0 for d in diffs), sum(d >= 0 for d in diffs))
+    p = min(1.0, 2 * (k + 1) / (resamples + 1))
+    return {"diff": float(stat(a) - stat(b)), "ci_low": float(low), "ci_high": float(high), "n": n, "p_value": p}
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:

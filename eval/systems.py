@@ -30,6 +30,16 @@ class CompareError(ValueError):
     """A comparison that cannot run as configured; the message is one line naming the file/field."""
 
 
+class ProbeSpec(BaseModel):
+    """The classical emotion anchor (`eval.probe`): trained on the compare's own dialogues."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: str = Field("train", description="the split of the compare's dialogues it is trained on")
+    limit: Optional[int] = Field(None, ge=2, description="train on the first N dialogues of that split")
+    embedder: str = "minilm"
+
+
 class SystemSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -37,11 +47,12 @@ class SystemSpec(BaseModel):
     traces: Optional[str] = Field(None, description="an existing trace run directory (distill generate --out)")
     backend: Optional[dict[str, Any]] = Field(None, description="backend config, as in distill's YAML `backend:`")
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
+    probe: Optional[ProbeSpec] = Field(None, description="a logistic-regression emotion probe (emotion only)")
 
     @model_validator(mode="after")
     def _one_source(self) -> SystemSpec:
-        if (self.traces is None) == (self.backend is None):
-            raise ValueError(f"system '{self.name}': give exactly one of 'traces' or 'backend'")
+        if sum(x is not None for x in (self.traces, self.backend, self.probe)) != 1:
+            raise ValueError(f"system '{self.name}': give exactly one of 'traces', 'backend' or 'probe'")
         if self.traces is not None and self.pipeline:
             raise ValueError(f"system '{self.name}': 'pipeline' only applies to a generated system (with 'backend')")
         return self
@@ -88,6 +99,7 @@ class CompareConfig(BaseModel):
     dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
     split: str = "test"
     limit: Optional[int] = Field(None, ge=1)
+    chunk_size: int = Field(32, ge=1, description="test dialogues a generated system stores at a time")
     index: Optional[str] = Field(None, description="exemplar index dir; must not contain any test conversation")
     reference: Optional[str] = Field(
         None, description="system the agreement metrics compare with (default: judge.against, else the first)"
@@ -123,6 +135,7 @@ class SystemRun:
     wall_s: Optional[float] = None  # only for systems generated in this process
     peak_rss_mb: Optional[float] = None
     memory_method: Optional[str] = None
+    replies: bool = True  # False for a system that answers the emotion alone (the probe)
 
 
 def _squash(text: str) -> str:
@@ -205,11 +218,14 @@ def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[
     return found if all(found) else None
 
 
-def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path) -> SystemRun:
+def generate_system(
+    spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path, chunk_size: int = 32
+) -> SystemRun:
     """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
 
-    A rerun reuses what an earlier run of the same system stored there, so a crash later in the
-    compare (the judge, say) never costs a system's generation again.
+    Traces are stored a chunk at a time (`Pipeline.run_into`, as `distill generate` does), so a crash or
+    Ctrl-C mid-system loses at most one chunk, and a rerun reuses what an earlier run of the same system
+    stored there: a crash later in the compare (the judge, say) never costs a system's generation again.
     """
     from distill.backends import make_backend
     from distill.config import PipelineConfig
@@ -230,7 +246,10 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
         backend = make_backend(dict(spec.backend))
     except (ValueError, OSError) as err:
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
-    pipeline = Pipeline(pipeline_config, backend, index)
+    try:
+        pipeline = Pipeline(pipeline_config, backend, index)
+    except ValueError as err:  # an oracle's trace run that cannot be read
+        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
     try:
         store.claim(pipeline.run_info(system=spec.model_dump(mode="json")))
     except StoreError as err:
@@ -239,8 +258,7 @@ def generate_system(spec: SystemSpec, test: Sequence[Dialogue], index, config_fi
     todo = [d for d in test if pipeline.key(d) not in stored]
     with PeakRSS() as memory:
         start = time.perf_counter()
-        for trace in pipeline.run(todo):
-            store.append(trace)
+        pipeline.run_into(store, todo, chunk_size=chunk_size, progress=True)
         wall = time.perf_counter() - start
     by_key = {t.key: t for t in store.read()[0]}
     local = getattr(backend, "name", "") == "local"
@@ -268,6 +286,32 @@ def collect_systems(
     for spec in config.systems:
         if spec.name in loaded:
             runs.append(loaded[spec.name])
+        elif spec.probe is not None:
+            runs.append(probe_system(spec, config, test, config_file))
         else:
-            runs.append(generate_system(spec, test, index, config_file, out / SYSTEMS_DIR / spec.name))
+            run_dir = out / SYSTEMS_DIR / spec.name
+            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size))
     return runs
+
+
+def probe_system(spec: SystemSpec, config: CompareConfig, test: Sequence[Dialogue], config_file: str) -> SystemRun:
+    """Fit the emotion probe on the compare's own train dialogues (never the test ones) and answer the test."""
+    from data_prep.loaders import load_split
+    from eval.probe import probe_traces
+
+    try:
+        train = load_split(config.dialogues, spec.probe.split)
+    except Exception as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': probe: {err}") from None
+    train = train[: spec.probe.limit] if spec.probe.limit else train
+    leaked = {d.conv_id for d in train} & {d.conv_id for d in test}
+    if leaked:
+        raise CompareError(
+            f"{config_file}: system '{spec.name}': probe split '{spec.probe.split}' shares "
+            f"{len(leaked)} conversation(s) with the test split"
+        )
+    try:
+        traces, description = probe_traces(train, test, spec.probe.embedder)
+    except ValueError as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': probe: {err}") from None
+    return SystemRun(spec.name, traces, "fitted now", description, replies=False)

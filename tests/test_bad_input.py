@@ -7,8 +7,10 @@ with its own traceback. Cases fail before any model loads, so the whole table ru
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,19 @@ import pytest
 import data_prep.__main__ as data_prep_cli
 import distill.__main__ as distill_cli
 import eval.__main__ as eval_cli
+import eval.quickstart as quickstart_cli
 import train.__main__ as train_cli
 
-CLIS = {"data_prep": data_prep_cli.main, "distill": distill_cli.main, "eval": eval_cli.main, "train": train_cli.main}
+CLIS = {
+    "data_prep": data_prep_cli.main,
+    "distill": distill_cli.main,
+    "eval": eval_cli.main,
+    "train": train_cli.main,
+    "quickstart": quickstart_cli.main,
+}
 TRACE_HEADER = "utterances,prompt,emotion_id,gold_response\n"
 GOOD_ROW = '"seeker: I lost my keys again.",I lost my keys.,0,That is so annoying.\n'
+MANY_TURNS = "\n".join("seeker: hi" if i % 2 == 0 else "responder: oh?" for i in range(5001))
 
 
 def _files(root: Path) -> dict[str, Path]:
@@ -54,6 +64,22 @@ def _files(root: Path) -> dict[str, Path]:
         "existing_file": b"keep me\n",
         "good.csv": (TRACE_HEADER + GOOD_ROW).encode(),
         "traces/traces.jsonl": b'{"key": "x", "dialogue": {"id": 1\n',
+        "latin1.jsonl": '{"response": "\xe9nervant"}\n'.encode("latin-1"),
+        "number.jsonl": b'{"response": "fine"}\n{"response": 5}\n',
+        "nan.jsonl": b'{"response": NaN}\n',
+        "list.jsonl": b'{"response": ["a", "b"]}\n',
+        "bool.jsonl": b'{"response": true}\n',
+        "long.csv": (TRACE_HEADER + GOOD_ROW + GOOD_ROW.replace("again.", "again. " * 40_000)).encode(),
+        "many_turns.csv": (TRACE_HEADER + f'"{MANY_TURNS}",s,0,r\n').encode(),
+        "zero_width.csv": (TRACE_HEADER + GOOD_ROW.replace("I lost my keys again.", "\u200b\u200c\u200d")).encode(),
+        "zero_width_situation.csv": (TRACE_HEADER + GOOD_ROW.replace("I lost my keys.", "\u200b")).encode(),
+        "nul.csv": (TRACE_HEADER + GOOD_ROW.replace("keys again", "keys\x00again")).encode(),
+        "zero_width.txt": "\u200b\u200c\u200d\n".encode(),
+        "latin1.txt": "seeker: \xe9nervant\n".encode("latin-1"),
+        "local.yaml": b"backend: {type: local, model: smollm2-135m}\npipeline: {rag: false}\n",
+        "bad_model.yaml": b"backend: {type: local, model: /no/such/model}\n",
+        "train_report.yaml": b"report_to: bogus\n",
+        "train_empty.yaml": b"",
     }
     for name, content in made.items():
         path = root / name
@@ -71,6 +97,26 @@ def dialogues_dir(tmp_path_factory) -> str:
     source.write_text(TRACE_HEADER + GOOD_ROW + GOOD_ROW.replace("keys", "phone"), encoding="utf-8")
     assert data_prep_cli.main(["dialogues", "--source", str(source), "--out", str(root / "ds")]) == 0
     return str(root / "ds")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_dialogues) -> dict[str, str]:
+    """Valid inputs that are not single files: a role dataset folder (and a corrupt copy), a model folder
+    holding only a config (enough for the checks that run before weights load), and a trace run."""
+    from datasets import Dataset, DatasetDict
+    from test_datasets import make_trace, write_run
+    from transformers import LlamaConfig
+
+    root = tmp_path_factory.mktemp("built")
+    row = {"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "{}"}]}
+    DatasetDict(train=Dataset.from_list([row] * 4)).save_to_disk(str(root / "roles" / "asi"))
+    shutil.copytree(root / "roles", root / "roles_corrupt")
+    (root / "roles_corrupt" / "asi" / "dataset_dict.json").write_text('{"splits": ["train"')
+    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        root / "config_only_model"
+    )
+    write_run(root / "trace_run", [make_trace(d) for d in tiny_dialogues[:2]], split="train")
+    return {name: str(root / name) for name in ("roles", "roles_corrupt", "config_only_model", "trace_run")}
 
 
 # (cli, argv with {name} placeholders for the files above, a piece of the message)
@@ -130,29 +176,82 @@ CASES = [
     ("eval", "compare --config {bad.yaml} --out {out}", "bad.yaml"),
     ("eval", "compare --config {eval_unknown.yaml} --out {out}", "colour"),
     ("eval", "compare --config {eval_missing.yaml} --out {out}", "systems"),
+    # issue 28: 1. a non-UTF-8 JSONL
+    ("eval", "score --responses {latin1.jsonl} --column response", "latin1.jsonl line 1: non-UTF-8"),
+    # 2. an --out that is a file, found before the model loads
+    ("distill", "generate --config {local.yaml} --dialogues {dialogues} --out {existing_file}", "existing_file"),
+    ("distill", "generate --config {local.yaml} --dialogues {dialogues} --out {existing_file}/run", "existing_file"),
+    # 3. options TRL or PEFT would only check after the model loads
+    ("train", "--config {train_report.yaml}", "train_report.yaml (or its command-line overrides): field 'report_to'"),
+    ("train", "--output_dir {existing_file}", "field 'output_dir'"),
+    (
+        "train",
+        "--model_name_or_path {config_only_model} --lora_target_modules nonexistent_proj --dataset_name {roles} "
+        "--roles asi",
+        "field 'lora_target_modules': 'nonexistent_proj' matches no layer",
+    ),
+    (
+        "train",
+        "--model_name_or_path {config_only_model} --lora_target_modules q_proj nonexistent_proj "
+        "--dataset_name {roles} --roles asi",
+        "'nonexistent_proj' matches no layer",
+    ),
+    # 4. a corrupt dataset_dict.json
+    ("train", "--dataset_name {roles_corrupt} --roles asi", "roles_corrupt/asi: cannot load the role dataset"),
+    # 5. replies that are not text
+    ("eval", "score --responses {number.jsonl} --column response", "number.jsonl line 2: field 'response'"),
+    ("eval", "score --responses {nan.jsonl} --column response", "got float NaN"),
+    ("eval", "score --responses {list.jsonl} --column response", "got list"),
+    ("eval", "score --responses {bool.jsonl} --column response", "got bool"),
+    # 6. dialogues over the length limits
+    ("data_prep", "dialogues --source {long.csv} --out {out}", "long.csv row 3, column 'utterances'"),
+    ("data_prep", "dialogues --source {many_turns.csv} --out {out}", "5001 turns, over the limit"),
+    ("data_prep", "dialogues --source {good.csv} --max-chars 0 --out {out}", "--max-chars"),
+    # 7. invisible text and control characters
+    ("data_prep", "dialogues --source {zero_width.csv} --out {out}", "zero_width.csv row 2"),
+    ("data_prep", "dialogues --source {zero_width_situation.csv} --out {out}", "no visible text"),
+    ("data_prep", "dialogues --source {nul.csv} --out {out}", "control character U+0000"),
+    ("distill", "respond --dialogue-file {zero_width.txt}", "the dialogue is empty"),
+    # 9. sizes checked up front
+    ("quickstart", "--train-limit -5 --out {out}", "--train-limit"),
+    ("quickstart", "--test-limit 0 --out {out}", "--test-limit"),
+    ("distill", "generate --config {local.yaml} --dialogues {dialogues} --limit 0 --out {out}", "--limit"),
+    # 12. messages that name the file and field
+    ("distill", "respond --dialogue-file {latin1.txt}", "latin1.txt: not UTF-8"),
+    ("distill", "generate --config {wrong_types.yaml} --dialogues {dialogues} --out {out}", "'backend.batch_size'"),
+    ("distill", "generate --config {bad_model.yaml} --dialogues {dialogues} --out {out}", "field 'backend.model'"),
+    ("distill", "datasets --traces {trace_run} --split nosuch --out {out}", "--split nosuch: no trace"),
+    ("train", "--model_name_or_path {missing_dir} --dataset_name {roles} --roles asi", "field 'model_name_or_path'"),
+    # 13. the default datasets folder is not looked up on the hub
+    ("train", "--config {train_empty.yaml}", "runs/datasets/asi: no dataset for role 'asi' (build it"),
 ]
 
 
 @pytest.mark.parametrize("cli, argv, needle", CASES, ids=[f"{c[0]} {c[1].split()[0]} {i}" for i, c in enumerate(CASES)])
-def test_bad_input_exits_nonzero_with_one_line(tmp_path, capsys, monkeypatch, dialogues_dir, cli, argv, needle):
+def test_bad_input_exits_nonzero_with_one_line(tmp_path, capsys, monkeypatch, dialogues_dir, built, cli, argv, needle):
     monkeypatch.chdir(tmp_path)  # relative defaults (runs/...) land here, never in the checkout
     files = _files(tmp_path)
-    names = {**{k: str(v) for k, v in files.items()}, "out": str(tmp_path / "out")}
+    names = {**{k: str(v) for k, v in files.items()}, **built, "out": str(tmp_path / "out")}
     names.update({"missing.csv": str(tmp_path / "missing.csv"), "missing.yaml": str(tmp_path / "missing.yaml")})
     names.update({"missing_dir": str(tmp_path / "missing_dir"), "traces": str(tmp_path / "traces")})
     names["dialogues"] = dialogues_dir
     args = [re.sub(r"\{([^}]+)\}", lambda m: names[m.group(1)], part) for part in argv.split()]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    usage = False
     try:
         code = CLIS[cli](args)
     except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
+        code, usage = exc.code, True
     captured = capsys.readouterr()
     output = captured.err + captured.out
     assert code not in (0, None), output
-    assert "Traceback" not in output
+    assert "Traceback" not in output and "\x1b" not in output  # no raw bytes of the input echoed either
     assert needle in output, output
+    if not usage:  # one error line (argparse prints its usage above it; a skip or problem report may come first)
+        lines = [line for line in output.strip().splitlines() if not line.startswith(("skipped", "warning", "problem"))]
+        assert len(lines) == 1, output
     assert {p: p.read_bytes() for p in before} == before  # nothing that existed was changed
+    assert not (tmp_path / "out" / "run.json").exists()  # no run was started for nothing
 
 
 def test_a_quoted_header_after_a_bom_reads_and_an_all_bad_file_still_gets_its_skip_report(tmp_path, capsys):
@@ -164,3 +263,26 @@ def test_a_quoted_header_after_a_bom_reads_and_an_all_bad_file_still_gets_its_sk
         ["dialogues", "--source", str(files["badlabel.csv"]), "--skip-invalid", "--out", str(out)]
     )
     assert code == 2 and "joyous" in (out / "skipped.jsonl").read_text()
+
+
+def test_an_over_long_dialogue_is_skipped_and_reported_under_skip_invalid(tmp_path, capsys):
+    files, out = _files(tmp_path), tmp_path / "out"
+    argv = ["dialogues", "--source", str(files["long.csv"]), "--split-ratios", "1,0,0", "--skip-invalid"]
+    assert data_prep_cli.main([*argv, "--out", str(out)]) == 0
+    skipped = [json.loads(line) for line in (out / "skipped.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["column"]) for r in skipped] == [(3, "utterances")] and "--max-chars" in skipped[0]["reason"]
+    assert "skipped 1 invalid" in capsys.readouterr().err
+    # the limit is a flag: raised, the same row is taken
+    assert data_prep_cli.main([*argv, "--max-chars", "400000", "--out", str(tmp_path / "out2")]) == 0
+    assert not (tmp_path / "out2" / "skipped.jsonl").exists()
+
+
+def test_a_failed_skip_invalid_run_leaves_an_existing_out_as_it_was(tmp_path, capsys, dialogues_dir):
+    files, out = _files(tmp_path), tmp_path / "out"
+    shutil.copytree(dialogues_dir, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    argv = ["dialogues", "--source", str(files["badlabel.csv"]), "--skip-invalid", "--out", str(out)]
+    code = data_prep_cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "badlabel.csv row 2: unknown emotion label 'joyous'" in err and "left as it was" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -11,6 +11,7 @@ import json
 import pytest
 from fastapi import Request  # module level: FastAPI resolves the handlers' string annotations here
 
+from distill import __version__
 from distill.batch_api import (
     BATCH_DIR,
     NeedsBatch,
@@ -114,6 +115,8 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
     assert rounds == [("asi", 0, 3), ("asi", 0, 1), ("cae", 0, 2), ("srp", 0, 2), ("ers", 0, 2)]
     traces, problems = TraceStore(run_dir).read()
     assert not problems and len(traces) == 3
+    info = TraceStore(run_dir).run_info()  # the same run.json as `distill generate`, version included
+    assert info["trace_distill_version"] == __version__ and info["source"] == {"via": "batch_api"}
     by_status = {t.status: t for t in traces}
     ok = [t for t in traces if t.status == "ok"]
     assert len(ok) == 2 and all(Trace.model_validate(t.model_dump()) for t in ok)
@@ -310,3 +313,28 @@ def test_batch_max_cost_refuses_an_unpriced_model(batch_run, tmp_path, capsys):
     (tmp_path / "teacher.yaml").write_text(yaml.safe_dump(config))
     assert main([*submit, "--out", str(out), "--max-cost", "5"]) == 2
     assert "no price is known for model 'gpt-5'" in capsys.readouterr().err and not batches
+
+
+def test_batch_submit_takes_generates_gold_guidance_flags(batch_run, tiny_dialogues):
+    """`--gold-emotion` / `--gold-response` reach the requests, as in `distill generate`; without them, nothing."""
+    from distill.__main__ import main
+
+    submit, out, _ = batch_run
+    assert main([*submit, "--out", str(out / "gold"), "--gold-emotion", "--gold-response"]) == 0
+    assert main([*submit, "--out", str(out / "plain")]) == 0
+    gold, plain = (
+        [json.loads(x) for x in (out / name / BATCH_DIR / "round-1.jsonl").read_text().splitlines()]
+        for name in ("gold", "plain")
+    )
+
+    def prompt(line: dict) -> str:
+        return "\n".join(m["content"] for m in line["body"]["messages"])
+
+    for line in gold:
+        dialogue = next(d for d in tiny_dialogues[:3] if d.turns[-1].text in prompt(line))
+        assert f"the seeker's true emotion is {dialogue.emotion}." in prompt(line)
+        assert f"the human listener actually replied: {dialogue.gold_response}" in prompt(line)
+    assert len(gold) == len(plain) == 3
+    assert not any("true emotion" in prompt(line) or "actually replied" in prompt(line) for line in plain)
+    state = json.loads((out / "gold" / BATCH_DIR / "state.json").read_text())
+    assert state["config"]["pipeline"]["gold_emotion"] and state["config"]["pipeline"]["gold_response"]

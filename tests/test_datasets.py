@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from data_prep.dialogues import Dialogue, Turn
+from distill import __version__
 from distill.__main__ import main as distill_main
 from distill.config import PipelineConfig
+from distill.dataset_card import BUILD_FILE
 from distill.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
 from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
 from distill.trace import Trace, trace_key
@@ -253,6 +255,8 @@ def test_cli_writes_loadable_datasets_with_cards(tiny_dialogues, tmp_path, capsy
         "- `emotion`: anger, fear, disgust, happiness, sadness, surprise",
     ):
         assert expected in card, expected
+    record = json.loads((tmp_path / "sft" / "asi" / BUILD_FILE).read_text())
+    assert record["trace_distill_version"] == __version__
     cae_card = (tmp_path / "sft" / "cae" / "README.md").read_text()  # TRACE's six antecedent-event categories
     assert "- `category`: Social Connection & Affection, Conflict & Injustice, Loss & Failure, " in cae_card
     assert "Achievement & Success, Threat & Potential Danger, Unexpectedness & Novelty" in cae_card
@@ -291,7 +295,9 @@ def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
     )
     assert "unknown role 'xyz'" in capsys.readouterr().err
     rc = distill_main(["datasets", "--traces", str(tmp_path / "run"), "--out", str(tmp_path / "o"), "--split", "test"])
-    assert rc == 1 and "skipped 2 traces from other splits" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "--split test: no trace of this run is from that split (its traces are from: train)" in err
+    assert not (tmp_path / "o").exists()  # nothing written for a split the run does not have
 
 
 def test_push_to_hub_failure_is_one_error_line(tiny_dialogues, tmp_path, capsys, monkeypatch):

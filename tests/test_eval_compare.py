@@ -14,7 +14,6 @@ from distill.roles import CORE_ROLES, PROMPT_VERSION
 from distill.store import TraceStore
 from distill.trace import Trace
 from eval.__main__ import main
-from eval.compare import load_config
 
 
 def _dataset(tmp_path: Path, name: str, test) -> str:
@@ -112,6 +111,71 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert len(numbers) > 20 and not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
 
 
+def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:
+    """A hand-written reflection trace: iteration 0's four stages, then one audit per iteration, each
+    fault (a stage name) rerunning from that stage; `final` is the iteration the pick chose."""
+    from distill.trace import Step
+
+    first = {
+        "asi": {"reasoning": "r", "emotion": "sadness"},
+        "cae": {"triggers": ["x y"], "cause": "c", "category": "Loss & Failure"},
+        "srp": {"reasoning": "r", "strategy": "ER"},
+        "ers": {"response": f"first {d.id}"},
+    }
+    steps = [Step(role=r, messages=[], parsed=out, attempts=2 if r == "asi" else 1) for r, out in first.items()]
+    iterations = [first]
+    for it, fault in enumerate(audits):
+        checks = [{"stage": s, "passed": s != fault} for s in first]
+        steps.append(Step(role="gra", iteration=it, messages=[], parsed={"checks": checks, "earliest_failure": fault}))
+        if fault is not None and it + 1 < len(audits):
+            rerun = {**iterations[-1], "ers": {"response": f"second {d.id}"}}
+            stages = list(first)[list(first).index(fault) :]
+            steps += [Step(role=r, iteration=it + 1, messages=[], parsed=rerun[r]) for r in stages]
+            iterations.append(rerun)
+    config = {"reflection": True, "retry_temperature": 0.7}
+    return Trace(
+        key=d.id, dialogue=d, backend="local", model="m", prompt_version=PROMPT_VERSION, prompt_style="teacher",
+        config=config, steps=steps, outputs=iterations[final], final_iteration=final,
+    )  # fmt: skip
+
+
+def test_report_shows_reflection_figures_and_retries_per_role(tmp_path, tiny_dialogues):
+    test = tiny_dialogues[:4]
+    store = TraceStore(tmp_path / "r")
+    _claim(store, {"reflection": True}, "test")
+    # d0: srp faulted, the rerun passes and is picked; d1: the reply faulted twice, the tie keeps iteration 0
+    for d, audits, final in zip(test, (["srp", None], ["ers", "ers"], [None], [None]), (1, 0, 0, 0)):
+        store.append(_reflection_trace(d, audits, final))
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "systems": [
+            {"name": "reflect", "traces": str(tmp_path / "r")},
+            {"name": "plain", "traces": _hand_trace_run(tmp_path / "p", test, split="test")},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    reflect, plain = report["systems"]
+    r = reflect["reflection"]
+    assert (r["audit_calls"], r["valid_audits"], r["clean_audits"]) == (6, 6, 3)
+    assert r["blamed"] == {"srp": 1, "ers": 2}
+    assert r["rerun_rate"]["value"] == 0.5 and r["mean_selected_iteration"]["value"] == 0.25
+    assert r["reply_changed_by_pick"]["value"] == 0.25
+    assert plain["reflection"] is None
+    assert reflect["retries"]["retry_temperature"] == 0.7 and plain["retries"]["retry_temperature"] is None
+    assert reflect["retries"]["roles"]["asi"] == {"calls": 4, "retried_calls": 4, "retries": 4, "transport_retries": 0}
+    assert reflect["retries"]["roles"]["ers"]["calls"] == 6  # two reruns rewrote the reply
+    md = (out / "report.md").read_text()
+    assert "| reflect | 6 / 6 | 3 | srp 1, ers 2 | 0.50 [" in md and "| plain | " not in md.split("## Reflection")[1]
+    assert "| reflect | ≥ 0.7 | asi | 4 | 4 | 4 | 0 |" in md and "| plain | same settings | asi | 4 | 0 | 0 | 0 |" in md
+    numbers = _numbers_in_tables(md)
+    stored = _json_numbers(report)
+    assert not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
+
+
 def _write_config(tmp_path: Path, cfg: dict) -> str:
     path = tmp_path / "cmp.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -147,7 +211,7 @@ def test_trace_run_on_another_split_is_refused(tmp_path, capsys, tiny_dialogues)
 
 def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
     cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r", "backend": {"type": "local"}}]}
-    assert "give exactly one of 'traces' or 'backend'" in _run_bad(tmp_path, capsys, cfg)
+    assert "give exactly one of 'traces', 'backend' or 'probe'" in _run_bad(tmp_path, capsys, cfg)
     cfg = {"dialogues": "x", "systems": [{"name": "a", "traces": "r"}], "judge": {"backend": {}, "against": "b"}}
     assert "judge.against: no system named 'b'" in _run_bad(tmp_path, capsys, cfg)
 
@@ -329,15 +393,34 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
     assert not missing, f"numbers in report.md that are no report.json value rounded: {missing[:5]}"
 
 
-@pytest.mark.parametrize(
-    "path", sorted((Path(__file__).resolve().parents[1] / "configs" / "eval").glob("*.yaml")), ids=lambda p: p.name
-)
-def test_shipped_eval_configs_validate(path):
-    """Every shipped compare config parses, and each system is a trace run or a backend, never neither."""
-    config = load_config(str(path))
-    assert config.systems
-    for system in config.systems:
-        assert (system.traces is None) != (system.backend is None)
+# Every shipped compare config parses: tests/test_shipped_configs.py.
+
+
+@pytest.mark.slow
+def test_external_adapters_config_evaluates_plain_peft_folders(tmp_path, smollm_path, tiny_dialogues):
+    """configs/eval/external-adapters.yaml as shipped, with its paths pointed at a tiny base and at
+    adapters saved by plain PEFT (no trace-distill metadata, folder names that are not role names)."""
+    from fault_proxy import make_tiny_model
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = make_tiny_model(smollm_path, tmp_path / "tiny")
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/eval/external-adapters.yaml").read_text())
+    external, base = cfg["systems"]
+    for role in external["backend"]["adapters"]:
+        folder = tmp_path / "from-elsewhere" / f"lora-{role}"
+        lora = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False, task_type="CAUSAL_LM")
+        get_peft_model(AutoModelForCausalLM.from_pretrained(model), lora).save_pretrained(folder)
+        external["backend"]["adapters"][role] = str(folder)
+    external["backend"]["model"] = base["backend"]["model"] = str(model)
+    cfg.update(dialogues=_dataset(tmp_path, "ds", tiny_dialogues[:2]), index=None, ppl=None, bertscore=None)
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["external", "base"] and report["systems"][0]["n"] == 2
+    store = TraceStore(out / "systems" / "external")
+    assert len(store.read()[0]) == 2 and all(t.prompt_style == "student" for t in store.read()[0])
+    assert store.run_info()["backend"]["adapters"] == external["backend"]["adapters"]  # each role's own folder
 
 
 @pytest.mark.slow
@@ -368,3 +451,51 @@ def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_pat
     report = json.loads((out / "report.json").read_text())
     assert report["systems"][0]["source"] == f"reused from {out / 'systems' / 'student'}"
     assert report["systems"][0]["n"] == 2
+
+
+@pytest.mark.slow
+def test_compare_killed_mid_system_keeps_its_finished_chunks(tmp_path, smollm_path, tiny_dialogues):
+    """SIGKILL after the first chunk of a generated system is stored: the rerun keeps those traces byte for
+    byte and generates only the rest (a whole system's generation used to be lost)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fault_proxy import make_tiny_model
+
+    model = make_tiny_model(smollm_path, tmp_path / "tiny")
+    test = tiny_dialogues[:4]  # two chunks of two; asi and ers only: the CPU is shared
+    system = {
+        "name": "student",
+        "backend": {"type": "local", "model": str(model), "batch_size": 2},
+        "pipeline": {"max_attempts": 1, "rag": False, "use_cae": False, "use_srp": False},
+    }
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": None, "bertscore": None, "chunk_size": 2}
+    cfg["systems"] = [system]
+    config, out = _write_config(tmp_path, cfg), tmp_path / "out"
+    traces = out / "systems" / "student" / "traces.jsonl"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "eval", "compare", "--config", config, "--out", str(out)]
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 900
+        while not (traces.exists() and traces.read_bytes().count(b"\n") >= 2):
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "compare stored no chunk"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    data = traces.read_bytes()
+    kept = data[: data.rfind(b"\n") + 1]  # a line cut by the kill is not a stored trace
+    stored = kept.count(b"\n")
+    assert 2 <= stored < len(test), "the kill should land mid-system"
+    assert not (out / "report.json").exists()
+    assert main(["compare", "--config", config, "--out", str(out)]) == 0
+    assert traces.read_bytes().startswith(kept)  # the finished chunks are reused, not regenerated
+    found, problems = TraceStore(traces.parent).read()
+    assert problems == [] and len(found) == len(test) == traces.read_bytes().count(b"\n")
+    report = json.loads((out / "report.json").read_text())
+    n = len(test)
+    assert report["systems"][0]["source"] == f"generated {n - stored} of {n}, the rest reused"

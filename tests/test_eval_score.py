@@ -45,7 +45,10 @@ def test_score_csv_cheap_metrics_and_iacc(tmp_path, capsys):
         )
         == 0
     )
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    # one line names what was left out and the flag for each; I-ACC ran, so it is not among them
+    assert captured.err.strip() == "warning: skipped BERTScore (--gold-column), PPL (--ppl-model, e.g. smollm2-135m)"
     assert printed == json.loads(out.read_text())
     assert printed["n"] == 2 and printed["diversity"]["dist1"] == pytest.approx(5 / 7)
     assert printed["diversity"]["ead_tokenizer"] == "cl100k_base"
@@ -111,6 +114,9 @@ def test_score_with_bertscore_and_ppl(tmp_path, capsys):
         )
         == 0
     )
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    warned = [line for line in captured.err.splitlines() if line.startswith("warning:")]  # beside load bars
+    assert warned == ["warning: skipped I-ACC (--emotion-column and --gold-emotion-column)"]
     assert printed["bertscore"]["f1"]["n"] == 2 and printed["bertscore"]["model"] == "minilm"
     assert printed["ppl"]["value"] > 1 and printed["ppl"]["tokens"] > 0 and printed["ppl"]["context"] == "response"

@@ -1,7 +1,8 @@
 """The toolkit's labels and metric definitions against TRACE's public code (sunbus100/TRACE).
 
 Each expectation is written out here from TRACE's files, not read from the taxonomy, so a label or a
-definition that drifts from the paper's code fails a test.
+metric definition that drifts from the paper's code fails a test. The prompts are not pinned word for word:
+they are TRACE's in substance, and the README's deviations table lists how they differ.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from itertools import chain
 
 import pytest
+from answer_override import AnswerOverride
 
 from data_prep import taxonomy
 from distill import schemas
@@ -168,7 +170,10 @@ def test_eval_score_accepts_traces_numeric_gold_ids(tmp_path):
     cmd += ["--emotion-column", "predicted_id", "--gold-emotion-column", "emotion_id", "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     acc = json.loads(out.read_text())["i_acc"]
-    assert acc["ekman6"]["accuracy"]["value"] == pytest.approx(0.5)  # rows 1 and 3 right; -1 is invalid
+    # rows 1 and 3 right, row 2's -1 invalid: strict counts it wrong (2 of 4); TRACE's Agent1.py drops
+    # predicted_id < 0 from the denominator (2 of 3)
+    assert acc["ekman6"]["accuracy"]["value"] == pytest.approx(0.5)
+    assert acc["ekman6"]["accuracy_invalid_dropped"]["value"] == pytest.approx(2 / 3)
     assert acc["ekman6"]["n_invalid"] == 1 and acc["ed32"] is None
 
 
@@ -230,29 +235,16 @@ def test_trace_temperatures_are_the_registry_defaults():
 # --- MERG's reflection on real dialogues ------------------------------------------------------------
 
 
-class FirstAuditFaults:
+class FirstAuditFaults(AnswerOverride):
     """The embedded model answers every request; the first audit of each dialogue is then replaced by
-    one that faults `cae`. The embedded 135M teacher's own audits are valid now that stage names are an
-    enum, but it passes every stage, so the rerun path needs an audit that flags one."""
+    one that faults `cae`, so the rerun path runs whatever the model's own audit says."""
 
     FLAG = '{"checks":[{"stage":"asi","passed":true},{"stage":"cae","passed":false}],"earliest_failure":"cae",'
     FLAG += '"correction":"Quote the seeker\'s own words as the trigger."}'
 
-    def __init__(self, inner):
-        self.inner, self.name, self.model = inner, inner.name, inner.model
-        self.audited: set[str] = set()
-
-    def generate(self, requests, progress=None):
-        results = self.inner.generate(requests, progress)
-        for request, result in zip(requests, results):
-            dialogue = request.messages[-1]["content"]
-            if "Global Reflection Agent" in request.messages[0]["content"] and dialogue not in self.audited:
-                self.audited.add(dialogue)
-                result.text = self.FLAG
-        return results
-
-    def describe(self):
-        return self.inner.describe()
+    def override(self, request, result):
+        if self.first_audit(request):
+            result.text = self.FLAG
 
 
 @pytest.mark.slow
@@ -275,3 +267,37 @@ def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
         rerun = [s for s in trace.steps if s.iteration == 1 and s.role != "gra"]
         assert [s.role for s in rerun] == stages[stages.index("cae") :]  # from the faulted stage on
         assert "Quote the seeker's own words" in rerun[0].messages[1]["content"]
+        first_cae = next(s for s in trace.steps if s.role == "cae" and s.iteration == 0)
+        previous = ROLES["cae"].schema.model_validate(first_cae.parsed).model_dump_json()
+        assert f"Your previous answer: {previous}" in rerun[0].messages[1]["content"]  # MERG keeps iteration t
+
+
+@pytest.mark.slow
+def test_a_real_audit_on_its_own_backend_reruns_and_can_change_the_reply(shared_ed_csv):
+    """No answer replaced: the embedded model audits on its own backend (`reflection_backend`), sampling at
+    temperature 1.0 (greedy, it passes every stage), and what it flags is rerun and picked by the rules."""
+    from data_prep.loaders import load_dialogues
+    from distill.backends.local import LocalBackend
+    from distill.config import PipelineConfig
+    from distill.pipeline import Pipeline
+    from distill.reflection import choose_final, restart_stage
+    from distill.schemas import GRAOutput
+
+    dialogues = load_dialogues(shared_ed_csv).splits["all"][:12]
+    reviewer = {"type": "local", "model": "smollm2-135m", "batch_size": 16}
+    config = PipelineConfig(
+        reflection=True, rag=False, max_refinements=1, reflection_backend=reviewer, temperatures={"gra": 1.0}
+    )
+    traces = Pipeline(config, LocalBackend("smollm2-135m", batch_size=16)).run(dialogues, progress=False)
+    stages, changed = config.stages(), 0
+    for trace in [t for t in traces if t.status == "ok"]:
+        audits = {s.iteration: GRAOutput.model_validate(s.parsed) for s in trace.steps if s.role == "gra" and s.valid}
+        rerun = [s.role for s in trace.steps if s.iteration == 1 and s.role != "gra"]
+        flagged = 0 in audits and restart_stage(audits[0], stages)
+        assert rerun == (stages[stages.index(flagged) :] if flagged else [])
+        ran = [0, 1] if rerun else [0]
+        complete = [it for it in ran if all(s.valid for s in trace.steps if s.iteration == it and s.role != "gra")]
+        assert trace.final_iteration == choose_final({it: audits.get(it) for it in complete}, stages)
+        first = next(s.parsed["response"] for s in trace.steps if s.role == "ers" and s.iteration == 0)
+        changed += trace.response != first
+    assert changed >= 1  # a real audit led to a rerun whose reply the pick kept

@@ -89,6 +89,17 @@ def test_classification_report_by_hand():
         classification_report(["anger"], ["joy"], EKMAN)
 
 
+def test_i_acc_strict_and_traces_invalid_dropped_by_hand():
+    # five answers: two right, one wrong, two invalid ('joy' is no Ekman class, None is no answer)
+    res = emotion_accuracy(["anger", "fear", "sadness", "joy", None], ["anger", "fear", "happiness", "fear", "anger"])
+    six = res["ekman6"]
+    assert six["n"] == 5 and six["n_invalid"] == 2
+    assert six["accuracy"]["value"] == pytest.approx(2 / 5) and six["accuracy"]["n"] == 5  # strict
+    # TRACE's Agent1.py keeps rows with predicted_id >= 0 only: 2 right of the 3 valid
+    assert six["accuracy_invalid_dropped"]["value"] == pytest.approx(2 / 3)
+    assert six["accuracy_invalid_dropped"]["n"] == 3
+
+
 def test_emotion_accuracy_keeps_6_and_32_class_apart():
     res = emotion_accuracy(["sadness", "happiness"], ["sadness", "happiness"], ["lonely", "proud"])
     assert res["ekman6"]["accuracy"]["value"] == 1.0 and res["ed32"] is None  # Ekman predictions: no 32-class
@@ -220,6 +231,42 @@ def test_paired_bootstrap_by_hand():
     assert paired_bootstrap([1, 2, 3, 4], [0, 1, 2, 3])["ci_low"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="3 items against 2"):
         paired_bootstrap([1, 2, 3], [1, 2])
+
+
+def test_paired_bootstrap_p_value_by_hand():
+    import random
+
+    from eval.stats import paired_bootstrap
+
+    # every resampled difference is 2: none at or below 0, so p = 2 (0 + 1) / (1000 + 1)
+    assert paired_bootstrap([3, 5, 9], [1, 3, 7])["p_value"] == pytest.approx(2 / 1001)
+    assert paired_bootstrap([3, 5, 9], [1, 3, 7], resamples=99)["p_value"] == pytest.approx(2 / 100)
+    # identical systems: every difference is 0, on both sides at once
+    assert paired_bootstrap([1, 0, 1], [1, 0, 1])["p_value"] == 1.0
+    # [1, 0] vs [0, 0]: a resample's difference is 0 only when both draws pick the second dialogue
+    rng = random.Random(0)
+    zeros = sum([rng.randrange(2), rng.randrange(2)] == [1, 1] for _ in range(1000))  # replay the draws
+    assert paired_bootstrap([1, 0], [0, 0])["p_value"] == pytest.approx(2 * (zeros + 1) / 1001)
+
+
+def test_paired_table_is_corrected_by_holm_over_the_whole_family():
+    from eval.paired import paired_comparisons, paired_resamples
+
+    # three systems, one metric: A − B and B − C are the same constant shift, A − C is no difference
+    rows = paired_comparisons({"A": {"i_acc": [1.0] * 4}, "B": {"i_acc": [0.0] * 4}, "C": {"i_acc": [1.0] * 4}})
+    by_pair = {tuple(r["pair"]): r for r in rows}
+    p = 2 / 1001  # see the p-value test: no resample on the other side of 0
+    assert [by_pair[k]["p_value"] for k in (("A", "B"), ("A", "C"), ("B", "C"))] == pytest.approx([p, 1.0, p])
+    # Holm over m = 3: p·3 for the smallest, max(p·3, p·2) for the next, 1.0 for the last
+    assert by_pair[("A", "B")]["p_holm"] == by_pair[("B", "C")]["p_holm"] == pytest.approx(3 * p)
+    assert by_pair[("A", "C")]["p_holm"] == 1.0
+    assert [by_pair[k]["survives_holm"] for k in (("A", "B"), ("A", "C"), ("B", "C"))] == [True, False, True]
+    # a family too large for 1,000 resamples gets more, so a clear difference can still survive
+    assert paired_resamples(3) == 1000 and paired_resamples(30) == 1200
+    many = {f"S{i}": {"i_acc": [float(i % 2)] * 4} for i in range(9)}  # 36 pairs, 20 of them a shift of ±1
+    rows = paired_comparisons(many)
+    assert len(rows) == 36 and {r["resamples"] for r in rows} == {1440}
+    assert sum(r["survives_holm"] for r in rows) == 20 and all(r["p_holm"] < 0.05 for r in rows if r["diff"])
 
 
 def test_holm_by_hand():

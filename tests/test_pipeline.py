@@ -10,6 +10,7 @@ import json
 import re
 
 import pytest
+from answer_override import AnswerOverride
 
 from data_prep.dialogues import Dialogue, Turn
 from distill.config import PipelineConfig
@@ -119,8 +120,38 @@ def test_reflection_with_optional_roles_keeps_every_iteration(backend, tiny_dial
             for it in iterations
             if all(s.valid for s in trace.steps if s.iteration == it and s.role != "gra")
         }
-        assert trace.final_iteration == choose_final(complete, stages, config.later_iteration_penalty)
+        assert trace.final_iteration == choose_final(complete, stages, config.final_selection)
         assert set(stages) <= set(trace.outputs)
+
+
+class AsiChangesOnRerun(AnswerOverride):
+    """The embedded model answers every request; then the first audit of each dialogue faults `asi`, and
+    ASI answers sadness on the first pass and fear on the rerun (its prompt carries its previous answer),
+    so the rerun changes the emotion that drives the precise exemplar search."""
+
+    FLAG = {"checks": [{"stage": "asi", "passed": False}], "earliest_failure": "asi", "correction": "Recheck."}
+
+    def override(self, request, result):
+        if _role_of(request) == "asi":
+            emotion = "fear" if "Your previous answer" in request.messages[-1]["content"] else "sadness"
+            result.text = json.dumps({"reasoning": "the seeker's words", "emotion": emotion})
+        elif self.first_audit(request):
+            result.text = json.dumps(self.FLAG)
+
+
+def test_exemplars_are_fetched_again_when_a_rerun_changes_the_emotion(backend, tiny_dialogues):
+    from data_prep.retrieval import build_index
+
+    index = build_index(tiny_dialogues[1:])  # one sadness case (tiny7), one fear case (tiny3)
+    sad, fear = tiny_dialogues[7].situation, tiny_dialogues[3].situation
+    config = PipelineConfig(reflection=True, max_refinements=1, max_attempts=1, use_cae=False)
+    [trace] = Pipeline(config, AsiChangesOnRerun(backend), index=index).run(tiny_dialogues[:1], progress=False)
+    assert trace.status == "ok", trace.failure
+    prompts = {(s.role, s.iteration): s.messages[1]["content"] for s in trace.steps}
+    assert '"emotion":"sadness"' in prompts[("asi", 1)]  # the rerun saw its previous answer
+    for role in ("srp", "ers"):
+        assert f"- situation: {sad}" in prompts[(role, 0)] and fear not in prompts[(role, 0)]
+        assert f"- situation: {fear}" in prompts[(role, 1)] and sad not in prompts[(role, 1)]
 
 
 @pytest.mark.parametrize(
@@ -237,7 +268,7 @@ def test_run_into_resumes_without_repeat_calls(backend, tiny_dialogues, tmp_path
     assert problems == [] and [t.dialogue.id for t in traces] == [d.id for d in tiny_dialogues[:3]]
 
 
-def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialogues):
+def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialogues, capsys):
     base = tiny_dialogues[0]
     empty = Dialogue(id="empty#1", conv_id="empty", turns=[], situation="", emotion="sadness")
     blank = base.model_copy(update={"id": "blank#1", "turns": [Turn(speaker="seeker", text="")]})
@@ -259,6 +290,8 @@ def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialo
     for trace in traces:
         _assert_schema_valid(trace, config.stages())
     assert any("input truncated" in e for s in traces[2].steps for e in s.events)
+    warning = capsys.readouterr().err  # and the run says so, once, naming a dialogue
+    assert warning.count("cut to fit the model's context") == 1 and "e.g. dialogue huge#1" in warning
 
 
 def test_parse_output_rules():

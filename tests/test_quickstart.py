@@ -7,8 +7,9 @@ import json
 import pytest
 
 from distill.roles import STUDENT_PROMPT_VERSION
+from eval.adapter_runs import stale_reason
 from eval.quickstart import CORE as ROLES
-from eval.quickstart import _adapter_stale, headline, main
+from eval.quickstart import headline, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]
 
@@ -59,7 +60,8 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
         DatasetDict(train=Dataset.from_dict({"x": rows})).save_to_disk(str(tmp_path / "datasets" / "asi"))
         return load_from_disk(str(tmp_path / "datasets" / "asi"))["train"]._fingerprint
 
-    assert _adapter_stale(tmp_path, "asi", 300) == "not trained yet"
+    adapter, dataset = tmp_path / "adapters" / "asi", tmp_path / "datasets" / "asi"
+    assert stale_reason(adapter, dataset, 300) == "not trained yet"
     meta = {
         "dataset_fingerprint": save([1, 2]),
         "prompt_version": STUDENT_PROMPT_VERSION,
@@ -67,16 +69,16 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     }
     (tmp_path / "adapters" / "asi").mkdir(parents=True)
     (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
-    assert _adapter_stale(tmp_path, "asi", 300) is None
-    assert _adapter_stale(tmp_path, "asi", 600) == "--max-tokens-budget changed"
+    assert stale_reason(adapter, dataset, 300) is None
+    assert stale_reason(adapter, dataset, 600) == "the token budget changed"
     save([1, 2, 3])
-    assert _adapter_stale(tmp_path, "asi", 300) == "its dataset changed"
+    assert stale_reason(adapter, dataset, 300) == "its dataset changed"
     save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
-    assert _adapter_stale(tmp_path, "asi", 300) is None
+    assert stale_reason(adapter, dataset, 300) is None
     (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(
         json.dumps({**meta, "prompt_version": "v1"})
     )
-    assert _adapter_stale(tmp_path, "asi", 300) == "it was trained for student prompt version v1"
+    assert stale_reason(adapter, dataset, 300) == "it was trained for student prompt version v1"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):

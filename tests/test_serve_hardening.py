@@ -10,6 +10,8 @@ import copy
 import json
 import os
 import random
+import select
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.slow
 KEY = "test-key-123"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 MAX_BODY = 2**20
+REQUEST_TIMEOUT_S = 3
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,8 @@ def server(smollm_path, tmp_path_factory):
         "16",
         "--max-input-tokens",
         "256",
+        "--request-timeout",
+        str(REQUEST_TIMEOUT_S),
         env=env,
     )
     try:
@@ -98,6 +103,52 @@ def test_api_key_is_required_except_for_health(server):
     assert httpx.get(proc.url + "/v1/models", timeout=30).status_code == 401
     assert httpx.get(proc.url + "/health", timeout=30).status_code == 200
     assert _post(proc.url, _body(model)).status_code == 200
+    for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive; the key is not
+        assert _post(proc.url, _body(model), headers={"Authorization": f"{scheme} {KEY}"}).status_code == 200
+    assert _post(proc.url, _body(model), headers={"Authorization": f"Bearer {KEY.upper()}"}).status_code == 401
+
+
+def _stalled_connections(port: int) -> dict[str, socket.socket]:
+    """One connection that sends nothing, one that sends its headers a byte at a time (slow loris), one
+    that sends its headers and half its body."""
+    socks = {name: socket.create_connection(("127.0.0.1", port)) for name in ("silent", "loris", "half_body")}
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+    socks["half_body"].sendall(f"{head}Content-Length: 100\r\n\r\n{{".encode())
+    return socks
+
+
+def test_stalled_connections_are_closed_after_the_timeout_while_health_stays_fast(server):
+    proc, _ = server
+    socks = _stalled_connections(proc.port)
+    start, received, closed_after, health_s = time.monotonic(), {n: b"" for n in socks}, {}, []
+    loris_bytes = iter(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 1000)
+    while len(closed_after) < len(socks) and time.monotonic() - start < 4 * REQUEST_TIMEOUT_S:
+        if "loris" not in closed_after:
+            try:
+                socks["loris"].send(bytes([next(loris_bytes)]))
+            except OSError:
+                pass  # closed by the server; the read below records when
+        readable, _, _ = select.select([s for n, s in socks.items() if n not in closed_after], [], [], 0.1)
+        for name, sock in socks.items():
+            if sock in readable:
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                received[name] += data
+                if not data:
+                    closed_after[name] = time.monotonic() - start
+        began = time.perf_counter()
+        assert httpx.get(proc.url + "/health", timeout=5).status_code == 200
+        health_s.append(time.perf_counter() - began)
+    for sock in socks.values():
+        sock.close()
+    assert set(closed_after) == set(socks), f"still open after {4 * REQUEST_TIMEOUT_S} s: {closed_after}"
+    assert all(REQUEST_TIMEOUT_S - 0.5 < t < 2 * REQUEST_TIMEOUT_S for t in closed_after.values()), closed_after
+    assert received["silent"] == received["loris"] == b""  # closed without a reply: no request ever arrived
+    assert received["half_body"].startswith(b"HTTP/1.1 408") and b"--request-timeout" in received["half_body"]
+    # /health never waited on them: typically milliseconds; the max allows for a CPU shared with other jobs
+    assert sorted(health_s)[len(health_s) // 2] < 0.5 and max(health_s) < REQUEST_TIMEOUT_S, health_s
 
 
 def test_huge_body_is_refused_while_health_stays_fast(server):

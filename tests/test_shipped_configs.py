@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -27,26 +28,58 @@ def _no_flags() -> argparse.Namespace:
 
 @pytest.mark.parametrize("path", _shipped("teacher"), ids=lambda p: p.name)
 def test_teacher_configs_parse(path):
-    from distill.backends.local import LocalBackend
-    from distill.backends.openai_backend import OpenAIBackendConfig
     from distill.cli_generate import load_config, pipeline_config
 
     data = load_config(str(path))
     config = pipeline_config(str(path), data.get("pipeline"), _no_flags())
     assert config.stages()[-1] == "ers"
-    options = {k: v for k, v in data["backend"].items() if k != "type"}
-    if data["backend"]["type"] == "openai":
+    _check_backend(data["backend"])
+
+
+def _check_backend(backend: dict) -> None:
+    from distill.backends.local import LocalBackend
+    from distill.backends.openai_backend import OpenAIBackendConfig
+
+    options = {k: v for k, v in backend.items() if k != "type"}
+    if backend["type"] == "openai":
         OpenAIBackendConfig(**options)
     else:  # building a LocalBackend loads its model: check the option names against its signature
+        assert backend["type"] == "local"
         inspect.signature(LocalBackend.__init__).bind(None, **options)
 
 
 @pytest.mark.parametrize("path", _shipped("eval"), ids=lambda p: p.name)
 def test_eval_configs_parse(path):
+    from distill.config import PipelineConfig
     from eval.compare import load_config
+    from eval.curve import load_curve_config
 
+    if "points" in yaml.safe_load(path.read_text(encoding="utf-8")):  # a learning curve, `eval curve`
+        config = load_curve_config(str(path))
+        assert config.points and config.ordered_students()
+        return
     config = load_config(str(path))
     assert config.systems and config.reference_system() in {s.name for s in config.systems}
+    for system in config.systems:  # a generated system's blocks are checked as the pipeline will read them
+        if system.backend is not None:
+            _check_backend(system.backend)
+            PipelineConfig(**system.pipeline)
+    if config.judge is not None:
+        _check_backend(config.judge.backend)
+
+
+def test_external_adapters_config_documents_every_key():
+    """Its header is the reference for an eval YAML: every key of the schema, and every key it sets."""
+    from eval.systems import CompareConfig, SystemSpec
+
+    text = (CONFIGS / "eval" / "external-adapters.yaml").read_text(encoding="utf-8")
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    data = yaml.safe_load(text)
+    keys = set(CompareConfig.model_fields) | set(SystemSpec.model_fields)
+    for system in data["systems"]:
+        keys |= set(system.get("backend") or {}) | set(system.get("pipeline") or {})
+    missing = sorted(k for k in keys if not re.search(rf"(?<![\w-]){k}(?![\w-])", header))
+    assert not missing, f"external-adapters.yaml's header does not explain: {missing}"
 
 
 # configs/train/*.yaml: tests/test_train_configs.py parses each one through `trace-distill train`'s parser.

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from distill.config import PipelineConfig
 from distill.store import StoreError, TraceStore
 from distill.trace import Step, Trace
 
@@ -96,3 +97,21 @@ def test_traces_without_run_json_are_not_adopted(tmp_path, tiny_dialogues):
 def test_empty_or_missing_store_reads_empty(tmp_path):
     assert TraceStore(tmp_path / "nothing").read() == ([], [])
     assert len(TraceStore(tmp_path / "nothing")) == 0
+
+
+# The pipeline section of a run.json written before reflection's final pick changed (a real
+# gold-guided trace run of the embedded teacher, configs/teacher/local.yaml).
+_OLDER_RUN_PIPELINE = {
+    "caef": False, "gold_emotion": True, "gold_response": False, "later_iteration_penalty": 0.5,
+    "max_attempts": 2, "max_refinements": 2, "perspective": False, "phase": False, "plan": False,
+    "prompt_style": "teacher", "rag": True, "rag_k": 2, "rag_tau": None, "reflection": False, "seed": 0,
+    "temperatures": {}, "use_adapters": False, "use_asi": True, "use_cae": True, "use_srp": True,
+}  # fmt: skip
+
+
+def test_trace_runs_made_before_new_pipeline_fields_keep_their_key():
+    same = PipelineConfig(gold_emotion=True, max_attempts=2)
+    assert same.key_dict() == _OLDER_RUN_PIPELINE  # so its run.json matches and its trace keys resume
+    assert PipelineConfig(gold_emotion=True, max_attempts=2, retry_temperature=None).key_dict() != _OLDER_RUN_PIPELINE
+    reflecting = PipelineConfig(gold_emotion=True, max_attempts=2, reflection=True).key_dict()
+    assert "later_iteration_penalty" not in reflecting  # MERG's final pick changed: no resuming those

@@ -19,6 +19,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from distill import __version__
 from distill.adapters import METADATA_FILE, read_metadata
 from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
@@ -129,6 +130,7 @@ def test_two_roles_from_one_load_train_lora_only(two_roles, smollm_path):
         assert stored["prompt_version"] == STUDENT_PROMPT_VERSION and stored["base_model"] == "smollm2-135m"
         assert stored["global_step"] == 3 and stored["world_size"] == 1 and stored["dataset_fingerprint"]
         assert stored["tokens"]["completion_tokens"] > 0 and stored["train_seconds"] > 0
+        assert stored["trace_distill_version"] == __version__
         assert "modules_to_save" not in json.dumps(
             json.loads((saved / "adapter_config.json").read_text()).get("modules_to_save") or ""
         )
@@ -301,6 +303,8 @@ def test_trl_style_yaml_trains_a_role(role_datasets, tmp_path):
     meta = read_metadata(tmp_path / "out" / "asi")
     assert meta["global_step"] == 2 and meta["lora"]["r"] == 4
     assert meta["train_config"]["per_device_train_batch_size"] == 4 and meta["train_config"]["learning_rate"] == 1e-3
+    # training reads its datasets and writes nothing beside them (TRL's `map` used to leave cache-*.arrow there)
+    assert not list(role_datasets.rglob("cache-*"))
 
 
 @pytest.mark.slow

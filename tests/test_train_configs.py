@@ -142,6 +142,40 @@ def test_bf16_unset_follows_the_hardware():
     assert parse_config([]).sft.bf16 is native
 
 
+def test_bf16_auto_is_the_unset_default(tmp_path):
+    unset = parse_config([]).sft.bf16
+    yaml_auto = tmp_path / "auto.yaml"
+    yaml_auto.write_text("bf16: auto\n")
+    assert parse_config(["--bf16", "auto"]).sft.bf16 is unset
+    assert parse_config(["--config", str(yaml_auto)]).sft.bf16 is unset
+    assert config_from_dict({"bf16": "AUTO"}).sft.bf16 is unset
+    yaml_auto.write_text("bf16: maybe\n")
+    with pytest.raises(ConfigError, match=r"auto\.yaml: field 'bf16': expected auto, true or false, got 'maybe'$"):
+        parse_config(["--config", str(yaml_auto)])
+    with pytest.raises(ConfigError, match=r"^command line: argument --bf16: expected auto, true or false"):
+        parse_config(["--bf16", "maybe"])
+
+
+def test_trl_script_keys_pass_when_they_mean_ours_and_are_refused_by_name_otherwise(tmp_path):
+    """A `trl sft` YAML names one dataset's splits; ours are fixed per role dataset (train, validation)."""
+    trl_yaml = tmp_path / "sft.yaml"
+    trl_yaml.write_text("dataset_name: runs/datasets\ndataset_train_split: train\ndataset_test_split: validation\n")
+    assert parse_config(["--config", str(trl_yaml)]).distill.dataset_name == "runs/datasets"
+    for line, key in [
+        ("dataset_test_split: test", "dataset_test_split"),
+        ("dataset_train_split: train[:100]", "dataset_train_split"),
+        ("dataset_config: default", "dataset_config"),
+        ("datasets: [{path: some/dataset}]", "datasets"),
+        ("dataset_streaming: true", "dataset_streaming"),
+    ]:
+        trl_yaml.write_text(f"model_name_or_path: smollm2-135m\n{line}\n")
+        with pytest.raises(ConfigError) as err:
+            parse_config(["--config", str(trl_yaml)])
+        message = str(err.value)
+        assert message.startswith(f"{trl_yaml}: field '{key}': TRL's script option, not taken here: ")
+        assert "\n" not in message
+
+
 def test_bad_completion_head_is_a_config_error():
     with pytest.raises(ConfigError, match="completion_head: expected auto, true or false"):
         parse_config(["--completion_head", "sometimes"])

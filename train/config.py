@@ -4,13 +4,16 @@ Options are TRL's `SFTConfig` (training) and `ModelConfig` (base model and LoRA)
 `TrlParser` as `trl sft` parses them, plus `DistillArguments` for what is ours (which role datasets,
 the token budget, CPU knobs). A YAML config's keys are exactly the flags: `--config
 configs/train/smollm2-cpu.yaml` sets the defaults and flags on the command line override them, so a
-TRL user's YAML (`model_name_or_path`, `per_device_train_batch_size`, `lora_r`, ...) works as it is.
-Unknown keys are an error that names the file and the key, so a typo never silently falls back to a
-default.
+TRL user's training keys (`model_name_or_path`, `per_device_train_batch_size`, `lora_r`, ...) work as
+they are. TRL's script keys for one dataset's config and splits (`TRL_SCRIPT_KEYS`) have no meaning
+over per-role datasets with fixed splits: the value ours already is passes, any other is refused by
+name. Unknown keys are an error that names the file and the key, so a typo never silently falls back
+to a default. `bf16` takes auto (the default) as well as true and false.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import importlib.util
@@ -25,6 +28,7 @@ import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
 from distill.roles import CORE_ROLES, ROLES
+from distill.sft_tasks import JOINT
 
 
 class ConfigError(ValueError):
@@ -44,7 +48,10 @@ class DistillArguments:
     )
     roles: str = field(
         default="all",
-        metadata={"help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers)."},
+        metadata={
+            "help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers); "
+            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint)."
+        },
     )
     max_tokens_budget: int = field(
         default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."}
@@ -91,7 +98,7 @@ def _our_defaults() -> dict[str, Any]:
         "lora_target_modules": "all-linear",
         "lora_dropout": 0.0,  # TRL's 0.05 copies every LoRA input, which costs CPU time (README, training)
         "learning_rate": 2e-4,  # TRL's 2e-5 is a full fine-tuning rate; LoRA wants ~10x
-        "bf16": _native_bf16(),  # TRL's default (on) is slower than fp32 on a CPU without native bf16
+        "bf16": "auto",  # TRL's default (on) is slower than fp32 on a CPU without native bf16
         "use_cpu": not torch.cuda.is_available(),  # bf16 on a CPU needs it (TrainingArguments checks)
         "gradient_checkpointing": False,  # TRL turns it on; on small models it only costs time
         "padding_free": True,  # as both shipped configs: no compute on pad tokens, rows flattened into one
@@ -100,9 +107,31 @@ def _our_defaults() -> dict[str, Any]:
     }
 
 
+def _bf16_value(value: str) -> bool:
+    """`--bf16` / `bf16:` as TRL reads it (true/false), plus auto: bf16 where this machine runs it natively."""
+    try:
+        flag = _tristate(value, "bf16")
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("bf16: ")) from None
+    return _native_bf16() if flag is None else flag
+
+
+# TRL's script keys (`trl sft`'s ScriptArguments and dataset mixtures): key -> (the value that means
+# what trace-distill does anyway, why any other value cannot apply).
+TRL_SCRIPT_KEYS = {
+    "dataset_train_split": ("train", "each role dataset trains on its 'train' split, as `distill datasets` writes it"),
+    "dataset_test_split": ("validation", "each role dataset evaluates on its 'validation' split, "
+                           "which `distill datasets --eval-fraction` sizes"),
+    "dataset_config": (None, "each role is its own dataset, or hub config; choose them with roles"),
+    "datasets": (None, "TRL's dataset mixtures; dataset_name names the folder or hub id of the role datasets"),
+    "dataset_streaming": (False, "role datasets are loaded whole"),
+    "streaming": (False, "role datasets are loaded whole"),
+    "test_split_size": (None, "`distill datasets --eval-fraction` makes the validation split"),
+}  # fmt: skip
+
 # trace-distill's own names before it took TRL's, so an old YAML gets a hint instead of a bare "unknown".
 RENAMED = {
-    "model": "model_name_or_path", "datasets": "dataset_name", "r": "lora_r", "alpha": "lora_alpha",
+    "model": "model_name_or_path", "r": "lora_r", "alpha": "lora_alpha",
     "dropout": "lora_dropout", "target_modules": "lora_target_modules", "epochs": "num_train_epochs",
     "batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
     "warmup_ratio": "warmup_steps (a float < 1 is a ratio)", "eval": "do_eval",
@@ -116,15 +145,16 @@ class TrainConfig:
     distill: DistillArguments
     sft: SFTConfig
     model: ModelConfig
+    source: str = "command line"  # the YAML file (or flags) the options came from, for error messages
 
     def role_list(self) -> list[str]:
         if self.distill.roles.strip() == "all":
             return list(CORE_ROLES)
         names = [r.strip() for r in self.distill.roles.split(",") if r.strip()]
-        unknown = [r for r in names if r not in ROLES]
+        unknown = [r for r in names if r not in ROLES and r != JOINT]
         if not names or unknown:
             raise ConfigError(
-                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)})"
+                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)}, {JOINT})"
             )
         return names
 
@@ -203,6 +233,16 @@ def check_keys(values: dict, source: str) -> dict:
         name = str(key).replace("-", "_")
         if name == "env":  # TRL's config files may set environment variables
             continue
+        if name in TRL_SCRIPT_KEYS:
+            ours, why = TRL_SCRIPT_KEYS[name]
+            if value != ours:
+                raise ConfigError(f"{source}: field '{name}': TRL's script option, not taken here: {why}")
+            continue
+        if name == "bf16" and isinstance(value, str):
+            try:
+                _bf16_value(value)
+            except argparse.ArgumentTypeError as err:
+                raise ConfigError(f"{source}: field 'bf16': {err}") from None
         if name not in known:
             raise _unknown_key(str(key), source)
         plain = plain_types.get(name)
@@ -233,6 +273,10 @@ def make_parser(prog: str = "trace-distill train") -> _Parser:
         "line override it. `trace-distill train export --help` for export.",
     )
     parser.set_defaults(**_our_defaults())
+    for action in parser._actions:  # HfArgumentParser's bool type refuses "auto"
+        if action.dest == "bf16":
+            action.type = _bf16_value
+            action.help = "auto (bf16 where this machine runs it natively, else fp32), true or false"
     return parser
 
 
@@ -280,7 +324,7 @@ def _build(parser: _Parser, argv: list[str]) -> TrainConfig:
     except ValueError as err:  # TrainingArguments' and ModelConfig's own checks
         first = (str(err).strip().splitlines() or [""])[0]
         raise ConfigError(f"{parser.source}: {first}") from None
-    cfg = TrainConfig(distill=distill, sft=sft, model=model)
+    cfg = TrainConfig(distill=distill, sft=sft, model=model, source=parser.source)
     check_values(cfg, parser.source)
     return cfg
 
@@ -312,3 +356,18 @@ def check_values(cfg: TrainConfig, source: str) -> None:
         raise ConfigError(f"{source}: field 'load_in_4bit': QLoRA needs bitsandbytes ({hint})")
     cfg.role_list()
     cfg.use_completion_head()
+    _check_outputs(cfg, source)
+
+
+def _check_outputs(cfg: TrainConfig, source: str) -> None:
+    """Where results go, checked here because TRL and transformers only check them after the model loads."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from data_prep.commands import not_a_directory
+
+    unknown = [name for name in cfg.sft.report_to or [] if name not in (*INTEGRATION_TO_CALLBACK, "all", "none")]
+    if unknown:
+        known = ", ".join(["none", "all", *INTEGRATION_TO_CALLBACK])
+        raise ConfigError(f"{source}: field 'report_to': unknown integration '{unknown[0]}' (known: {known})")
+    if problem := not_a_directory(cfg.sft.output_dir):
+        raise ConfigError(f"{source}: field 'output_dir': {cfg.sft.output_dir} must be a directory, but {problem}")

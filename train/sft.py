@@ -26,10 +26,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
+from distill import __version__
 from distill.adapter_card import card_example
 from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
-from train.config import ConfigError, TrainConfig
+from train.config import ConfigError, DistillArguments, TrainConfig
+from train.preflight import check_base_model
 
 REQUIRED_COLUMNS = ("prompt", "completion")
 
@@ -48,8 +50,8 @@ def load_role_dataset(datasets_dir: str | Path, role: str) -> DatasetDict:
     """
     path = Path(datasets_dir) / role
     if (path / datasets_config.DATASETDICT_JSON_FILENAME).is_file():
-        data = load_from_disk(str(path))
-    elif (Path(datasets_dir) / "README.md").is_file() or not Path(datasets_dir).exists():
+        data = _load_saved(path)
+    elif (Path(datasets_dir) / "README.md").is_file() or _maybe_hub_id(str(datasets_dir)):
         data = _load_hub_role(str(datasets_dir), role)
     else:
         raise ConfigError(f"{path}: no dataset for role '{role}' (build it with `python -m distill datasets`)")
@@ -61,6 +63,23 @@ def load_role_dataset(datasets_dir: str | Path, role: str) -> DatasetDict:
     if len(data["train"]) == 0:
         raise ConfigError(f"{path}: split 'train' is empty")
     return data
+
+
+def _load_saved(path: Path) -> DatasetDict:
+    # In memory: `map` would otherwise write its cache-*.arrow files into the input folder.
+    try:
+        return load_from_disk(str(path), keep_in_memory=True)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged dataset_dict.json or arrow file
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{path}: cannot load the role dataset ({type(err).__name__}: {first_line})") from None
+
+
+def _maybe_hub_id(name: str) -> bool:
+    """A missing folder that could be a hub dataset 'owner/name'; the default folder is never looked up
+    there (a lookup that fails costs half a minute before the error)."""
+    if Path(name).exists() or name == DistillArguments.dataset_name:
+        return False
+    return name.count("/") == 1 and not name.startswith((".", "/", "~"))
 
 
 def _load_hub_role(repo: str, role: str) -> DatasetDict:
@@ -209,6 +228,7 @@ def adapter_metadata(
         "tokens": counts,
         "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
         "quantized_4bit": cfg.model.load_in_4bit,
+        "trace_distill_version": __version__,
     }
 
 
@@ -367,8 +387,9 @@ def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict
     roles = cfg.role_list()
     if cfg.distill.num_threads > 0:
         torch.set_num_threads(cfg.distill.num_threads)
-    for role in roles:  # fail on a missing dataset before spending time on the model
+    for role in roles:  # fail on a missing dataset or a bad option before spending time on the model
         load_role_dataset(cfg.distill.dataset_name, role)
+    check_base_model(cfg)
     base, tokenizer, base_path = load_base(cfg)
     log(f"base {cfg.model.model_name_or_path} loaded from {base_path}; roles: {', '.join(roles)}")
     results = []

@@ -28,10 +28,20 @@ def make_backend(cfg: dict[str, Any], **extra: Any) -> Backend:
         raise ValueError(f"backend.type: unknown backend '{kind}' (known: {', '.join(BACKEND_TYPES)})")
     module_name, class_name = BACKEND_TYPES[kind].split(":")
     backend_class = getattr(importlib.import_module(module_name), class_name)
+    from pydantic import ValidationError
+
+    from data_prep.models import ModelNotAvailable
+
     try:
         return backend_class(**options, **extra)
     except TypeError as exc:  # an unknown or missing option, or a value of the wrong type: name it
         raise ValueError(f"backend '{kind}': {exc} (options given: {', '.join(sorted(options)) or 'none'})") from None
+    except ValidationError as exc:  # pydantic's own text is several lines naming our __init__
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "options"
+        raise ValueError(f"field 'backend.{field}': {err['msg']} (got {err.get('input')!r})") from None
+    except ModelNotAvailable as exc:
+        raise ValueError(f"field 'backend.model': {exc}") from None
 
 
 __all__ = ["Backend", "BACKEND_TYPES", "GenerationRequest", "GenerationResult", "make_backend"]

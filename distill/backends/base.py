@@ -25,6 +25,9 @@ class GenerationRequest:
     seed: Optional[int] = None
 
 
+TRUNCATED_EVENT = "input truncated"  # how an event says the prompt was cut to fit the model's context
+
+
 @dataclass
 class GenerationResult:
     text: str

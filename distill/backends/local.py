@@ -25,7 +25,7 @@ from tqdm import tqdm
 from data_prep.models import resolve_model
 from distill.backends.adapter_switch import AdapterSwitch, adapter_dirs
 from distill.backends.attention import use_decode_attention
-from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
+from distill.backends.base import TRUNCATED_EVENT, GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
 from distill.backends.continuous import decode as continuous_decode
 from distill.backends.continuous import supports as continuous_supports
@@ -80,6 +80,7 @@ class LocalBackend:
             raise ValueError(
                 f"batch_size must be >= 1 and max_input_tokens >= 16 (got {batch_size}, {max_input_tokens})"
             )
+        adapter_paths = adapter_dirs(adapters)  # a missing adapters folder is reported before the model loads
         self.model = model
         self.model_path = resolve_model(model)
         self.device = device
@@ -98,7 +99,7 @@ class LocalBackend:
         # Continuous batching (distill.backends.continuous) where the architecture allows it, else
         # lockstep chunks through `model.generate`.
         self.continuous = continuous and continuous_supports(base.config)
-        for role, path in adapter_dirs(adapters).items():
+        for role, path in adapter_paths.items():
             self.load_adapter(role, path)
 
     # --- adapters (distill.backends.adapter_switch) ------------------------------------------------
@@ -158,7 +159,8 @@ class LocalBackend:
         ids = self._render_ids(messages)
         if len(ids) > self.max_input_tokens:  # the other messages alone exceed the limit
             ids = ids[-self.max_input_tokens :]
-        return ids, [f"input truncated from {original} to {len(ids)} tokens (max_input_tokens={self.max_input_tokens})"]
+        note = f"{TRUNCATED_EVENT} from {original} to {len(ids)} tokens (max_input_tokens={self.max_input_tokens})"
+        return ids, [note]
 
     # --- generation ----------------------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""Training adapters from inside an eval recipe (the quickstart, the learning curve), resumably.
+
+An adapter is kept while it was trained on today's dataset (its fingerprint), student prompt version and
+token budget; otherwise it is trained again with the command a user would type (`python -m train`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
+
+
+def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Optional[str]:
+    """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and budget."""
+    from datasets import load_from_disk
+
+    from distill.adapters import has_metadata, read_metadata
+    from distill.roles import STUDENT_PROMPT_VERSION
+
+    if not has_metadata(adapter):
+        return "not trained yet"
+    meta = read_metadata(adapter)
+    if meta.get("dataset_fingerprint") != load_from_disk(str(dataset))["train"]._fingerprint:
+        return "its dataset changed"
+    if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
+        return f"it was trained for student prompt version {meta.get('prompt_version')}"
+    if (meta.get("train_config") or {}).get("max_tokens_budget") != max_tokens_budget:
+        return "the token budget changed"
+    return None
+
+
+def train_stale(
+    datasets: Path, adapters: Path, roles: Sequence[str], max_tokens_budget: int, config: Path = CPU_TRAIN_CONFIG
+) -> dict[str, str]:
+    """Train the roles whose adapters are stale, in one `python -m train` run; returns role -> why trained."""
+    stale = {r: why for r in roles if (why := stale_reason(adapters / r, datasets / r, max_tokens_budget))}
+    if not stale:
+        return {}
+    for role, why in stale.items():
+        if why != "not trained yet":
+            print(f"retraining {role}: {why}", flush=True)
+    from train.__main__ import main as train_main
+
+    argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
+    argv += ["--roles", ",".join(stale), "--max_tokens_budget", str(max_tokens_budget)]
+    print(f"$ python -m train {shlex.join(argv)}", flush=True)
+    rc = train_main(argv)
+    if rc:
+        raise SystemExit(f"training {', '.join(stale)} failed (exit {rc}); rerun to resume from here")
+    return stale

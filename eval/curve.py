@@ -1,0 +1,291 @@
+"""Does distillation pay? Learning curves of the students against fine-tuning on the same labels.
+
+`python -m eval curve --config configs/eval/curve.yaml --out runs/curve` takes one teacher trace run
+and, for N train conversations in `points` (the first N of the train split, so every point extends the
+one before), builds each student's datasets, trains its adapters at the same token budget per role, and
+scores every student, the emotion probe and the prompted base on the same test dialogues
+(`eval compare`, so every difference has a paired CI). The students (`STUDENTS`):
+
+- `traces`: the distilled pipeline (asi, cae, srp, ers adapters from the teacher's traces).
+- `direct`: standard fine-tuning, the baseline: asi and ers trained on the data's gold answers with the
+  dialogue alone as input, no teacher rationale and no upstream role.
+- `rationale`: `traces` with a rationale-task twin for asi and srp rows (Distilling step-by-step); its
+  cae and ers adapters are the `traces` student's, so it differs in exactly that.
+- `joint` (opt-in): the `traces` rows of all four roles in one adapter, at the four roles' summed token
+  budget: is per-role LoRA worth four adapters?
+
+A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve_report`
+turns the point reports into curve.json, curve.md and curve.png after every point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from distill.roles import CORE_ROLES
+from distill.sft_tasks import JOINT, joint_dataset
+from distill.trace import Trace
+from eval.adapter_runs import CPU_TRAIN_CONFIG
+from eval.systems import BertScoreSpec, CompareError, PplSpec
+
+BASE = "base"
+PROBE = "probe"
+
+
+@dataclass(frozen=True)
+class Student:
+    """How one student is made from the point's traces, and how it runs."""
+
+    name: str
+    trains: tuple[str, ...]  # roles trained on this student's own datasets
+    borrows: tuple[str, ...] = ()  # roles whose adapters are the `traces` student's (the same recipe)
+    options: dict[str, Any] = field(default_factory=dict)  # DatasetOptions beyond the curve's own
+    pipeline: dict[str, Any] = field(default_factory=dict)  # PipelineConfig beyond the student defaults
+    joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
+
+
+STUDENTS: dict[str, Student] = {
+    s.name: s
+    for s in (
+        Student("traces", CORE_ROLES),
+        Student(
+            "direct",
+            ("asi", "ers"),
+            options={"inputs": "direct"},
+            pipeline={"direct": True, "use_cae": False, "use_srp": False},
+        ),
+        Student("rationale", ("asi", "srp"), borrows=("cae", "ers")),
+        Student("joint", (JOINT,), joint=True),
+    )
+}
+
+
+class CurveConfig(BaseModel):
+    """`configs/eval/curve*.yaml`: one trace run, the points, the students and the shared eval settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    traces: str = Field(description="the teacher's trace run on the train split (distill generate --out)")
+    dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
+    index: Optional[str] = Field(None, description="exemplar index over the train split (the base's retrieval)")
+    train_split: str = "train"
+    test_split: str = "test"
+    test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
+    points: list[int] = Field(min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]")
+    students: list[Literal["traces", "direct", "rationale", "joint"]] = Field(
+        default_factory=lambda: ["traces", "direct", "rationale"]
+    )
+    rationale: Literal["teacher", "situation"] = Field("situation", description="the rationale task's source")
+    rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
+    require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
+    train_config: str = Field(str(CPU_TRAIN_CONFIG), description="the train YAML every student uses")
+    max_tokens_budget: int = Field(60000, ge=0, description="training tokens per role, the same for every student")
+    backend: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
+    )
+    base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
+    probe: bool = Field(True, description="score a logistic-regression emotion probe at every point")
+    ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
+    bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
+
+    def ordered_students(self) -> list[Student]:
+        """The chosen students, `traces` first when another borrows its adapters."""
+        names = list(dict.fromkeys(self.students))
+        if any(STUDENTS[n].borrows for n in names) and "traces" not in names:
+            names.insert(0, "traces")
+        return sorted((STUDENTS[n] for n in names), key=lambda s: s.name != "traces")
+
+
+def load_curve_config(path: str) -> CurveConfig:
+    file = Path(path)
+    if not file.is_file():
+        raise CompareError(f"{path}: no such config file")
+    try:
+        return CurveConfig.model_validate(yaml.safe_load(file.read_text(encoding="utf-8")) or {})
+    except yaml.YAMLError as err:
+        raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    except ValueError as err:
+        errors = getattr(err, "errors", lambda: [])()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "(top level)"
+        raise CompareError(f"{path}: field '{where}': {errors[0]['msg'] if errors else err}") from None
+
+
+# --- the traces of one point -----------------------------------------------------------------------
+
+
+def first_conversations(dialogues: str, split: str, n: int) -> set[str]:
+    """The conv_ids of the first `n` conversations of a split, in the split's own order."""
+    from data_prep.loaders import load_split
+
+    order = list(dict.fromkeys(d.conv_id for d in load_split(dialogues, split)))
+    if n > len(order):
+        raise CompareError(f"points: {n} train conversations asked, the {split} split has {len(order)}")
+    return set(order[:n])
+
+
+def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace]:
+    kept = [t for t in traces if t.dialogue.conv_id in convs]
+    found = {t.dialogue.conv_id for t in kept}
+    if len(found) < n:
+        raise CompareError(
+            f"points: {n} train conversations asked, the trace run covers {len(found)} of them; "
+            "generate more traces (distill generate --limit) or lower the point"
+        )
+    return kept
+
+
+# --- one student at one point --------------------------------------------------------------------
+
+
+def build_datasets(student: Student, traces: list[Trace], out: Path, config: CurveConfig, run_meta: dict) -> None:
+    """The student's role datasets under `out`, rebuilt only when their inputs changed."""
+    from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+
+    options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **student.options)
+    if student.name == "rationale":
+        options.rationale, options.rationale_share = config.rationale, config.rationale_share
+    stamp = {"traces": sorted(t.key for t in traces), "options": asdict(options), "roles": list(student.trains)}
+    stamp_file = out / "curve-inputs.json"
+    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+        return
+    report = BuildReport()
+    roles = list(CORE_ROLES if student.joint else student.trains)
+    built = build_role_datasets(traces, roles, options, report, run_meta)
+    missing = [r for r in roles if r not in built]
+    if missing:
+        raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
+    if student.joint:
+        joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
+    else:
+        save_role_datasets(built, out, traces, run_meta, options, report, Path(config.traces))
+    stamp_file.write_text(json.dumps(stamp))
+
+
+def train_student(student: Student, point: Path, config: CurveConfig) -> Path:
+    """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
+    from eval.adapter_runs import train_stale
+
+    adapters = point / f"adapters-{student.name}"
+    budget = config.max_tokens_budget * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
+    train_stale(point / f"datasets-{student.name}", adapters, student.trains, budget, Path(config.train_config))
+    for role in student.borrows:
+        link, target = adapters / role, (point / "adapters-traces" / role).resolve()
+        if not link.exists():
+            link.symlink_to(target, target_is_directory=True)
+    return adapters
+
+
+def student_system(student: Student, adapters: Path, config: CurveConfig) -> dict[str, Any]:
+    pipeline = {"prompt_style": "student", "use_adapters": True, "max_attempts": 2, **student.pipeline}
+    folders = {role: str(adapters / JOINT) for role in CORE_ROLES} if student.joint else str(adapters)
+    return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
+
+
+def base_system(config: CurveConfig) -> dict[str, Any]:
+    """The untuned base with the teacher's prompts and no adapters: the zero-shot control."""
+    pipeline = {"prompt_style": "teacher", "use_adapters": False, "max_attempts": 2}
+    return {"name": BASE, "backend": dict(config.backend), "pipeline": pipeline}
+
+
+# --- the recipe ------------------------------------------------------------------------------------
+
+
+def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict[str, Any]:
+    """The `eval compare` config of one point: every system on the same test dialogues."""
+    return {
+        "dialogues": config.dialogues,
+        "split": config.test_split,
+        "limit": config.test_limit,
+        "index": config.index,
+        "reference": systems[0]["name"],
+        "systems": systems,
+        "ppl": config.ppl.model_dump() if config.ppl else None,
+        "bertscore": config.bertscore.model_dump() if config.bertscore else None,
+    }
+
+
+def run_compare(point: Path, compare: dict[str, Any]) -> Path:
+    """The point's report, computed unless a report of this very config is there already."""
+    import argparse
+
+    from eval.cli_compare import run as compare_run
+    from eval.compare import REPORT_JSON
+
+    path, report = point / "compare.yaml", point / "eval" / REPORT_JSON
+    text = yaml.safe_dump(compare, sort_keys=False)
+    if report.is_file() and path.is_file() and path.read_text() == text:
+        print(f"reusing {report}", flush=True)
+        return report
+    path.write_text(text)
+    if compare_run(argparse.Namespace(config=str(path), out=str(point / "eval"))):
+        raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
+    return report
+
+
+def run_point(n: int, traces: list[Trace], run_meta: dict, config: CurveConfig, out: Path) -> Path:
+    """Datasets, adapters and the compare of one point; returns its report.json."""
+    import shutil
+
+    point = out / f"n{n}"
+    point.mkdir(parents=True, exist_ok=True)
+    systems = []
+    for student in config.ordered_students():
+        build_datasets(student, traces, point / f"datasets-{student.name}", config, run_meta)
+        before = _adapter_stamps(point / f"adapters-{student.name}", student.trains)
+        adapters = train_student(student, point, config)
+        if _adapter_stamps(adapters, student.trains) != before:  # retrained: its old generations are stale
+            shutil.rmtree(point / "eval" / "systems" / f"student-{student.name}", ignore_errors=True)
+        systems.append(student_system(student, adapters, config))
+    if config.probe:
+        systems.append({"name": PROBE, "probe": {"split": config.train_split, "limit": n}})
+    if config.base:
+        systems.append({"name": BASE, "traces": str(out / BASE)})
+    return run_compare(point, point_compare(point, systems, config))
+
+
+def _adapter_stamps(adapters: Path, roles: Sequence[str]) -> dict[str, Optional[str]]:
+    files = {r: adapters / r / "adapter_model.safetensors" for r in roles}
+    return {r: str(f.stat().st_mtime_ns) if f.is_file() else None for r, f in files.items()}
+
+
+def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
+    """The prompted base, generated once for every point (a rerun reuses its stored traces)."""
+    from eval.compare import load_index, load_test_dialogues
+    from eval.systems import CompareConfig, SystemSpec, generate_system
+
+    compare = CompareConfig.model_validate(point_compare(out, [base_system(config)], config))
+    test = load_test_dialogues(compare, config_file)
+    generate_system(
+        SystemSpec(**base_system(config)), test, load_index(compare, test, config_file), config_file, out / BASE
+    )
+
+
+def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any]:
+    """Every point in turn, the curve report rewritten after each (so a partial run is readable)."""
+    from tqdm.auto import tqdm
+
+    from distill.store import TraceStore
+    from eval.curve_report import write_curve
+
+    store = TraceStore(config.traces)
+    traces, _ = store.read()
+    if not traces:
+        raise CompareError(f"{config_file}: traces '{config.traces}' holds no traces")
+    run_meta = store.run_info() or {}
+    out.mkdir(parents=True, exist_ok=True)
+    if config.base:
+        generate_base(config, out, config_file)
+    reports: dict[int, Path] = {}
+    curve: dict[str, Any] = {}
+    for n in tqdm(sorted(set(config.points)), desc="curve points", unit="point"):
+        convs = first_conversations(config.dialogues, config.train_split, n)
+        reports[n] = run_point(n, point_traces(traces, convs, n), run_meta, config, out)
+        curve = write_curve(reports, out, config)
+    return curve

@@ -1,0 +1,184 @@
+"""The learning curve's report: curve.json from the point reports, then curve.md and curve.png from it.
+
+Every figure is read from a point's `eval compare` report.json, so the curve shows exactly what those
+reports hold. curve.md opens with the answer: at the largest point, what the traces add over direct
+fine-tuning on the same labels, for the emotion and for the reply, with paired CIs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from eval.report import fmt, interval, markdown_table, with_ci
+
+CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
+# (first, second, what the difference says): the comparisons the question needs, first − second
+QUESTIONS = (
+    ("student-traces", "student-direct", "what the traces add over fine-tuning on the same labels"),
+    ("student-rationale", "student-direct", "what the rationale task adds over fine-tuning on the same labels"),
+    ("student-rationale", "student-traces", "what the rationale task adds to the distilled pipeline"),
+    ("student-traces", "probe", "the distilled emotion agent against a linear probe"),
+    ("student-rationale", "probe", "the rationale-task emotion agent against a linear probe"),
+    ("student-direct", "probe", "the fine-tuned emotion agent against a linear probe"),
+    ("student-direct", "base", "what fine-tuning on gold labels gives over the zero-shot prompted model"),
+    ("student-traces", "base", "the distilled student against the zero-shot prompted model"),
+    ("student-joint", "student-traces", "one adapter for all roles against one adapter per role"),
+)
+METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"}
+
+
+def _row(n: int, s: dict) -> dict[str, Any]:
+    acc = (s.get("i_acc") or {}).get("ekman6") or {}
+    div = s.get("diversity") or {}
+    return {
+        "n": n,
+        "system": s["name"],
+        "i_acc": acc.get("accuracy"),
+        "macro_f1": acc.get("macro_f1"),
+        "bertscore": (s.get("bertscore") or {}).get("f1"),
+        "dist2": div.get("dist2"),
+        "ead2": div.get("ead2"),
+        "ppl": s.get("ppl"),
+    }
+
+
+def _paired(n: int, report: dict) -> list[dict[str, Any]]:
+    """The report's paired differences for the pairs in `QUESTIONS`, oriented as they are named."""
+    out = []
+    for p in report.get("paired") or []:
+        for first, second, meaning in QUESTIONS:
+            if p["metric"] not in METRICS or {first, second} != set(p["pair"]) or p["diff"] is None:
+                continue
+            sign = 1 if p["pair"][0] == first else -1
+            # + 0.0 turns a flipped 0 into 0, not -0
+            low, high = sorted((sign * p["ci_low"] + 0.0, sign * p["ci_high"] + 0.0))
+            out.append(
+                {
+                    "n": n,
+                    "pair": [first, second],
+                    "metric": p["metric"],
+                    "meaning": meaning,
+                    "diff": sign * p["diff"] + 0.0,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "dialogues": p["n"],
+                    "reading": p["reading"],
+                }
+            )
+    return out
+
+
+def collect_curve(reports: dict[int, Path]) -> dict[str, Any]:
+    rows, paired, test = [], [], None
+    for n, path in sorted(reports.items()):
+        report = json.loads(path.read_text())
+        test = report["test"]
+        rows += [_row(n, s) for s in report["systems"]]
+        paired += _paired(n, report)
+    return {
+        "points": sorted(reports),
+        "test": {k: test[k] for k in ("dialogues", "split", "n")},
+        "rows": rows,
+        "paired": paired,
+    }
+
+
+def _verdict(p: dict) -> str:
+    if p["ci_low"] <= 0 <= p["ci_high"]:
+        return "the interval includes 0: no difference this test set can show"
+    better = (p["diff"] > 0) == (p["reading"] == "higher is better")
+    return "the interval excludes 0: " + ("the first is better" if better else "the first is worse")
+
+
+def headline(curve: dict) -> list[str]:
+    """The answer in the report's first lines: every question at the largest point."""
+    n = max(curve["points"])
+    lines = [f"At N = {n} train conversations, on {curve['test']['n']} test dialogues (paired bootstrap 95% CIs):"]
+    for p in (p for p in curve["paired"] if p["n"] == n and p["metric"] in ("i_acc", "bertscore_f1")):
+        what = "emotion (I-ACC)" if p["metric"] == "i_acc" else "reply (BERTScore F)"
+        lines.append(
+            f"- {what}, {p['pair'][0]} − {p['pair'][1]} ({p['meaning']}): "
+            f"{interval(p['diff'], p['ci_low'], p['ci_high'])}; {_verdict(p)}."
+        )
+    return lines
+
+
+def render_curve(curve: dict) -> str:
+    rows = [
+        [fmt(r["n"]), r["system"], with_ci(r["i_acc"]), fmt(r["macro_f1"]), with_ci(r["bertscore"]),
+         fmt(r["dist2"]), fmt(r["ead2"]), with_ci(r["ppl"])]
+        for r in curve["rows"]
+    ]  # fmt: skip
+    table = markdown_table(["N", "system", "I-ACC (6)", "macro-F1", "BERTScore F", "Dist-2", "EAD-2", "PPL"], rows)
+    pairs = [
+        [fmt(p["n"]), f"{p['pair'][0]} − {p['pair'][1]}", METRICS[p["metric"]],
+         interval(p["diff"], p["ci_low"], p["ci_high"]), "no" if p["ci_low"] <= 0 <= p["ci_high"] else "yes"]
+        for p in curve["paired"]
+    ]  # fmt: skip
+    diffs = markdown_table(["N", "first − second", "metric", "difference [95% CI]", "CI excludes 0"], pairs)
+    return "\n".join(
+        [
+            "# Does distillation pay? Learning curves",
+            "",
+            *headline(curve),
+            "",
+            f"Test set: split `{curve['test']['split']}` of `{curve['test']['dialogues']}`; each point's full "
+            "report is `n<N>/eval/report.md`.",
+            "",
+            "![learning curves](curve.png)",
+            "",
+            "## Every system at every point",
+            "",
+            *table,
+            "",
+            "## Paired differences",
+            "",
+            *diffs,
+            "",
+        ]
+    )
+
+
+def plot_curve(curve: dict, path: Path) -> Optional[Path]:
+    """I-ACC and BERTScore against N, one line per system with CI whiskers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, (key, title) in zip(axes, (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))):
+        for system in dict.fromkeys(r["system"] for r in curve["rows"]):
+            points = [(r["n"], r[key]) for r in curve["rows"] if r["system"] == system and r.get(key)]
+            if not points:
+                continue
+            xs = [n for n, _ in points]
+            ys = [s["value"] for _, s in points]
+            err = [
+                [y - (s.get("ci_low") or y) for (_, s), y in zip(points, ys)],
+                [(s.get("ci_high") or y) - y for (_, s), y in zip(points, ys)],
+            ]
+            ax.errorbar(
+                xs, ys, yerr=err, marker="o", capsize=3, label=system, linestyle="--" if system == "base" else "-"
+            )
+        ax.set_xscale("log")
+        ax.set_xticks(curve["points"], [str(n) for n in curve["points"]])
+        ax.set_xlabel("train conversations (N)")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_curve(reports: dict[int, Path], out: Path, config=None) -> dict[str, Any]:
+    curve = collect_curve(reports)
+    if config is not None:
+        curve["config"] = config.model_dump()
+    (out / CURVE_JSON).write_text(json.dumps(curve, indent=2) + "\n")
+    (out / CURVE_MD).write_text(render_curve(curve))
+    plot_curve(curve, out / CURVE_PNG)
+    return curve

@@ -1,0 +1,71 @@
+"""What a system's traces say about how they were made: retries per role, and the reflection figures.
+
+Retries show how far a run strays from its configured temperatures (a retry may sample warmer, see
+`retry_temperature`). The reflection figures say whether the audit did anything: how often it led to
+a rerun, which stage it blamed (the stage a rerun restarts from, counted per audit, as the issue
+describes MERG's Fig. 4), the mean selected iteration (MERG's Table 3) and how often the pick changed
+the reply. `eval.compare` stores both in report.json and `eval.report` renders them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from distill.reflection import restart_stage
+from distill.roles import STAGE_ORDER
+from distill.schemas import GRAOutput
+from distill.trace import Trace
+from eval.stats import mean_with_ci
+
+
+def retries_per_role(traces: Sequence[Trace]) -> dict[str, Any]:
+    """Per role: calls, calls that needed a retry, invalid-output retries and the backend's transport retries,
+    with the run's retry rule (`retry_temperature`; null: the same settings)."""
+    roles: dict[str, dict[str, int]] = {}
+    for trace in traces:
+        for step in trace.steps:
+            row = roles.setdefault(step.role, {"calls": 0, "retried_calls": 0, "retries": 0, "transport_retries": 0})
+            row["calls"] += 1
+            row["retried_calls"] += step.attempts > 1
+            row["retries"] += max(0, step.attempts - 1)
+            row["transport_retries"] += step.transport_retries
+    rules = sorted({t.config.get("retry_temperature") for t in traces}, key=str)
+    return {"retry_temperature": rules[0] if len(rules) == 1 else rules, "roles": roles}
+
+
+def _iteration0_reply(trace: Trace) -> Optional[str]:
+    return next((s.parsed["response"] for s in trace.steps if s.role == "ers" and s.iteration == 0 and s.valid), None)
+
+
+def reflection_figures(traces: Sequence[Trace]) -> Optional[dict[str, Any]]:
+    """The reflection figures of a run whose config turned reflection on; None when it did not."""
+    if not any(t.config.get("reflection") for t in traces):
+        return None
+    audits = clean = 0
+    blamed: Counter[str] = Counter()
+    reran, selected, changed = [], [], []
+    for trace in traces:
+        stages = [s for s in STAGE_ORDER if any(step.role == s for step in trace.steps)]
+        for step in trace.steps:
+            if step.role != "gra" or not step.valid:
+                continue
+            audits += 1
+            stage = restart_stage(GRAOutput.model_validate(step.parsed), stages)
+            clean += stage is None
+            blamed[stage] += stage is not None
+        if trace.status != "ok":
+            continue
+        reran.append(float(any(s.iteration > 0 and s.role != "gra" for s in trace.steps)))
+        selected.append(float(trace.final_iteration))
+        changed.append(float(trace.response != _iteration0_reply(trace)))
+    return {
+        "audit_calls": sum(s.role == "gra" for t in traces for s in t.steps),
+        "valid_audits": audits,
+        "clean_audits": clean,
+        "blamed": {s: blamed[s] for s in STAGE_ORDER if blamed[s]},
+        "rerun_rate": mean_with_ci(reran),
+        "mean_selected_iteration": mean_with_ci(selected),
+        "reply_changed_by_pick": mean_with_ci(changed),
+    }

@@ -1,0 +1,297 @@
+"""Does distillation pay: direct rows, rationale-task twins, the oracle stage, the probe and the curve.
+
+The teacher run these tests distil from is written by hand (`handmade_run`): a trace run is data, and
+the curve's own parts (datasets, training, generation, compare) all run for real on the sample.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from data_prep.taxonomy import CAUSE_CATEGORIES, to_ekman
+from distill.config import PipelineConfig
+from distill.roles import ROLES
+from distill.sft_data import DatasetOptions, build_role_datasets
+from distill.sft_tasks import JOINT, rationale_tag
+from distill.store import TraceStore
+from distill.trace import Step, Trace, trace_key
+
+TEACHER_REASONING = "The seeker's words carry the feeling."
+
+
+def teacher_outputs(d) -> dict:
+    return {
+        "asi": {"emotion": to_ekman(d.emotion), "reasoning": TEACHER_REASONING},
+        "cae": {"triggers": [d.turns[-1].text[:60]], "cause": "teacher cause summary", "category": CAUSE_CATEGORIES[0]},
+        "srp": {"reasoning": "Plan: reflect the feeling.", "strategy": "ER"},
+        "ers": {"response": "teacher reply"},
+    }
+
+
+def handmade_trace(d) -> Trace:
+    config = PipelineConfig().key_dict()
+    outputs = teacher_outputs(d)
+    steps = [Step(role=r, messages=[], raw=json.dumps(o), parsed=o) for r, o in outputs.items()]
+    return Trace(
+        key=trace_key(d, config, "handmade", "handmade", "v2"),
+        dialogue=d,
+        backend="handmade",
+        model="handmade",
+        prompt_version="v2",
+        prompt_style="teacher",
+        config=config,
+        steps=steps,
+        outputs=outputs,
+    )
+
+
+def handmade_run(dialogues, out) -> TraceStore:
+    store = TraceStore(out)
+    info = {
+        "pipeline": PipelineConfig().key_dict(),
+        "backend_name": "handmade",
+        "model": "handmade",
+        "prompt_version": "v2",
+        "backend": {"type": "handmade"},
+        "split": "train",
+    }
+    store.claim(info)
+    for d in dialogues:
+        store.append(handmade_trace(d))
+    return store
+
+
+def _rows(dd, split="train"):
+    return dd[split].to_list()
+
+
+def test_direct_rows_hold_no_rationale_and_no_upstream_output(tiny_dialogues):
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    traces[0].failure = "cae: invalid output"  # the teacher's failure does not matter to a direct row
+    built = build_role_datasets(traces, None, DatasetOptions(inputs="direct", eval_fraction=0))
+    assert set(built) == {"asi", "ers"}
+    asi, ers = _rows(built["asi"]), _rows(built["ers"])
+    assert len(asi) == len(ers) == len(tiny_dialogues)
+    for row, d in zip(asi, tiny_dialogues):
+        assert json.loads(row["completion"][0]["content"]) == {"emotion": to_ekman(d.emotion)}
+        assert row["prompt"] == [
+            {"role": "system", "content": "[asi]"},
+            {"role": "user", "content": d.render_context()},
+        ]
+    for row, d in zip(ers, tiny_dialogues):
+        assert json.loads(row["completion"][0]["content"]) == {"response": d.gold_response}
+        user = row["prompt"][1]["content"]
+        assert user == d.render_context()  # no emotion, cause or strategy line
+        assert TEACHER_REASONING not in json.dumps(row) and "teacher" not in json.dumps(row)
+    with pytest.raises(ValueError, match="no gold answer"):
+        build_role_datasets(traces, ["cae"], DatasetOptions(inputs="direct"))
+
+
+@pytest.mark.parametrize("source", ["teacher", "situation"])
+def test_rationale_twins_pair_each_label_row_and_keep_label_rows_unchanged(tiny_dialogues, source):
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    plain = build_role_datasets(traces, ["asi", "srp", "ers"], DatasetOptions(seed=3))
+    twinned = build_role_datasets(traces, ["asi", "srp", "ers"], DatasetOptions(seed=3, rationale=source))
+    assert _rows(twinned["ers"]) == _rows(plain["ers"])  # only asi and srp get a rationale task
+    for role in ("asi", "srp"):
+        rows = _rows(twinned[role])
+        labels = [r for r in rows if r["task"] == "label"]
+        twins = [r for r in rows if r["task"] == "rationale"]
+        assert sorted(map(json.dumps, labels)) == sorted(map(json.dumps, _rows(plain[role])))
+        assert len(twins) == len(labels)
+        by_key = {r["key"]: r for r in labels}
+        for twin in twins:  # the same trace's input under the rationale tag
+            label = by_key[twin["key"]]
+            assert twin["prompt"][0]["content"] == rationale_tag(role) and label["prompt"][0]["content"] == f"[{role}]"
+            assert twin["prompt"][1:] == label["prompt"][1:]
+            trace = next(t for t in traces if t.key == twin["key"])
+            expected = trace.dialogue.situation if source == "situation" else trace.outputs[role]["reasoning"]
+            assert twin["completion"][0]["content"] == expected
+        for label in labels:  # the situation never reaches the label task's input
+            situation = next(t for t in traces if t.key == label["key"]).dialogue.situation
+            assert situation not in json.dumps(label["prompt"])
+        assert all(t == "label" for t in twinned[role]["validation"]["task"])
+
+
+def test_oracle_config_names_only_answers_that_exist():
+    with pytest.raises(ValueError, match="no gold cae answer"):
+        PipelineConfig(oracle={"cae": "gold"})
+    with pytest.raises(ValueError, match="needs oracle_traces"):
+        PipelineConfig(oracle={"cae": "teacher"})
+    with pytest.raises(ValueError, match="not a pipeline stage"):
+        PipelineConfig(oracle={"gra": "teacher"}, oracle_traces="x")
+    assert PipelineConfig(oracle={"asi": "gold", "ers": "gold"}).oracle == {"asi": "gold", "ers": "gold"}
+
+
+@pytest.mark.slow
+def test_oracle_stage_feeds_gold_and_teacher_answers_downstream(tiny_dialogues, tmp_path):
+    from distill.backends.local import LocalBackend
+    from distill.pipeline import Pipeline
+
+    dialogues = tiny_dialogues[:2]
+    handmade_run(dialogues, tmp_path / "teacher")
+    config = PipelineConfig(
+        prompt_style="student",
+        use_srp=False,
+        max_attempts=2,
+        oracle={"asi": "gold", "cae": "teacher"},
+        oracle_traces=str(tmp_path / "teacher"),
+    )
+    traces = Pipeline(config, LocalBackend("smollm2-135m", batch_size=4)).run(dialogues, progress=False)
+    for trace, d in zip(traces, dialogues):
+        assert trace.status == "ok", trace.failure
+        steps = {s.role: s for s in trace.steps}
+        assert steps["asi"].attempts == 0 and steps["cae"].attempts == 0  # no generation spent on them
+        assert steps["asi"].events == ["oracle: gold emotion"] and steps["cae"].events == ["oracle: teacher answer"]
+        assert trace.outputs["asi"]["emotion"] == to_ekman(d.emotion)
+        ers_prompt = steps["ers"].messages[1]["content"]
+        assert f"emotion: {to_ekman(d.emotion)}" in ers_prompt and "cause: teacher cause summary" in ers_prompt
+        assert steps["ers"].attempts >= 1 and trace.response
+
+
+def test_direct_pipeline_shows_each_role_the_dialogue_alone(tiny_dialogues):
+    from distill.pipeline import Pipeline
+
+    class Echo:  # answers every request with its schema's minimal valid JSON; records the prompts
+        name, model = "echo", "echo"
+        prompts: list = []
+
+        def generate(self, requests, progress=None):
+            from distill.backends.base import GenerationResult
+
+            answers = {"asi": '{"emotion": "fear"}', "ers": '{"response": "I hear you."}'}
+            self.prompts += [r.messages for r in requests]
+            return [GenerationResult(text=answers[r.messages[0]["content"].strip("[]")]) for r in requests]
+
+        def describe(self):
+            return {"type": "echo"}
+
+    backend = Echo()
+    config = PipelineConfig(prompt_style="student", direct=True, use_cae=False, use_srp=False)
+    trace = Pipeline(config, backend).run(tiny_dialogues[:1], progress=False)[0]
+    assert trace.status == "ok" and trace.outputs["asi"]["emotion"] == "fear"
+    ers = next(m for m in backend.prompts if m[0]["content"] == "[ers]")
+    assert ers[1]["content"] == tiny_dialogues[0].render_context()  # not "emotion: fear"
+
+
+def _sample_dialogues(tmp_path):
+    from data_prep.__main__ import main as data_prep_main
+    from data_prep.loaders import SAMPLE_PATH
+
+    out = tmp_path / "dialogues"
+    assert data_prep_main(["dialogues", "--source", str(SAMPLE_PATH), "--out", str(out)]) == 0
+    return out
+
+
+def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
+    from eval.cli_compare import run
+    from eval.report import render_markdown
+
+    config = tmp_path / "probe.yaml"
+    dialogues = _sample_dialogues(tmp_path)
+    systems = "systems:\n  - name: probe\n    probe: {}\n"
+    config.write_text(f"dialogues: {dialogues}\nppl: null\nbertscore: null\n{systems}")
+    import argparse
+
+    assert run(argparse.Namespace(config=str(config), out=str(tmp_path / "eval"))) == 0
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    probe = report["systems"][0]
+    assert probe["replies"] is False and "diversity" not in probe and "bertscore" not in probe
+    acc = probe["i_acc"]["ekman6"]
+    assert acc["n_invalid"] == 0 and 0 <= acc["accuracy"]["value"] <= 1 and acc["macro_f1"] is not None
+    assert probe["description"]["train_dialogues"] == 154
+    assert "| probe | 14 |" in render_markdown(report)
+
+
+def test_probe_separates_classes_it_can_see():
+    import numpy as np
+
+    from eval.probe import EmotionProbe
+
+    rng = np.random.default_rng(0)
+    centres = {"anger": np.eye(4)[0], "fear": np.eye(4)[1], "sadness": np.eye(4)[2]}
+    labels = [e for e in centres for _ in range(20)]
+    features = np.stack([centres[e] + 0.1 * rng.standard_normal(4) for e in labels]).astype(np.float32)
+    probe = EmotionProbe.fit(features, labels)
+    assert probe.classes == ("anger", "fear", "sadness")
+    assert probe.predict(features) == labels
+    single = EmotionProbe.fit(features[:20], labels[:20])  # one emotion seen: it answers that one
+    assert single.predict(features) == ["anger"] * len(labels)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path, capsys):
+    from data_prep.loaders import load_split
+    from eval.cli_curve import run
+
+    dialogues = _sample_dialogues(tmp_path)
+    handmade_run(load_split(dialogues, "train")[:12], tmp_path / "teacher")
+    config = tmp_path / "curve.yaml"
+    config.write_text(
+        f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\npoints: [3, 5]\ntest_limit: 2\n"
+        "max_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\nppl: null\n"
+        "students: [traces, direct, rationale, joint]\n"
+    )
+    import argparse
+
+    args = argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))
+    assert run(args) == 0
+    first = capsys.readouterr().out
+    curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
+    assert curve["points"] == [3, 5]
+    systems = {(r["n"], r["system"]) for r in curve["rows"]}
+    for n in (3, 5):
+        for name in ("student-traces", "student-direct", "student-rationale", "student-joint", "probe"):
+            assert (n, name) in systems
+    asked = {(p["n"], tuple(p["pair"]), p["metric"]) for p in curve["paired"]}
+    assert (5, ("student-traces", "student-direct"), "i_acc") in asked
+    assert (5, ("student-rationale", "student-direct"), "bertscore_f1") in asked
+    md = (tmp_path / "curve" / "curve.md").read_text()
+    assert md.splitlines()[2].startswith("At N = 5 train conversations, on 2 test dialogues")
+    assert (tmp_path / "curve" / "curve.png").stat().st_size > 1000
+    # the rationale student borrows the traces student's cae and ers, and trains asi on twins
+    rationale = tmp_path / "curve" / "n5" / "adapters-rationale"
+    assert (rationale / "cae").resolve() == (tmp_path / "curve" / "n5" / "adapters-traces" / "cae").resolve()
+    assert "rationale" in load_split_tasks(tmp_path / "curve" / "n5" / "datasets-rationale" / "asi")
+    joint = json.loads(
+        (tmp_path / "curve" / "n5" / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text()
+    )
+    assert joint["role"] == "joint" and joint["train_config"]["max_tokens_budget"] == 4 * 300
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "curve").rglob("adapter_model.safetensors")}
+
+    assert run(args) == 0
+    second = capsys.readouterr().out
+    assert "$ python -m train" in first and "$ python -m train" not in second  # nothing retrained
+    for n in (3, 5):
+        assert f"reusing {tmp_path / 'curve' / f'n{n}' / 'eval' / 'report.json'}" in second
+    assert mtimes == {p: p.stat().st_mtime_ns for p in (tmp_path / "curve").rglob("adapter_model.safetensors")}
+
+
+def load_split_tasks(folder) -> set[str]:
+    from datasets import load_from_disk
+
+    return set(load_from_disk(str(folder))["train"]["task"])
+
+
+def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
+    from distill.sft_tasks import joint_dataset
+
+    built = build_role_datasets([handmade_trace(d) for d in tiny_dialogues], None, DatasetOptions(eval_fraction=0.25))
+    joint = joint_dataset(built, seed=0)
+    for split in ("train", "validation"):
+        tags = [row[0]["content"] for row in joint[split]["prompt"]]
+        assert sorted(tags) == sorted(f"[{r}]" for r in built for _ in range(len(built[r][split])))
+
+
+def test_every_student_reads_the_registry():
+    from eval.curve import STUDENTS, CurveConfig
+
+    assert set(STUDENTS) == {"traces", "direct", "rationale", "joint"}
+    config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
+    assert [s.name for s in config.ordered_students()] == ["traces", "rationale"]
+    for student in STUDENTS.values():
+        assert set(student.trains) | set(student.borrows) <= set(ROLES) | {JOINT}
+        assert student.joint == (student.trains == (JOINT,))
