@@ -341,6 +341,18 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     return trainer, counts
 
 
+def save_adapter(trainer, out: Path) -> None:
+    """Write the trained adapter (and tokenizer) to `out`; every rank calls it, rank 0 writes.
+
+    Under FSDP gathering the weights is a collective, and with a sharded state dict `save_model`
+    writes nothing, so the plugin is switched to a full state dict first, as PEFT's FSDP guide does.
+    `Trainer.save_model` then writes the adapter alone, from the gathered weights under FSDP and ZeRO.
+    """
+    if trainer.is_fsdp_enabled:
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(out))
+
+
 def train_role(
     base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
 ) -> tuple[object, dict]:
@@ -367,10 +379,8 @@ def train_role(
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
+    save_adapter(trainer, out)
     if trainer.is_world_process_zero():
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(out))
-        tokenizer.save_pretrained(str(out))
         if not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):  # sharded: rank 0 alone cannot decode
             meta["example"] = card_example(model, tokenizer, data, role)
         write_metadata(out, meta)
