@@ -413,8 +413,7 @@ def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_p
     assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-4)
 
 
-@pytest.mark.slow
-def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
+def _launch(accelerate_config: str, role_datasets: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The README's launch form: accelerate runs the console entry, so a `train.py` in the cwd cannot shadow it."""
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -425,7 +424,7 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "-m",
         "accelerate.commands.launch",
         "--config_file",
-        str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"),
+        str(REPO / "configs" / "accelerate" / accelerate_config),
         "--no_python",
         str(Path(sys.executable).parent / "trace-distill"),
         "train",
@@ -448,12 +447,45 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "--num_threads",
         "1",
     ]
-    run = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path, smollm_path):
+    run = _launch("cpu-ddp.yaml", role_datasets, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world_size 2" in run.stdout
     meta = json.loads((tmp_path / "adapters" / "asi" / METADATA_FILE).read_text())
     assert meta["world_size"] == 2 and meta["global_step"] == 2
     assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["asi"]  # written by rank 0 only
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(smollm_path)
+    model = PeftModel.from_pretrained(base, str(tmp_path / "adapters" / "asi"))  # plain PEFT, no toolkit
+    lora_b = {n: p for n, p in model.named_parameters() if "lora_B" in n}
+    assert len(lora_b) == 7 * base.config.num_hidden_layers  # every all-linear target, whole (not a shard)
+    assert all(p.abs().sum() > 0 for p in lora_b.values())  # B starts at zero: every one was trained
+
+
+@pytest.mark.slow
+def test_accelerate_fsdp_on_cpu_is_refused_in_one_line(role_datasets, tmp_path):
+    # accelerate would train an FSDP config on CPU as plain DDP and say nothing (train.preflight.check_launch)
+    run = _launch("fsdp.yaml", role_datasets, tmp_path)
+    assert run.returncode != 0
+    assert "an FSDP launch needs GPUs" in run.stderr, run.stderr[-3000:]
+    assert not (tmp_path / "adapters" / "asi").exists()
+
+
+def test_fsdp_check_reads_accelerates_launch_variable(role_datasets, tmp_path):
+    from train.config import ConfigError
+    from train.preflight import check_launch
+
+    cfg = tiny_config(role_datasets, tmp_path)
+    check_launch(cfg, environ={})
+    check_launch(cfg, environ={"ACCELERATE_USE_FSDP": "false"})
+    with pytest.raises(ConfigError, match="an FSDP launch needs GPUs"):
+        check_launch(cfg, environ={"ACCELERATE_USE_FSDP": "true"})
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ from distill.adapter_card import card_example
 from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, DistillArguments, TrainConfig
-from train.preflight import check_base_model
+from train.preflight import check_base_model, check_launch
 
 REQUIRED_COLUMNS = ("prompt", "completion")
 
@@ -400,6 +400,7 @@ def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict
     for role in roles:  # fail on a missing dataset or a bad option before spending time on the model
         load_role_dataset(cfg.distill.dataset_name, role)
     check_base_model(cfg)
+    check_launch(cfg)
     base, tokenizer, base_path = load_base(cfg)
     log(f"base {cfg.model.model_name_or_path} loaded from {base_path}; roles: {', '.join(roles)}")
     results = []
