@@ -1,6 +1,6 @@
-"""Constrained JSON decoding: xgrammar (what the local backend uses) against llguidance, on every role schema.
+"""Constrained JSON decoding: xgrammar (the local backend's before llguidance) against llguidance, on every role schema.
 
-    python benchmarks/constrained_decoders.py --out constrained_bench.json   # needs `pip install llguidance`
+    python benchmarks/constrained_decoders.py --out constrained_bench.json   # needs `pip install xgrammar`
 
 For each role schema (teacher and student forms, and the reflection audit over every stage), with the
 embedded SmolLM2 tokenizer and the backend's compact JSON layout (no free whitespace, "," and ":"):

@@ -80,20 +80,86 @@ def _eval_section(figures: Optional[dict[str, Any]]) -> str:
     return f"{head}\n\n| metric | value |\n|---|---|\n{rows}"
 
 
-def _usage_section(meta: dict, role: str, repo: str) -> str:
-    base = base_hub_id(meta) or meta.get("base_model")
-    rank = vllm_max_rank([int(meta.get("lora", {}).get("r", 16))])
-    return f"""```python
-from peft import PeftModel
+# The card's runnable snippet, in two parts: loading, and answering `messages`. Training runs the
+# answering part on the adapter it just trained to record the card's example answer, and the tests
+# run both parts as the card prints them, so the card shows what the snippet really answers.
+_LOAD = """from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-base = AutoModelForCausalLM.from_pretrained("{base}")
-model = PeftModel.from_pretrained(base, "{repo}")
 tokenizer = AutoTokenizer.from_pretrained("{repo}")
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("{base}"), "{repo}")
+"""
+_ANSWER = """inputs = tokenizer.apply_chat_template(
+    messages, add_generation_prompt=True, return_dict=True, return_tensors="pt"
+).to(model.device)
+output = model.generate(**inputs, max_new_tokens={max_new_tokens}, do_sample=False)
+answer = tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+"""
+_PRINT = "print(answer)\n"
+
+
+def snippet(base: str, repo: str, max_new_tokens: int) -> tuple[str, str]:
+    """The card's code, (load, answer), with the base and adapter named; the card prints `answer` after."""
+    return _LOAD.format(base=base, repo=repo), _ANSWER.format(max_new_tokens=max_new_tokens)
+
+
+def run_answer(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int) -> str:
+    """The snippet's answering part, run on a loaded model (greedy, as the card prints it)."""
+    import torch
+
+    scope = {"model": model, "tokenizer": tokenizer, "messages": messages}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        exec(snippet("", "", max_new_tokens)[1], scope)
+    model.train(was_training)
+    return scope["answer"]
+
+
+def card_example(model: Any, tokenizer: Any, data: Any, role: str) -> dict[str, Any]:
+    """The first prompt of the role's validation split (train when that is empty) and the model's answer."""
+    split = "validation" if "validation" in data and len(data["validation"]) else "train"
+    messages = [{"role": m["role"], "content": m["content"]} for m in data[split][0]["prompt"]]
+    budget = ROLES[role].max_new_tokens
+    answer = run_answer(model, tokenizer, messages, budget)
+    return {"split": split, "messages": messages, "max_new_tokens": budget, "answer": answer}
+
+
+def _example_section(meta: dict, role: str, repo: str) -> str:
+    base = base_hub_id(meta) or meta.get("base_model")
+    example = meta.get("example")
+    if not example:
+        return (
+            "`messages` must be the student prompt this adapter learned (`trace-distill` renders it; see\n"
+            f"`distill/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain transformers and\n"
+            f"PEFT run it:\n\n```python\n{''.join(snippet(base, repo, ROLES[role].max_new_tokens))}{_PRINT}```"
+        )
+    load, answer = snippet(base, repo, example["max_new_tokens"])
+    ordered = [{"role": m["role"], "content": m["content"]} for m in example["messages"]]  # stored key-sorted
+    messages = json.dumps(ordered, indent=2, ensure_ascii=False)
+    return f"""The student prompt this adapter learned (prompt version `{meta.get("prompt_version")}`), rendered for one
+dialogue of its {example["split"]} split, as chat messages:
+
+```python
+messages = {messages}
 ```
 
-The prompt must be the student prompt this adapter learned (`trace-distill` renders it; see
-`distill/roles.py`, prompt version `{meta.get("prompt_version")}`). Served with vLLM, next to the other roles:
+Run with plain transformers and PEFT (trace-distill not needed):
+
+```python
+{load}{answer}{_PRINT}```
+
+The adapter's answer (this snippet, greedy, at the end of training):
+
+```json
+{example["answer"]}
+```"""
+
+
+def _serving_section(meta: dict, role: str, repo: str) -> str:
+    base = base_hub_id(meta) or meta.get("base_model")
+    rank = vllm_max_rank([int(meta.get("lora", {}).get("r", 16))])
+    return f"""Served with vLLM, next to the other roles:
 
 ```bash
 vllm serve {base} --enable-lora --max-lora-rank {rank} --lora-modules {role}={repo}
@@ -154,7 +220,9 @@ A LoRA adapter for the `{role}` agent of trace-distill's distilled empathetic-re
 
 ## Use
 
-{_usage_section(meta, role, repo)}
+{_example_section(meta, role, repo)}
+
+{_serving_section(meta, role, repo)}
 
 Data license: adapters trained on EmpatheticDialogues inherit its CC BY-NC 4.0 terms (non-commercial use).
 """

@@ -5,7 +5,7 @@
 `POST /v1/chat/completions` answers like OpenAI's endpoint; its `model` field picks a role adapter
 (`asi`, `cae`, …) or the base model (its alias, path or id), as vLLM multi-LoRA does, so the
 `openai` backend with `model_per_role: true` runs the student pipeline against it.
-`response_format: json_schema` goes through the same xgrammar constrained decoding as the local
+`response_format: json_schema` goes through the same llguidance constrained decoding as the local
 backend. `GET /v1/models` lists the base and each adapter, `GET /health` says it is up, and
 `GET /metrics` counts calls per model and per prompt (tests use it to prove a resumed run repeats
 nothing). Bad requests get a 4xx with an OpenAI-style error body, never a 500.
@@ -121,9 +121,9 @@ def _json_schema(response_format: Optional[dict[str, Any]]) -> Optional[tuple[st
     if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
         raise BadRequest(400, "response_format.json_schema.schema must be a JSON object", "response_format")
     try:
-        import xgrammar
+        from distill.backends.constrained import json_schema_grammar
 
-        xgrammar.Grammar.from_json_schema(json.dumps(spec["schema"]))  # cheap: no tokenizer needed
+        json_schema_grammar(spec["schema"])  # cheap: no tokenizer needed
     except Exception as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise BadRequest(

@@ -10,12 +10,11 @@ import json
 
 import pytest
 import torch
-import xgrammar
 
 from distill import schemas
 from distill.adapters import find_adapters
 from distill.backends.base import Backend, GenerationRequest
-from distill.backends.constrained import JSON_SEPARATORS, SchemaGrammars
+from distill.backends.constrained import JSON_SEPARATORS, allocate_bitmask, apply_bitmask, fill_bitmask
 from distill.backends.local import LocalBackend
 
 SYSTEM = {"role": "system", "content": "You are a careful annotator. Answer in JSON."}
@@ -46,13 +45,19 @@ def tiny(tiny_model_dir):
     return LocalBackend(tiny_model_dir, dtype="fp32", batch_size=4)
 
 
-def _matches(grammars: SchemaGrammars, schema, obj) -> bool:
-    matcher = xgrammar.GrammarMatcher(grammars.compiled(schema))
-    return matcher.accept_string(json.dumps(obj, separators=JSON_SEPARATORS)) and matcher.is_completed()
+def _accepts(backend: LocalBackend, schema, text: str) -> bool:
+    """Whether the grammar takes `text`, tokenized as a model trained on it would emit it, as a whole answer."""
+    matcher = backend._grammars.compiled(schema).matcher()
+    ids = backend.tokenizer.encode(text, add_special_tokens=False)
+    return matcher.consume_tokens(ids) and matcher.is_accepting()
+
+
+def _matches(backend: LocalBackend, schema, obj) -> bool:
+    return _accepts(backend, schema, json.dumps(obj, separators=JSON_SEPARATORS))
 
 
 def test_grammar_enforces_every_schema_constraint(tiny):
-    g = tiny._grammars
+    g = tiny
     assert _matches(g, schemas.ASIOutput, {"reasoning": "x" * 240, "emotion": "fear"})
     assert not _matches(g, schemas.ASIOutput, {"reasoning": "x" * 241, "emotion": "fear"})  # maxLength
     assert not _matches(g, schemas.ASIOutput, {"reasoning": "x", "emotion": "joy"})  # enum
@@ -68,8 +73,69 @@ def test_grammar_enforces_every_schema_constraint(tiny):
     assert not _matches(g, schemas.PhaseOutput, {"phase": "action", "extra": 1})  # extra="forbid"
     # Decoded JSON has the exact layout of the SFT targets (pydantic's compact dump).
     target = schemas.PlanOutput(goal="comfort", stance="curious", tactic="offer_hope", tone="warm").model_dump_json()
-    matcher = xgrammar.GrammarMatcher(g.compiled(schemas.PlanOutput))
-    assert matcher.accept_string(target) and matcher.is_completed()
+    assert _accepts(g, schemas.PlanOutput, target)
+
+
+def _unfit_in_strings(tokenizer) -> tuple[list[int], list[int]]:
+    """Token ids that hold raw control characters, and the added tokens but the stop token (`<|im_start|>`, ...)."""
+    control = [i for i in range(len(tokenizer)) if any(ord(c) < 32 for c in tokenizer.decode([i]))]
+    return control, [i for i in tokenizer.added_tokens_decoder if i != tokenizer.eos_token_id]
+
+
+@pytest.fixture(scope="module")
+def unruly_model_dir(tmp_path_factory, smollm_path):
+    """A tiny llama whose every next token is, by preference, a raw control character, then a special
+    token such as `<|im_start|>`, then a closing quote: what a JSON string must not hold comes first."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm_path)
+    cfg = AutoConfig.from_pretrained(smollm_path)
+    cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size = 1, 64, 128
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 4, 2, 16
+    cfg.tie_word_embeddings = False
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        # No layer writes to the residual stream and every embedding is positive, so the last hidden
+        # state is positive whatever the prompt, and the head's rows alone rank the next tokens.
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.abs_().add_(0.1)
+        head = model.lm_head.weight.zero_()
+        control, special = _unfit_in_strings(tokenizer)
+        head[control] = 2.0
+        head[special] = 1.5
+        head[tokenizer.convert_tokens_to_ids('"')] = 0.5
+    out = tmp_path_factory.mktemp("unruly-llama")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_json_strings_refuse_control_characters_and_special_tokens(unruly_model_dir, continuous):
+    backend = LocalBackend(unruly_model_dir, dtype="fp32", batch_size=2, continuous=continuous)
+    prompts = [_messages("How did you feel?"), _messages("Tell me more " * 9)]
+    [free, _] = backend.generate([GenerationRequest(m, max_new_tokens=8) for m in prompts])
+    assert any(ord(c) < 32 for c in free.text)  # unconstrained, the model writes raw control characters
+    reqs = [GenerationRequest(m, schema=schemas.ASIOutput, max_new_tokens=60) for m in prompts]
+    sampled = [
+        GenerationRequest(m, schema=schemas.ASIOutput, max_new_tokens=60, temperature=1.0, seed=3) for m in prompts
+    ]
+    for res in backend.generate(reqs + sampled):  # one attempt each: no retry needed
+        assert not res.events
+        schemas.ASIOutput.model_validate_json(res.text)
+    # Inside a string the mask itself refuses them (decoded text would hide a special token).
+    matcher = backend._grammars.compiled(schemas.ASIOutput).matcher()
+    assert matcher.consume_tokens(backend.tokenizer.encode('{"reasoning":"I', add_special_tokens=False))
+    bitmask = allocate_bitmask(1, backend.hf_model.config.vocab_size)
+    fill_bitmask(bitmask, [matcher])
+    allowed = torch.zeros(1, backend.hf_model.config.vocab_size)
+    apply_bitmask(allowed, bitmask)
+    control, special = _unfit_in_strings(backend.tokenizer)
+    assert allowed[0, control + special].eq(float("-inf")).all()
+    assert allowed[0, backend.tokenizer.convert_tokens_to_ids(['"', "Ġfelt"])].eq(0).all()
 
 
 def test_conforms_to_backend_protocol_and_describes_itself(tiny, tiny_model_dir):

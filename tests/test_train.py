@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -246,7 +247,16 @@ def test_adapter_folder_is_hub_ready_and_loads_with_plain_peft(two_roles, smollm
     assert "More Information Needed" not in card and f"base_model: {SMOLLM2_HUB_ID}" in card
     assert "library_name: peft" in card and "Q4_1 GGUF" in card and "`emotion`: anger, fear, disgust" in card
     assert f"tokens seen: {metas[0]['tokens_seen']:,}" in card and f"--lora-modules asi={folder}" in card
-    assert f'PeftModel.from_pretrained(base, "{folder}")' in card
+    assert f'"HuggingFaceTB/SmolLM2-135M-Instruct"), "{folder}")' in card
+    assert f"validation {round(metas[0]['eval_loss'], 4)}" in card and metas[0]["eval_loss"] > 0
+    # The card's own code, as printed, on the embedded base (the hub is out of reach): its answer is the
+    # card's example answer and validates against the role's student schema.
+    python = re.findall(r"```python\n(.*?)```", card, flags=re.S)
+    scope: dict = {}
+    exec("\n".join(python).replace(SMOLLM2_HUB_ID, smollm_path), scope)
+    example = re.search(r"```json\n(.*?)\n```", card, flags=re.S).group(1)
+    assert scope["answer"] == example == metas[0]["example"]["answer"]
+    ROLES["asi"].schema_for("student").model_validate_json(scope["answer"])
 
     backend = LocalBackend("smollm2-135m", adapters=str(out), dtype="float32")
     ids = torch.tensor([backend.encode([{"role": "user", "content": "I lost my keys again."}])[0]])
@@ -403,8 +413,7 @@ def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_p
     assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-4)
 
 
-@pytest.mark.slow
-def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
+def _launch(accelerate_config: str, role_datasets: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """The README's launch form: accelerate runs the console entry, so a `train.py` in the cwd cannot shadow it."""
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -415,7 +424,7 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "-m",
         "accelerate.commands.launch",
         "--config_file",
-        str(REPO / "configs" / "accelerate" / "cpu-ddp.yaml"),
+        str(REPO / "configs" / "accelerate" / accelerate_config),
         "--no_python",
         str(Path(sys.executable).parent / "trace-distill"),
         "train",
@@ -438,12 +447,45 @@ def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path):
         "--num_threads",
         "1",
     ]
-    run = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path, smollm_path):
+    run = _launch("cpu-ddp.yaml", role_datasets, tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world_size 2" in run.stdout
     meta = json.loads((tmp_path / "adapters" / "asi" / METADATA_FILE).read_text())
     assert meta["world_size"] == 2 and meta["global_step"] == 2
     assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["asi"]  # written by rank 0 only
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(smollm_path)
+    model = PeftModel.from_pretrained(base, str(tmp_path / "adapters" / "asi"))  # plain PEFT, no toolkit
+    lora_b = {n: p for n, p in model.named_parameters() if "lora_B" in n}
+    assert len(lora_b) == 7 * base.config.num_hidden_layers  # every all-linear target, whole (not a shard)
+    assert all(p.abs().sum() > 0 for p in lora_b.values())  # B starts at zero: every one was trained
+
+
+@pytest.mark.slow
+def test_accelerate_fsdp_on_cpu_is_refused_in_one_line(role_datasets, tmp_path):
+    # accelerate would train an FSDP config on CPU as plain DDP and say nothing (train.preflight.check_launch)
+    run = _launch("fsdp.yaml", role_datasets, tmp_path)
+    assert run.returncode != 0
+    assert "an FSDP launch needs GPUs" in run.stderr, run.stderr[-3000:]
+    assert not (tmp_path / "adapters" / "asi").exists()
+
+
+def test_fsdp_check_reads_accelerates_launch_variable(role_datasets, tmp_path):
+    from train.config import ConfigError
+    from train.preflight import check_launch
+
+    cfg = tiny_config(role_datasets, tmp_path)
+    check_launch(cfg, environ={})
+    check_launch(cfg, environ={"ACCELERATE_USE_FSDP": "false"})
+    with pytest.raises(ConfigError, match="an FSDP launch needs GPUs"):
+        check_launch(cfg, environ={"ACCELERATE_USE_FSDP": "true"})
 
 
 @pytest.mark.slow

@@ -8,7 +8,9 @@ and the field and comes in a second or two.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 
 from data_prep.models import ModelNotAvailable, resolve_model
 from train.config import ConfigError, TrainConfig
@@ -38,6 +40,24 @@ def check_base_model(cfg: TrainConfig) -> str:
             f"{cfg.model.model_name_or_path}{hint}; its linear layers: {', '.join(linear)} (or all-linear)"
         )
     return path
+
+
+def check_launch(cfg: TrainConfig, environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse an FSDP launch that would train without a GPU.
+
+    accelerate sets FSDP up only for accelerator devices (`AcceleratorState`: the FSDP branch is for
+    MULTI_GPU and its kin), so on CPU an FSDP config trains as plain data parallel and says nothing:
+    a user who tested a sharded save there would have tested DDP's.
+    """
+    import torch
+
+    if environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return
+    if cfg.sft.use_cpu or not torch.accelerator.is_available():
+        raise ConfigError(
+            f"{cfg.source}: an FSDP launch needs GPUs: on CPU accelerate ignores the FSDP config and "
+            "trains as plain data parallel; use configs/accelerate/cpu-ddp.yaml here"
+        )
 
 
 def _module_names(path: str) -> tuple[list[str], list[str]]:

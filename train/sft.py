@@ -27,10 +27,11 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
+from distill.adapter_card import card_example
 from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, DistillArguments, TrainConfig
-from train.preflight import check_base_model
+from train.preflight import check_base_model, check_launch
 
 REQUIRED_COLUMNS = ("prompt", "completion")
 
@@ -316,15 +317,17 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     """The role's SFTTrainer (its dataset truncated, its steps capped by the token budget) and token counts."""
     from trl import SFTTrainer
 
-    wants_eval = cfg.sft.do_eval or cfg.sft.eval_strategy != "no"
-    has_eval = wants_eval and "validation" in data and len(data["validation"]) > 0
+    has_validation = "validation" in data and len(data["validation"]) > 0
+    # Evaluation during training only when asked; the validation split is always scored once at the
+    # end (train_role), so the adapter's metadata and card carry its validation loss.
+    has_eval = (cfg.sft.do_eval or cfg.sft.eval_strategy != "no") and has_validation
     args = role_args(cfg, role, Path(cfg.sft.output_dir) / role / "checkpoints", has_eval)
     trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
     trainer = trainer_cls(
         model=model,
         args=args,
         train_dataset=data["train"],
-        eval_dataset=data["validation"] if has_eval else None,
+        eval_dataset=data["validation"] if has_validation else None,
         processing_class=tokenizer,
         callbacks=list(callbacks or []),
     )
@@ -336,6 +339,18 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
         trainer.args.max_steps = budget_steps
         log(f"{role}: max_tokens_budget {cfg.distill.max_tokens_budget} -> max_steps {budget_steps}")
     return trainer, counts
+
+
+def save_adapter(trainer, out: Path) -> None:
+    """Write the trained adapter (and tokenizer) to `out`; every rank calls it, rank 0 writes.
+
+    Under FSDP gathering the weights is a collective, and with a sharded state dict `save_model`
+    writes nothing, so the plugin is switched to a full state dict first, as PEFT's FSDP guide does.
+    `Trainer.save_model` then writes the adapter alone, from the gathered weights under FSDP and ZeRO.
+    """
+    if trainer.is_fsdp_enabled:
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(str(out))
 
 
 def train_role(
@@ -364,10 +379,10 @@ def train_role(
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
+    save_adapter(trainer, out)
     if trainer.is_world_process_zero():
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(out))
-        tokenizer.save_pretrained(str(out))
+        if not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):  # sharded: rank 0 alone cannot decode
+            meta["example"] = card_example(model, tokenizer, data, role)
         write_metadata(out, meta)
         publish(out, meta, cfg)
         log(f"{role}: saved adapter to {out} ({seconds:.1f} s, loss {meta['train_loss']})")
@@ -385,6 +400,7 @@ def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict
     for role in roles:  # fail on a missing dataset or a bad option before spending time on the model
         load_role_dataset(cfg.distill.dataset_name, role)
     check_base_model(cfg)
+    check_launch(cfg)
     base, tokenizer, base_path = load_base(cfg)
     log(f"base {cfg.model.model_name_or_path} loaded from {base_path}; roles: {', '.join(roles)}")
     results = []

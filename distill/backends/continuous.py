@@ -15,7 +15,7 @@ queued request straight away:
   role's instructions: 44-69% of its prompt) is computed once and only the suffixes are prefilled.
 - When the write column reaches the buffer's end, columns no slot uses any more are dropped from the
   front; when the queue is empty and half the slots are idle, the pool shrinks to the busy ones.
-- Each slot has its own xgrammar matcher and its own sampling step, so constrained JSON and
+- Each slot has its own llguidance matcher and its own sampling step, so constrained JSON and
   temperature work per row as in `generate`.
 
 Supported for models whose every layer is full attention (Llama, Qwen2, SmolLM, Mistral without a
@@ -32,6 +32,8 @@ from typing import Any, Optional
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from distill.backends.constrained import CompiledSchema, allocate_bitmask, apply_bitmask, fill_bitmask
 
 
 def supports(config: Any) -> bool:
@@ -135,40 +137,40 @@ class Finished:
 
 @dataclass
 class Sampler:
-    """Next-token choice per row: its grammar's mask (one xgrammar matcher per row), then argmax or sampling."""
+    """Next-token choice per row: its grammar's mask (one llguidance matcher per row), then argmax or sampling."""
 
     temperature: float
-    grammar: Any
+    grammar: Optional[CompiledSchema]
     vocab_size: int
     generator: Optional[torch.Generator]
-    bitmask: Any
+    bitmask: Optional[torch.Tensor]
 
     @classmethod
-    def make(cls, temperature: float, grammar: Any, vocab_size: int, seed: Optional[int], device: str, rows: int):
-        import xgrammar
-
+    def make(
+        cls,
+        temperature: float,
+        grammar: Optional[CompiledSchema],
+        vocab_size: int,
+        seed: Optional[int],
+        device: str,
+        rows: int,
+    ):
         generator = None
         if temperature > 0:
             generator = torch.Generator(device=device)
             generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
-        bitmask = xgrammar.allocate_token_bitmask(rows, vocab_size) if grammar is not None else None
+        bitmask = allocate_bitmask(rows, vocab_size) if grammar is not None else None
         return cls(temperature, grammar, vocab_size, generator, bitmask)
 
     def matcher(self) -> Any:
-        import xgrammar
-
-        return xgrammar.GrammarMatcher(self.grammar) if self.grammar is not None else None
+        return self.grammar.matcher() if self.grammar is not None else None
 
     def choose(self, logits: torch.Tensor, matchers: list[Any]) -> list[int]:
         """Pick each row's next token; `logits` are [len(matchers), vocab], row j masked by matchers[j]."""
-        import xgrammar
-
         logits = logits.float()
         if self.grammar is not None:
-            for j, matcher in enumerate(matchers):
-                matcher.fill_next_token_bitmask(self.bitmask, j)
-            mask = self.bitmask[: len(matchers)].to(logits.device)
-            xgrammar.apply_token_bitmask_inplace(logits, mask, vocab_size=self.vocab_size)
+            fill_bitmask(self.bitmask, matchers)
+            apply_bitmask(logits, self.bitmask)
         if self.temperature > 0:
             probs = torch.softmax(logits / self.temperature, dim=-1)
             return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
@@ -245,7 +247,7 @@ class ContinuousDecoder:
         row.tokens.append(token)
         row.seconds += seconds
         done = token in self.limits.stop_ids or len(row.tokens) >= self.limits.max_new_tokens
-        if not done and row.matcher is not None and not row.matcher.accept_token(token):
+        if not done and row.matcher is not None and not row.matcher.consume_token(token):
             done = True  # cannot happen with the bitmask applied; stop rather than emit invalid JSON
         if done:
             finished = Finished(row.request, row.tokens, row.seconds)
@@ -370,7 +372,7 @@ def decode(
     max_new_tokens: int,
     temperature: float,
     stop_ids: Sequence[int],
-    grammar: Any = None,
+    grammar: Optional[CompiledSchema] = None,
     vocab_size: int,
     seed: Optional[int] = None,
     device: str = "cpu",
@@ -381,7 +383,7 @@ def decode(
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
-    an xgrammar compiled grammar applied to every row, or None.
+    a compiled schema (distill.backends.constrained) whose matcher masks every row, or None.
     """
     sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, rows=min(rows, len(prompts)))
     limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish)

@@ -95,7 +95,7 @@ class LocalBackend:
         self._adapters = AdapterSwitch(base, merge_adapters, cache_merged_mb)
         self._eos_ids = self._stop_token_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
-        self._grammars = SchemaGrammars(self.tokenizer, base.config.vocab_size)
+        self._grammars = SchemaGrammars(self.tokenizer, base.config.vocab_size, self._eos_ids)
         # Continuous batching (distill.backends.continuous) where the architecture allows it, else
         # lockstep chunks through `model.generate`.
         self.continuous = continuous and continuous_supports(base.config)
