@@ -11,8 +11,6 @@ so a constrained answer parses on its first attempt.
 The token mask is a bitmask, one bit per vocabulary entry, as llguidance fills it; `apply_bitmask`
 unpacks it with numpy on CPU and tensor ops elsewhere (llguidance's own helper goes through
 `torch.compile`, which on a CPU install means a C compiler and seconds of warm-up on the first call).
-Per decode step of 16 rows mid-answer, filling the masks took 0.2 ms of CPU against xgrammar's 2 ms,
-and applying them 1.5 ms against 1.2 ms.
 """
 
 from __future__ import annotations
