@@ -1,7 +1,7 @@
 """Grammar-constrained JSON decoding for in-process transformers models, built on llguidance.
 
 Each role schema is compiled once per tokenizer into an llguidance matcher; every decoded row gets
-its own copy (a copy costs about a microsecond, a compile about a millisecond). llguidance enforces
+its own copy (copying a matcher is far cheaper than compiling one). llguidance enforces
 every constraint our schemas use (checked by the tests): `maxLength` on strings,
 `minItems`/`maxItems` on lists, `Literal` enums, nullable fields (`anyOf` with null), optional keys
 and `additionalProperties: false`. It also keeps raw control characters and special tokens
