@@ -29,9 +29,9 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from distill.roles import CORE_ROLES
-from distill.sft_tasks import JOINT, joint_dataset
-from distill.trace import Trace
+from distill.datasets.sft_tasks import JOINT, joint_dataset
+from distill.pipeline.roles import CORE_ROLES
+from distill.pipeline.trace import Trace
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
 
@@ -146,7 +146,7 @@ def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace
 
 def build_datasets(student: Student, traces: list[Trace], out: Path, config: CurveConfig, run_meta: dict) -> None:
     """The student's role datasets under `out`, rebuilt only when their inputs changed."""
-    from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+    from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
     options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **student.options)
     if student.name == "rationale":
@@ -271,7 +271,7 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     """Every point in turn, the curve report rewritten after each (so a partial run is readable)."""
     from tqdm.auto import tqdm
 
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
     from eval.curve_report import write_curve
 
     store = TraceStore(config.traces)

@@ -137,8 +137,8 @@ STAMP = "quickstart-inputs.json"
 
 def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
-    from distill.roles import STUDENT_PROMPT_VERSION
-    from distill.store import TraceStore
+    from distill.pipeline.roles import STUDENT_PROMPT_VERSION
+    from distill.pipeline.store import TraceStore
 
     traces = TraceStore(out / "teacher-train").path
     return {
@@ -251,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _cards_with_eval(out: Path) -> None:
     """The adapters' model cards gain the student's figures from this run's report."""
-    from distill.adapter_card import write_adapter_card
-    from distill.adapters import find_adapters
+    from distill.adapters.adapter_card import write_adapter_card
+    from distill.adapters.adapters import find_adapters
     from eval.report import system_figures
 
     figures = system_figures(json.loads((out / "eval" / "report.json").read_text()), "student")

@@ -2,7 +2,7 @@
 
 A system is either an existing trace run (``traces: <run dir>``, e.g. the prompted teacher that ran
 on an API) or something to generate now (``backend:`` + ``pipeline:``). Generated systems all go
-through the same `distill.pipeline.Pipeline` with the same exemplar index, so the only differences
+through the same `distill.pipeline.pipeline.Pipeline` with the same exemplar index, so the only differences
 between them are the ones their configs name. Every check that can fail names the file and field.
 """
 
@@ -17,8 +17,8 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_prep.dialogues import Dialogue
-from distill.store import TRACES_FILE
-from distill.trace import Trace
+from distill.pipeline.store import TRACES_FILE
+from distill.pipeline.trace import Trace
 from eval.cost import PeakRSS
 from eval.judge import ASPECTS
 from eval.perplexity import PplContext
@@ -169,7 +169,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     Every test dialogue id must be in the run; a run made on another split fails here with the
     number of missing ids and one example, rather than scoring a different test set.
     """
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
 
     run_dir = Path(spec.traces)
     if not (run_dir / TRACES_FILE).is_file():
@@ -206,7 +206,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
 
 def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
     """The stored traces of every test dialogue when an earlier compare generated this very system."""
-    from distill.trace import trace_key
+    from distill.pipeline.trace import trace_key
 
     info = store.run_info() or {}
     if info.get("system") != spec.model_dump(mode="json"):
@@ -228,9 +228,9 @@ def generate_system(
     stored there: a crash later in the compare (the judge, say) never costs a system's generation again.
     """
     from distill.backends import make_backend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
-    from distill.store import StoreError, TraceStore
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import StoreError, TraceStore
 
     store = TraceStore(run_dir)
     done = _reused(store, spec, test)

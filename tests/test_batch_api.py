@@ -12,7 +12,7 @@ import pytest
 from fastapi import Request  # module level: FastAPI resolves the handlers' string annotations here
 
 from distill import __version__
-from distill.batch_api import (
+from distill.batch.batch_api import (
     BATCH_DIR,
     NeedsBatch,
     append_results,
@@ -21,8 +21,8 @@ from distill.batch_api import (
     replay,
     write_request_file,
 )
-from distill.store import TraceStore
-from distill.trace import Trace
+from distill.pipeline.store import TraceStore
+from distill.pipeline.trace import Trace
 
 CONFIG = {
     "backend": {"type": "openai", "model": "gpt-4o-mini", "api_key_env": "TD_TEST_KEY"},
@@ -284,7 +284,7 @@ def test_batch_cli_submit_then_poll_to_completion(batch_run):
 
 def test_batch_max_cost_refuses_a_round_that_could_pass_it(batch_run, capsys):
     from distill.__main__ import main
-    from distill.pricing import estimate_prompt_tokens, worst_case_cost
+    from distill.backends.pricing import estimate_prompt_tokens, worst_case_cost
 
     submit, out, batches = batch_run
     assert main([*submit, "--out", str(out), "--max-cost", "0.0001"]) == 3

@@ -14,11 +14,11 @@ import pytest
 from data_prep.dialogues import Dialogue, Turn
 from distill import __version__
 from distill.__main__ import main as distill_main
-from distill.config import PipelineConfig
-from distill.dataset_card import BUILD_FILE
-from distill.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
-from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
-from distill.trace import Trace, trace_key
+from distill.datasets.dataset_card import BUILD_FILE
+from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
+from distill.pipeline.trace import Trace, trace_key
 
 
 def teacher_outputs(d: Dialogue, emotion: str | None = None) -> dict[str, dict]:
@@ -196,7 +196,7 @@ SECRET = "sk-test-never-in-a-card"
 
 
 def write_run(run_dir: Path, traces: list[Trace], split: str = "train") -> None:
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
 
     store = TraceStore(run_dir)
     store.claim(
@@ -380,8 +380,8 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
     from datasets import load_from_disk
 
     from distill.backends.local import LocalBackend
-    from distill.pipeline import Pipeline
-    from distill.store import TraceStore
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import TraceStore
 
     backend = LocalBackend("smollm2-135m", batch_size=8)
     config = PipelineConfig(rag=False, max_attempts=1)  # CPU time: a failed trace is a case we handle anyway

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
-from distill.roles import CORE_ROLES, PROMPT_VERSION
-from distill.store import TraceStore
-from distill.trace import Trace
+from distill.pipeline.roles import CORE_ROLES, PROMPT_VERSION
+from distill.pipeline.store import TraceStore
+from distill.pipeline.trace import Trace
 from eval.__main__ import main
 
 
@@ -39,7 +39,7 @@ def _hand_trace_run(
     run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
 ) -> str:
     """A real trace store filled with hand-written traces (no model needed for the input checks)."""
-    from distill.trace import Step
+    from distill.pipeline.trace import Step
 
     store = TraceStore(run_dir)
     _claim(store, {}, split)
@@ -114,7 +114,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:
     """A hand-written reflection trace: iteration 0's four stages, then one audit per iteration, each
     fault (a stage name) rerunning from that stage; `final` is the iteration the pick chose."""
-    from distill.trace import Step
+    from distill.pipeline.trace import Step
 
     first = {
         "asi": {"reasoning": "r", "emotion": "sadness"},
@@ -331,8 +331,8 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
 def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smollm_path):
     from data_prep.retrieval import build_index
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
 
     dataset = _dataset(tmp_path, "ds", tiny_dialogues)
     build_index(load_sample()[:20]).save(tmp_path / "index")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from distill.roles import STUDENT_PROMPT_VERSION
+from distill.pipeline.roles import STUDENT_PROMPT_VERSION
 from eval.adapter_runs import stale_reason
 from eval.quickstart import CORE as ROLES
 from eval.quickstart import headline, main

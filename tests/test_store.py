@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from distill.config import PipelineConfig
-from distill.store import StoreError, TraceStore
-from distill.trace import Step, Trace
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.store import StoreError, TraceStore
+from distill.pipeline.trace import Step, Trace
 
 
 def _trace(dialogue, key: str) -> Trace:

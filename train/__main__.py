@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from data_prep.commands import USER_ERRORS
-from distill.adapters import AdapterError
+from distill.adapters.adapters import AdapterError
 from train.config import ConfigError
 
 

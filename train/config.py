@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
-from distill.roles import CORE_ROLES, ROLES
-from distill.sft_tasks import JOINT
+from distill.datasets.sft_tasks import JOINT
+from distill.pipeline.roles import CORE_ROLES, ROLES
 
 
 class ConfigError(ValueError):

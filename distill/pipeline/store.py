@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 
 from pydantic import ValidationError
 
-from distill.trace import Trace
+from distill.pipeline.trace import Trace
 
 TRACES_FILE = "traces.jsonl"
 RUN_FILE = "run.json"

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from distill import __version__
-from distill.roles import ROLES, STUDENT_PROMPT_VERSION
-from distill.trace import Trace
+from distill.pipeline.roles import ROLES, STUDENT_PROMPT_VERSION
+from distill.pipeline.trace import Trace
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
-    from distill.sft_data import DatasetOptions, RoleCounts
+    from distill.datasets.options import DatasetOptions, RoleCounts
 
 # The card's facts as data, for the adapter card and the hub dataset card to quote.
 BUILD_FILE = "trace_distill_dataset.json"
@@ -33,7 +33,7 @@ _SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer\s)", re.I)
 
 def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
     """Traces, run metadata and human-readable problems of a trace run; raises ValueError if it is absent."""
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
 
     if not run_dir.is_dir():
         raise ValueError(f"trace run directory {run_dir} does not exist")

@@ -16,11 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import ValidationError
 from tqdm.auto import tqdm
@@ -29,43 +28,13 @@ if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
 
 from data_prep.taxonomy import to_ekman
-from distill.config import PipelineConfig
-from distill.roles import ROLES, build_role_input
-from distill.sft_tasks import DIRECT_ROLES, RationaleSource, direct_row, with_rationale_twins
-from distill.trace import Trace
+from distill.datasets.options import DatasetOptions, RoleCounts
+from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.roles import ROLES, build_role_input
+from distill.pipeline.trace import Trace
 
 SPLITS = ("train", "validation")
-
-
-@dataclass
-class DatasetOptions:
-    require_gold_emotion: bool = False  # keep only traces whose asi emotion is the gold Ekman label
-    ers_target: Literal["teacher", "gold"] = "teacher"  # "gold": the human reply is the ers target
-    dedup: bool = True  # drop repeated (prompt, completion) pairs
-    eval_fraction: float = 0.1  # share of conversations held out for validation
-    seed: int = 0
-    split: Optional[str] = None  # keep only traces of this dialogue split (when the run records one)
-    # repeat asi train rows of rarer emotions until every emotion has as many as the commonest, so a
-    # small student is not taught the skew of the data (the validation split is left as it is)
-    balance_emotions: bool = False
-    # "direct": the standard fine-tuning baseline, the dialogue in and the data's gold answer out, with no
-    # teacher output at all (distill.sft_tasks); only asi and ers have such rows
-    inputs: Literal["pipeline", "direct"] = "pipeline"
-    # a rationale-task twin for asi/srp train rows (Distilling step-by-step), from the teacher's reasoning
-    # or from ED's situation text; `rationale_share` of the label rows get one (seeded)
-    rationale: Optional[RationaleSource] = None
-    rationale_share: float = 1.0
-
-
-@dataclass
-class RoleCounts:
-    read: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    kept: int = 0
-    rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "dropped": dict(sorted(self.dropped.items())), "kept": self.kept, "rows": self.rows}
 
 
 @dataclass
@@ -340,7 +309,7 @@ def save_role_datasets(
     """Save each role's DatasetDict to `<out>/<role>/` with its build record and card."""
     from datasets import load_from_disk
 
-    from distill.dataset_card import build_record, write_card
+    from distill.datasets.dataset_card import build_record, write_card
 
     for role, dd in built.items():
         # one shard per split: datasets saves an empty split as zero shards, which load_from_disk rejects

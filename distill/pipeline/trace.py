@@ -1,7 +1,7 @@
 """What a pipeline run records: one `Trace` per dialogue, one `Step` per role call.
 
 A trace holds exactly what each role saw (messages) and answered (raw and parsed), so datasets,
-eval and audits never need to re-run anything. The store that persists traces is distill.store.
+eval and audits never need to re-run anything. The store that persists traces is distill.pipeline.store.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from distill.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+from distill.datasets.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distill.dataset_card import read_run
+    from distill.datasets.dataset_card import read_run
 
     if not 0 <= args.eval_fraction < 1:
         print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
     if args.joint and built:
-        from distill.sft_tasks import JOINT, joint_dataset
+        from distill.datasets.sft_tasks import JOINT, joint_dataset
 
         joint_dataset(built, args.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in SPLITS})
     for line in report.lines():
@@ -117,8 +117,8 @@ def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> i
     """Stage the saved role datasets as one hub dataset in `<out>/hub/` and upload it."""
     from datasets import load_from_disk
 
-    from distill import hub_dataset
-    from distill.dataset_card import read_build_record
+    from distill.datasets import hub_dataset
+    from distill.datasets.dataset_card import read_build_record
 
     saved = {role: load_from_disk(str(out / role)) for role in roles}
     records = {role: read_build_record(out / role) for role in roles}

@@ -28,15 +28,15 @@ from typing import Any, Optional
 
 from distill.backends.base import GenerationRequest, GenerationResult
 from distill.backends.openai_backend import OpenAIBackend
-from distill.pipeline import Pipeline
-from distill.pricing import (
+from distill.backends.pricing import (
     CostLimitReached,
     estimate_cost,
     estimate_prompt_tokens,
     price_table,
     worst_case_cost,
 )
-from distill.store import TraceStore
+from distill.pipeline.pipeline import Pipeline
+from distill.pipeline.store import TraceStore
 
 BATCH_DIR = "batch"
 ENDPOINT = "/v1/chat/completions"
@@ -198,7 +198,7 @@ def append_results(run_dir: Path, records: list[dict[str, Any]]) -> None:
 
 def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Optional[NeedsBatch]:
     """Run the pipeline over `dialogues` from stored answers; write traces when complete, else return the next batch."""
-    from distill.config import PipelineConfig
+    from distill.pipeline.config import PipelineConfig
 
     backend_cfg = {k: v for k, v in config["backend"].items() if k != "type"}
     api = OpenAIBackend(**backend_cfg)
