@@ -151,11 +151,15 @@ def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
 
 def _run_cli(package: str, argv: list[str], what: str) -> None:
     """Run `python -m <package> <argv>` in this process: the command a user would type."""
-    import importlib
     import shlex
 
+    from data_prep.__main__ import main as data_prep_main
+    from distill.__main__ import main as distill_main
+    from eval.__main__ import main as eval_main
+
+    mains = {"data_prep": data_prep_main, "distill": distill_main, "eval": eval_main}
     print(f"$ python -m {package} {shlex.join(argv)}", flush=True)
-    _check(importlib.import_module(f"{package}.__main__").main(argv), what)
+    _check(mains[package](argv), what)
 
 
 def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> None:

@@ -81,7 +81,7 @@ def _native_bf16() -> bool:
     """bf16 where this machine runs it natively (recent GPUs, CPUs with AMX/AVX512-BF16)."""
     import torch
 
-    from distill.backends.local import resolve_dtype
+    from data_prep.models import resolve_dtype
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return resolve_dtype("auto", device) == torch.bfloat16
