@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.roles import CORE_ROLES
+from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
@@ -144,7 +145,9 @@ def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace
 # --- one student at one point --------------------------------------------------------------------
 
 
-def build_datasets(student: Student, traces: list[Trace], out: Path, config: CurveConfig, run_meta: dict) -> None:
+def build_datasets(
+    student: Student, traces: list[Trace], out: Path, config: CurveConfig, info: Optional[RunInfo]
+) -> None:
     """The student's role datasets under `out`, rebuilt only when their inputs changed."""
     from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
@@ -157,14 +160,14 @@ def build_datasets(student: Student, traces: list[Trace], out: Path, config: Cur
         return
     report = BuildReport()
     roles = list(CORE_ROLES if student.joint else student.trains)
-    built = build_role_datasets(traces, roles, options, report, run_meta)
+    built = build_role_datasets(traces, roles, options, report, info)
     missing = [r for r in roles if r not in built]
     if missing:
         raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
     if student.joint:
         joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
     else:
-        save_role_datasets(built, out, traces, run_meta, options, report, Path(config.traces))
+        save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
     stamp_file.write_text(json.dumps(stamp))
 
 
@@ -229,7 +232,7 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     return report
 
 
-def run_point(n: int, traces: list[Trace], run_meta: dict, config: CurveConfig, out: Path) -> Path:
+def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: CurveConfig, out: Path) -> Path:
     """Datasets, adapters and the compare of one point; returns its report.json."""
     import shutil
 
@@ -237,7 +240,7 @@ def run_point(n: int, traces: list[Trace], run_meta: dict, config: CurveConfig, 
     point.mkdir(parents=True, exist_ok=True)
     systems = []
     for student in config.ordered_students():
-        build_datasets(student, traces, point / f"datasets-{student.name}", config, run_meta)
+        build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         before = _adapter_stamps(point / f"adapters-{student.name}", student.trains)
         adapters = train_student(student, point, config)
         if _adapter_stamps(adapters, student.trains) != before:  # retrained: its old generations are stale
@@ -263,7 +266,12 @@ def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
     compare = CompareConfig.model_validate(point_compare(out, [base_system(config)], config))
     test = load_test_dialogues(compare, config_file)
     generate_system(
-        SystemSpec(**base_system(config)), test, load_index(compare, test, config_file), config_file, out / BASE
+        SystemSpec(**base_system(config)),
+        test,
+        load_index(compare, test, config_file),
+        config_file,
+        out / BASE,
+        split=compare.split,
     )
 
 
@@ -278,7 +286,7 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     traces, _ = store.read()
     if not traces:
         raise CompareError(f"{config_file}: traces '{config.traces}' holds no traces")
-    run_meta = store.run_info() or {}
+    info = store.run_info()
     out.mkdir(parents=True, exist_ok=True)
     if config.base:
         generate_base(config, out, config_file)
@@ -286,6 +294,6 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     curve: dict[str, Any] = {}
     for n in tqdm(sorted(set(config.points)), desc="curve points", unit="point"):
         convs = first_conversations(config.dialogues, config.train_split, n)
-        reports[n] = run_point(n, point_traces(traces, convs, n), run_meta, config, out)
+        reports[n] = run_point(n, point_traces(traces, convs, n), info, config, out)
         curve = write_curve(reports, out, config)
     return curve

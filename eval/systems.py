@@ -184,23 +184,20 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
         by_id.setdefault(t.dialogue.id, t)
     missing = [d.id for d in test if d.id not in by_id]
     if missing:
-        info = store.run_info() or {}
-        source = info.get("source") or {}
+        info = store.run_info()
         made_on = (
-            f"split '{source.get('split')}' of {source.get('dialogues')}"
-            if source
-            else info.get("split") or "an unrecorded split"
+            f"split '{info.split}' of {info.source.get('dialogues')}" if info and info.split else "an unrecorded split"
         )
         raise CompareError(
             f"{run_dir}/traces.jsonl: system '{spec.name}' lacks {len(missing)} of {len(test)} test "
             f"dialogues (e.g. id '{missing[0]}'); the run was made on {made_on}, not this test split"
         )
-    info = store.run_info() or {}
+    info = store.run_info()
     return SystemRun(
         spec.name,
         [by_id[d.id] for d in test],
         f"trace run {run_dir}",
-        {"run": info.get("backend") or {"model": traces[0].model}, "problems": len(problems)},
+        {"run": info.backend if info else {"model": traces[0].model}, "problems": len(problems)},
     )
 
 
@@ -208,18 +205,23 @@ def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[
     """The stored traces of every test dialogue when an earlier compare generated this very system."""
     from distill.pipeline.trace import trace_key
 
-    info = store.run_info() or {}
-    if info.get("system") != spec.model_dump(mode="json"):
+    info = store.run_info()
+    if info is None or info.system != spec.model_dump(mode="json"):
         return None
     traces, _ = store.read()
     by_key = {t.key: t for t in traces}
-    ident = (info["pipeline"], info["backend_name"], info["model"], info["prompt_version"])
-    found = [by_key.get(trace_key(d, *ident)) for d in test]
+    found = [by_key.get(trace_key(d, *info.identity().values())) for d in test]
     return found if all(found) else None
 
 
 def generate_system(
-    spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path, chunk_size: int = 32
+    spec: SystemSpec,
+    test: Sequence[Dialogue],
+    index,
+    config_file: str,
+    run_dir: Path,
+    chunk_size: int = 32,
+    split: Optional[str] = None,
 ) -> SystemRun:
     """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
 
@@ -235,8 +237,7 @@ def generate_system(
     store = TraceStore(run_dir)
     done = _reused(store, spec, test)
     if done is not None:
-        info = store.run_info() or {}
-        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": info.get("backend")})
+        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": store.run_info().backend})
     try:
         pipeline_config = PipelineConfig(**spec.pipeline)
     except Exception as err:  # pydantic's message lists the field; keep it to one line
@@ -251,7 +252,7 @@ def generate_system(
     except ValueError as err:  # an oracle's trace run that cannot be read
         raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
     try:
-        store.claim(pipeline.run_info(system=spec.model_dump(mode="json")))
+        store.claim(pipeline.run_info(split=split, system=spec.model_dump(mode="json")))
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
     stored = store.keys()
@@ -290,7 +291,7 @@ def collect_systems(
             runs.append(probe_system(spec, config, test, config_file))
         else:
             run_dir = out / SYSTEMS_DIR / spec.name
-            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size))
+            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size, config.split))
     return runs
 
 

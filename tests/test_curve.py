@@ -15,7 +15,7 @@ from distill.datasets.sft_data import DatasetOptions, build_role_datasets
 from distill.datasets.sft_tasks import JOINT, rationale_tag
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.roles import ROLES
-from distill.pipeline.store import TraceStore
+from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Step, Trace, trace_key
 
 TEACHER_REASONING = "The seeker's words carry the feeling."
@@ -57,7 +57,7 @@ def handmade_run(dialogues, out) -> TraceStore:
         "backend": {"type": "handmade"},
         "split": "train",
     }
-    store.claim(info)
+    store.claim(RunInfo(**info))
     for d in dialogues:
         store.append(handmade_trace(d))
     return store
@@ -185,6 +185,7 @@ def _sample_dialogues(tmp_path):
     return out
 
 
+@pytest.mark.slow  # trains the probe over the embedder
 def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
     from eval.cli_compare import run
     from eval.report import render_markdown

@@ -196,18 +196,18 @@ SECRET = "sk-test-never-in-a-card"
 
 
 def write_run(run_dir: Path, traces: list[Trace], split: str = "train") -> None:
-    from distill.pipeline.store import TraceStore
+    from distill.pipeline.store import RunInfo, TraceStore
 
     store = TraceStore(run_dir)
     store.claim(
-        {
-            "pipeline": traces[0].config,
-            "backend_name": traces[0].backend,
-            "model": traces[0].model,
-            "prompt_version": traces[0].prompt_version,
-            "source": {"split": split},
-            "backend": {"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET},
-        }
+        RunInfo(
+            pipeline=traces[0].config,
+            backend_name=traces[0].backend,
+            model=traces[0].model,
+            prompt_version=traces[0].prompt_version,
+            split=split,
+            backend={"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET},
+        )
     )
     for t in traces:
         store.append(t)
@@ -381,20 +381,20 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
 
     from distill.backends.local import LocalBackend
     from distill.pipeline.pipeline import Pipeline
-    from distill.pipeline.store import TraceStore
+    from distill.pipeline.store import RunInfo, TraceStore
 
     backend = LocalBackend("smollm2-135m", batch_size=8)
     config = PipelineConfig(rag=False, max_attempts=1)  # CPU time: a failed trace is a case we handle anyway
     store = TraceStore(tmp_path / "run")
     store.claim(
-        {
-            "pipeline": config.key_dict(),
-            "backend_name": backend.name,
-            "model": backend.model,
-            "prompt_version": PROMPT_VERSION,
-            "backend": backend.describe(),
-            "source": {"split": "train"},
-        }
+        RunInfo(
+            pipeline=config.key_dict(),
+            backend_name=backend.name,
+            model=backend.model,
+            prompt_version=PROMPT_VERSION,
+            backend=backend.describe(),
+            split="train",
+        )
     )
     dialogues = tiny_dialogues[:4]
     Pipeline(config, backend).run_into(store, dialogues)

@@ -11,7 +11,7 @@ import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
 from distill.pipeline.roles import CORE_ROLES, PROMPT_VERSION
-from distill.pipeline.store import TraceStore
+from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Trace
 from eval.__main__ import main
 
@@ -25,13 +25,14 @@ def _dataset(tmp_path: Path, name: str, test) -> str:
 def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
     # the same run.json fields `python -m distill generate` writes
     store.claim(
-        {
-            "pipeline": pipeline,
-            "backend_name": "local",
-            "model": "smollm2-135m",
-            "prompt_version": PROMPT_VERSION,
-            "source": {"dialogues": "tiny", "split": split, "index": None},
-        }
+        RunInfo(
+            pipeline=pipeline,
+            backend_name="local",
+            model="smollm2-135m",
+            prompt_version=PROMPT_VERSION,
+            split=split,
+            source={"dialogues": "tiny", "index": None},
+        )
     )
 
 
@@ -420,7 +421,7 @@ def test_external_adapters_config_evaluates_plain_peft_folders(tmp_path, smollm_
     assert [s["name"] for s in report["systems"]] == ["external", "base"] and report["systems"][0]["n"] == 2
     store = TraceStore(out / "systems" / "external")
     assert len(store.read()[0]) == 2 and all(t.prompt_style == "student" for t in store.read()[0])
-    assert store.run_info()["backend"]["adapters"] == external["backend"]["adapters"]  # each role's own folder
+    assert store.run_info().backend["adapters"] == external["backend"]["adapters"]  # each role's own folder
 
 
 @pytest.mark.slow

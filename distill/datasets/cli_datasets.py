@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --rationale-share must be in (0, 1], got {args.rationale_share}", file=sys.stderr)
         return 2
     try:
-        traces, run_meta, problems = read_run(Path(args.traces))
+        traces, info, problems = read_run(Path(args.traces))
         roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
         options = DatasetOptions(
             require_gold_emotion=args.require_gold_emotion,
@@ -94,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
             rationale_share=args.rationale_share,
         )
         report = BuildReport(problems=list(problems))
-        built = build_role_datasets(traces, roles, options, report, run_meta)
+        built = build_role_datasets(traces, roles, options, report, info)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
+    save_role_datasets(built, out, traces, info, options, report, Path(args.traces))
     if args.joint and built:
         from distill.datasets.sft_tasks import JOINT, joint_dataset
 

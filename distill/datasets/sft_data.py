@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import ValidationError
 from tqdm.auto import tqdm
@@ -32,6 +32,7 @@ from distill.datasets.options import DatasetOptions, RoleCounts
 from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.roles import ROLES, build_role_input
+from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 
 SPLITS = ("train", "validation")
@@ -85,18 +86,9 @@ def validation_conv_ids(conv_ids: Sequence[str], eval_fraction: float, seed: int
     return set(ranked[:k])
 
 
-def trace_split(trace: Trace, run_meta: dict[str, Any]) -> Optional[str]:
+def trace_split(trace: Trace, run: Optional[RunInfo]) -> Optional[str]:
     """The dialogue split a trace came from: the dialogue's own field if it has one, else the run's."""
-    own = getattr(trace.dialogue, "split", None)
-    if own:
-        return own
-    if run_meta.get("split"):
-        return run_meta["split"]
-    for where in ("source", "dialogues"):  # run.json names the dialogue source under one of these
-        source = run_meta.get(where)
-        if isinstance(source, dict) and source.get("split"):
-            return source["split"]
-    return None
+    return getattr(trace.dialogue, "split", None) or (run.split if run else None)
 
 
 # --- one row per (role, trace) ------------------------------------------------------------------
@@ -191,7 +183,7 @@ def build_role_datasets(
     roles: Optional[Sequence[str]] = None,
     options: Optional[DatasetOptions] = None,
     report: Optional[BuildReport] = None,
-    run_meta: Optional[dict[str, Any]] = None,
+    run: Optional[RunInfo] = None,
 ) -> dict[str, DatasetDict]:
     """One `DatasetDict` (train/validation) per requested role; `report` (if given) receives the counts.
 
@@ -200,10 +192,10 @@ def build_role_datasets(
     """
     from datasets import DatasetDict
 
-    options, run_meta = options or DatasetOptions(), run_meta or {}
+    options = options or DatasetOptions()
     report = report if report is not None else BuildReport()
     if options.split:
-        traces = _only_split(traces, options.split, run_meta, report)
+        traces = _only_split(traces, options.split, run, report)
     run_roles = enabled_roles(traces)
     wanted = _wanted_roles(roles, run_roles, options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
@@ -265,8 +257,8 @@ def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
-def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], report: BuildReport) -> list[Trace]:
-    known = [trace_split(t, run_meta) for t in traces]
+def _only_split(traces: Sequence[Trace], split: str, run: Optional[RunInfo], report: BuildReport) -> list[Trace]:
+    known = [trace_split(t, run) for t in traces]
     if traces and all(s is None for s in known):
         raise ValueError(f"--split {split}: this trace run records no dialogue split (run.json has no 'split')")
     kept = [t for t, s in zip(traces, known) if s == split]
@@ -301,7 +293,7 @@ def save_role_datasets(
     built: dict,
     out: Path,
     traces: list[Trace],
-    run_meta: dict,
+    run: Optional[RunInfo],
     options: DatasetOptions,
     report: BuildReport,
     traces_dir: Path,
@@ -316,5 +308,5 @@ def save_role_datasets(
         dd.save_to_disk(str(out / role), num_shards={split: 1 for split in dd})
         # the card records the fingerprints train will see, and those are the reloaded dataset's
         saved = load_from_disk(str(out / role))
-        record = build_record(role, saved, traces, run_meta, options, report.counts[role], traces_dir)
+        record = build_record(role, saved, traces, run, options, report.counts[role], traces_dir)
         write_card(out / role, saved, record)

@@ -149,8 +149,8 @@ def _generate(args: argparse.Namespace) -> int:
     store = TraceStore(args.out)
     backend = build_backend(args.config, data["backend"], args)
     pipeline = Pipeline(config, backend, index=index)
-    source = {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index}
-    store.claim(pipeline.run_info(source=source))
+    source = {"dialogues": str(Path(args.dialogues).resolve()), "index": args.index}
+    store.claim(pipeline.run_info(split=args.split, source=source))
     stored = store.keys()
     estimate = cost_estimate(pipeline, [d for d in dialogues if pipeline.key(d) not in stored])
     if estimate:

@@ -31,6 +31,7 @@ from distill.pipeline.oracle import Oracle
 from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
 from distill.pipeline.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.pipeline.schemas import GRAOutput
+from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
 
 _DEFAULT_CORRECTION = "the reviewer marked this stage as failed; reconsider your answer"
@@ -73,17 +74,17 @@ class Pipeline:
 
     # --- public API ------------------------------------------------------------------------------
 
-    def run_info(self, **extra: Any) -> dict[str, Any]:
-        """What a trace run's run.json records: the identity a resumed run must match (`TraceStore.claim`)."""
-        return {
-            "pipeline": self.config.key_dict(),
-            "backend_name": self.backend.name,
-            "model": self.backend.model,
-            "prompt_version": prompt_version(self.config.prompt_style),
-            "backend": self.backend.describe(),
-            "trace_distill_version": __version__,
-            **extra,
-        }
+    def run_info(self, **where: Any) -> RunInfo:
+        """What a trace run's run.json records (split, source, system: `where`); a resumed run must match it."""
+        return RunInfo(
+            pipeline=self.config.key_dict(),
+            backend_name=self.backend.name,
+            model=self.backend.model,
+            prompt_version=prompt_version(self.config.prompt_style),
+            backend=self.backend.describe(),
+            trace_distill_version=__version__,
+            **where,
+        )
 
     def key(self, dialogue: Dialogue) -> str:
         return trace_key(
