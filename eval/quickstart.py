@@ -20,8 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from distill.pipeline.roles import CORE_ROLES
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-CORE = ("asi", "cae", "srp", "ers")
 
 
 def _positive(text: str) -> int:
@@ -190,14 +191,14 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
     made_from = _datasets_inputs(out, args.require_gold_emotion)
     stamp = out / "datasets" / STAMP
-    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE)
+    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE_ROLES)
     if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
         print(f"reusing {out / 'datasets'}")
         return
     if built:
         print("rebuilding the datasets: the traces or the dataset options changed since they were built")
     argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
-    argv += ["--roles", ",".join(CORE)]
+    argv += ["--roles", ",".join(CORE_ROLES)]
     # the student's replies are learnt from the human ones: a 135M teacher's replies are often
     # fragments, and those would be its targets
     argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
@@ -208,7 +209,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
     from eval.adapter_runs import train_stale
 
-    if not train_stale(out / "datasets", out / "adapters", CORE, args.max_tokens_budget):
+    if not train_stale(out / "datasets", out / "adapters", CORE_ROLES, args.max_tokens_budget):
         print(f"reusing {out / 'adapters'}")
 
 

@@ -164,16 +164,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="also write the metrics JSON here")
 
 
+USER_ERRORS = (ScoreInputError,)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.out and Path(args.out).is_dir():
-            raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
-        if args.out and (problem := not_a_directory(Path(args.out).parent)):
-            raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
-        metrics = score_rows(read_rows(args.responses), args)
-    except ScoreInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.out and Path(args.out).is_dir():
+        raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
+    if args.out and (problem := not_a_directory(Path(args.out).parent)):
+        raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
+    metrics = score_rows(read_rows(args.responses), args)
     skipped = skipped_metrics(args)
     if skipped:  # a metric that is silently absent reads as "not applicable", not "not asked for"
         print(f"warning: skipped {', '.join(skipped)}", file=sys.stderr)
@@ -184,6 +183,5 @@ def run(args: argparse.Namespace) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text + "\n", encoding="utf-8")
         except OSError as err:
-            print(f"error: {args.out}: cannot write the metrics JSON ({err.strerror})", file=sys.stderr)
-            return 2
+            raise ScoreInputError(f"{args.out}: cannot write the metrics JSON ({err.strerror})") from None
     return 0

@@ -284,7 +284,8 @@ def test_cli_reports_a_damaged_run_and_still_builds(tiny_dialogues, tmp_path, ca
 def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
     missing = tmp_path / "nope"
     assert distill_main(["datasets", "--traces", str(missing), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: trace run directory {missing} does not exist"
+    want = f"python -m distill datasets: error: trace run directory {missing} does not exist"
+    assert capsys.readouterr().err.strip() == want
 
     write_run(tmp_path / "run", [make_trace(d) for d in tiny_dialogues[:2]], split="train")
     assert (
@@ -441,8 +442,10 @@ def test_caef_role_runs_when_switched_on_and_gets_its_own_dataset(tiny_dialogues
     assert config.stages() == ["asi", "cae", "caef", "srp", "ers"] and not PipelineConfig().runs("caef")
     forecast = {"reasoning": "Sympathy fits a loss.", "forecast": "sadness", "consistent": True}
     traces = [make_trace(d, {**teacher_outputs(d), "caef": forecast}, config=config) for d in tiny_dialogues[:4]]
-    built = build_role_datasets(traces, options=DatasetOptions(eval_fraction=0.0))
+    built = build_role_datasets(traces, [*CORE_ROLES, "caef"], options=DatasetOptions(eval_fraction=0.0))
     assert sorted(built) == sorted([*CORE_ROLES, "caef"])
+    # `--roles all` means the core roles, as in train: a caef dataset is built when it is asked for by name
+    assert sorted(build_role_datasets(traces, options=DatasetOptions(eval_fraction=0.0))) == sorted(CORE_ROLES)
     row = built["caef"]["train"][0]
     assert json.loads(row["completion"][0]["content"]) == forecast
     ers_prompt = built["ers"]["train"][0]["prompt"][1]["content"]

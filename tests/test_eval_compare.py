@@ -187,7 +187,7 @@ def _run_bad(tmp_path, capsys, cfg) -> str:
     capsys.readouterr()  # drop the progress bars of building the fixtures
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert len(err.splitlines()) == 1 and err.startswith("python -m eval compare: error: ")
     assert not (tmp_path / "out" / "report.json").exists()
     return err
 

@@ -13,7 +13,11 @@ from distill.datasets.sft_data import SPLITS, BuildReport, DatasetOptions, build
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
     parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
-    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (every role the run enabled)")
+    parser.add_argument(
+        "--roles",
+        default="all",
+        help="comma-separated roles, or 'all' (the core roles the run enabled, as train reads 'all')",
+    )
     parser.add_argument(
         "--require-gold-emotion",
         action="store_true",
@@ -69,35 +73,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub-private", action="store_true", help="create the hub dataset as private")
 
 
+USER_ERRORS = (ValueError,)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
     from distill.datasets.dataset_card import read_run
 
     if not 0 <= args.eval_fraction < 1:
-        print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--eval-fraction must be in [0, 1), got {args.eval_fraction}")
     if not 0 < args.rationale_share <= 1:
-        print(f"error: --rationale-share must be in (0, 1], got {args.rationale_share}", file=sys.stderr)
-        return 2
-    try:
-        traces, info, problems = read_run(Path(args.traces))
-        roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
-        options = DatasetOptions(
-            require_gold_emotion=args.require_gold_emotion,
-            ers_target=args.ers_target,
-            dedup=not args.no_dedup,
-            eval_fraction=args.eval_fraction,
-            seed=args.seed,
-            split=args.split,
-            balance_emotions=args.balance_emotions,
-            inputs=args.inputs,
-            rationale=args.rationale,
-            rationale_share=args.rationale_share,
-        )
-        report = BuildReport(problems=list(problems))
-        built = build_role_datasets(traces, roles, options, report, info)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--rationale-share must be in (0, 1], got {args.rationale_share}")
+    traces, info, problems = read_run(Path(args.traces))
+    roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
+    options = DatasetOptions(
+        require_gold_emotion=args.require_gold_emotion,
+        ers_target=args.ers_target,
+        dedup=not args.no_dedup,
+        eval_fraction=args.eval_fraction,
+        seed=args.seed,
+        split=args.split,
+        balance_emotions=args.balance_emotions,
+        inputs=args.inputs,
+        rationale=args.rationale,
+        rationale_share=args.rationale_share,
+    )
+    report = BuildReport(problems=list(problems))
+    built = build_role_datasets(traces, roles, options, report, info)
     out = Path(args.out)
     save_role_datasets(built, out, traces, info, options, report, Path(args.traces))
     if args.joint and built:

@@ -31,7 +31,7 @@ from data_prep.taxonomy import to_ekman
 from distill.datasets.options import DatasetOptions, RoleCounts
 from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.roles import ROLES, build_role_input
+from distill.pipeline.roles import CORE_ROLES, ROLES, build_role_input
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 
@@ -187,8 +187,8 @@ def build_role_datasets(
 ) -> dict[str, DatasetDict]:
     """One `DatasetDict` (train/validation) per requested role; `report` (if given) receives the counts.
 
-    `roles=None` means every role the run enabled. A requested role the run did not run (an ablation)
-    gets no dataset and is listed in `report.skipped_roles`.
+    `roles=None` means the core roles the run enabled (`_wanted_roles`). A requested role the run did not
+    run (an ablation) gets no dataset and is listed in `report.skipped_roles`.
     """
     from datasets import DatasetDict
 
@@ -223,19 +223,23 @@ def build_role_datasets(
 def _wanted_roles(
     roles: Optional[Sequence[str]], run_roles: list[str], options: DatasetOptions, report: BuildReport
 ) -> list[str]:
-    """The roles to build: the requested ones the run can give rows for (`roles=None`: all of them)."""
+    """The roles to build: the requested ones the run can give rows for.
+
+    `roles=None` (`--roles all`) means the four core roles the run enabled, as in `train --roles all`: a
+    plan or gra dataset is built only when asked for by name, since only then is it trained."""
     if options.inputs == "direct":  # gold answers come from the data, whichever roles the teacher ran
         requested = list(roles or DIRECT_ROLES)
         bad = [r for r in requested if r not in DIRECT_ROLES]
         if bad:
             raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
         return requested
-    for role in roles or run_roles:
+    roles = roles or [r for r in run_roles if r in CORE_ROLES]
+    for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
         if role not in run_roles:
             report.skipped_roles[role] = "role not enabled in this trace run"
-    return [r for r in (roles or run_roles) if r in run_roles]
+    return [r for r in roles if r in run_roles]
 
 
 def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:

@@ -115,19 +115,17 @@ def build_backend(path: str, backend_cfg: dict[str, Any], args: argparse.Namespa
         raise ValueError(f"{path}: {exc}") from None
 
 
+USER_ERRORS = (ValueError,)  # DataError and StoreError among them: one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    from data_prep.ed_formats import DataError
     from distill.backends.pricing import CostLimitReached
-    from distill.pipeline.store import StoreError
 
     try:
         return _generate(args)
     except CostLimitReached as exc:  # --max-cost: finished chunks are already stored
         print(str(exc), file=sys.stderr)
         return 3
-    except (ValueError, DataError, StoreError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
 
 
 def _generate(args: argparse.Namespace) -> int:
