@@ -96,7 +96,7 @@ def score_system(
         extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
     # ASI answers Ekman's six, so there is no 32-class figure to list here (see `emotion_accuracy`)
-    predicted = [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces]
+    predicted = [t.emotion for t in run.traces]
     result["i_acc"] = {"ekman6": emotion_accuracy(predicted, [d.emotion for d in test])["ekman6"]} if ran_asi else None
     result["agreement"] = (
         teacher_agreement(run.traces, reference.traces)

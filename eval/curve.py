@@ -35,6 +35,7 @@ from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
+from train import TOKENS_BUDGET
 
 BASE = "base"
 PROBE = "probe"
@@ -87,7 +88,9 @@ class CurveConfig(BaseModel):
     rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
     require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
     train_config: str = Field(str(CPU_TRAIN_CONFIG), description="the train YAML every student uses")
-    max_tokens_budget: int = Field(60000, ge=0, description="training tokens per role, the same for every student")
+    max_tokens_budget: int = Field(
+        TOKENS_BUDGET, ge=0, description="training tokens per role, the same for every student"
+    )
     backend: dict[str, Any] = Field(
         default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
     )

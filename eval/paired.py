@@ -33,7 +33,7 @@ PAIRED_METRICS = {
 
 
 def _emotion(trace) -> Optional[str]:
-    return ekman_or_invalid((trace.outputs.get("asi") or {}).get("emotion"))
+    return ekman_or_invalid(trace.emotion)
 
 
 def per_dialogue(run, test: Sequence[Dialogue], reference, extras: dict[str, list]) -> dict[str, list]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from distill.pipeline.roles import CORE_ROLES
+from train import TOKENS_BUDGET
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -62,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tokens-budget",
         type=_positive,
-        default=6000,
+        default=TOKENS_BUDGET,
         help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)",
     )
     parser.add_argument(

@@ -29,6 +29,7 @@ from trl import ModelConfig, SFTConfig, TrlParser
 
 from distill.datasets.sft_tasks import JOINT
 from distill.pipeline.roles import CORE_ROLES, ROLES
+from train import TOKENS_BUDGET
 
 
 class ConfigError(ValueError):
@@ -54,7 +55,8 @@ class DistillArguments:
         },
     )
     max_tokens_budget: int = field(
-        default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."}
+        default=TOKENS_BUDGET,
+        metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role (0: no cap)."},
     )
     completion_head: str = field(
         default="auto",

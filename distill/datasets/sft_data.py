@@ -106,7 +106,7 @@ def _target(role: str, trace: Trace, options: DatasetOptions) -> tuple[Optional[
 
 def _asi_matches_gold(trace: Trace) -> Optional[str]:
     """None when the teacher's emotion is the gold Ekman label, else the reason to drop."""
-    emotion = (trace.outputs.get("asi") or {}).get("emotion")
+    emotion = trace.emotion
     if emotion is None:
         return "no asi emotion"
     try:

@@ -65,6 +65,11 @@ class Trace(BaseModel):
     def response(self) -> Optional[str]:
         return (self.outputs.get("ers") or {}).get("response")
 
+    @property
+    def emotion(self) -> Optional[str]:
+        """The emotion the ASI stage answered (as it answered it: not checked against the label set)."""
+        return (self.outputs.get("asi") or {}).get("emotion")
+
 
 def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:
     """Content address of a trace: the same inputs always map to the same key, so reruns skip them."""
