@@ -84,36 +84,34 @@ def _check(rc: int, what: str) -> None:
         raise SystemExit(f"quickstart: {what} failed (exit {rc}); rerun to resume from here")
 
 
+SAMPLE_EVAL = CONFIGS / "eval" / "sample.yaml"
+# sample.yaml's run folders, and where the quickstart keeps them
+_SAMPLE_PATHS = {"runs/sample/": "", "runs/adapters": "adapters"}
+
+
+def _in_run(value, out: Path):
+    """`value` (a config tree) with sample.yaml's run folders moved under `out`."""
+    if isinstance(value, dict):
+        return {k: _in_run(v, out) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_in_run(v, out) for v in value]
+    for old, new in _SAMPLE_PATHS.items():
+        if isinstance(value, str) and value.startswith(old):
+            return str(out / new / value[len(old) :])
+    return value
+
+
 def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
-    local = {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
-    cfg = {
-        "dialogues": str(out / "dialogues"),
-        "split": "test",
-        "limit": test_limit,
-        "index": str(out / "index"),
-        "reference": "teacher",
-        "systems": [
-            {"name": "teacher", "traces": str(out / "teacher-test")},
-            {
-                "name": "student",
-                "backend": {**local, "adapters": str(out / "adapters")},
-                "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 2},
-            },
-            # The untuned base with the teacher's prompts is the control. Here the teacher *is* the
-            # untuned embedded model with those prompts and the same decoding, so its test traces are
-            # that system's output: read them rather than generate the same text twice.
-            {"name": "base", "traces": str(out / "teacher-test")},
-        ],
-        "judge": {
-            "backend": local,
-            "against": "teacher",
-            "aspects": ["empathy", "informativity", "fluency", "consistency"],
-        }
-        if judge
-        else None,
-        "ppl": {"model": "smollm2-135m", "context": "response"},
-        "bertscore": {"model": "minilm"},
-    }
+    """configs/eval/sample.yaml itself, its folders under `out`, `--test-limit` and `--no-judge` applied."""
+    cfg = _in_run(yaml.safe_load(SAMPLE_EVAL.read_text(encoding="utf-8")), out)
+    cfg["limit"] = test_limit
+    cfg["judge"] = cfg["judge"] if judge else None
+    # The untuned base with the teacher's prompts is the control. Here the teacher *is* the untuned
+    # embedded model with those prompts and the same decoding, so its test traces are that system's
+    # output: read them rather than generate the same text twice.
+    cfg["systems"] = [
+        {"name": "base", "traces": str(out / "teacher-test")} if s["name"] == "base" else s for s in cfg["systems"]
+    ]
     path = out / "eval-config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
