@@ -10,7 +10,15 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from distill.adapters.adapters import CARD_FILE, base_hub_id, embedded_note, read_metadata, role_repo, vllm_max_rank
+from distill.adapters.adapters import (
+    CARD_FILE,
+    base_hub_id,
+    embedded_note,
+    read_metadata,
+    role_repo,
+    vllm_max_rank,
+    write_metadata,
+)
 from distill.datasets.dataset_card import label_section, read_build_record
 from distill.datasets.sft_tasks import JOINT
 from distill.pipeline.roles import CORE_ROLES, ROLES
@@ -230,9 +238,14 @@ Data license: adapters trained on EmpatheticDialogues inherit its CC BY-NC 4.0 t
 
 
 def write_adapter_card(folder: Path, hub_model_id: Optional[str] = None, figures: Optional[dict] = None) -> Path:
-    """(Re)write `<folder>/README.md`; the repo named in it is the one `--push_to_hub` would create."""
+    """(Re)write `<folder>/README.md`, the card's one writer. What it says comes from the metadata: a hub id
+    or eval figures given here are recorded there first, so a later rewrite keeps them."""
     meta = read_metadata(folder)
-    repo = role_repo(hub_model_id, meta["role"]) if hub_model_id else str(folder)
+    if hub_model_id or figures:
+        meta |= {k: v for k, v in (("hub_model_id", hub_model_id), ("card_figures", figures)) if v}
+        write_metadata(folder, meta)
+    hub = meta.get("hub_model_id")
+    repo = role_repo(hub, meta["role"]) if hub else str(folder)
     path = folder / CARD_FILE
-    path.write_text(render_adapter_card(meta, repo, figures), encoding="utf-8")
+    path.write_text(render_adapter_card(meta, repo, meta.get("card_figures")), encoding="utf-8")
     return path
