@@ -21,7 +21,9 @@ from typing import Any, Optional
 from data_prep.commands import not_a_directory
 from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
-from eval.diversity import diversity_metrics
+from eval.bertscore import DEFAULT_BERTSCORE_MODEL
+from eval.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
+from eval.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
 
 
 class ScoreInputError(ValueError):
@@ -127,8 +129,17 @@ def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace)
     if args.ppl_model:
         from eval.perplexity import perplexity
 
-        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context)
+        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context, _ppl_contexts(rows, args))
     return out
+
+
+def _ppl_contexts(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> Optional[list[str]]:
+    """The dialogue before each response, for `--ppl-context dialogue` (from `--context-column`)."""
+    if args.ppl_context != "dialogue":
+        return None
+    if not args.context_column:
+        raise ScoreInputError("--ppl-context dialogue needs --context-column (the dialogue before each response)")
+    return [c or "" for c in column(rows, args.context_column, args.responses)]
 
 
 def skipped_metrics(args: argparse.Namespace) -> list[str]:
@@ -152,15 +163,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
     parser.add_argument(
         "--ppl-context",
-        default="response",
-        choices=["response", "document_start"],
+        default=DEFAULT_PPL_CONTEXT,
+        choices=PPL_CONTEXTS,
         help="response: TRACE's PPL (no start token, first token unscored); document_start: every token "
-        "scored after the LM's document-start token",
+        "scored after the LM's document-start token; dialogue: the response scored after --context-column",
     )
+    parser.add_argument("--context-column", help="the dialogue before each response (for --ppl-context dialogue)")
     parser.add_argument(
-        "--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)"
+        "--bertscore-model", default=DEFAULT_BERTSCORE_MODEL, help="BERTScore encoder alias or local dir"
     )
-    parser.add_argument("--ead-tokenizer", default="cl100k_base", help="EAD tokenizer (default cl100k_base, TRACE's)")
+    parser.add_argument("--ead-tokenizer", default=DEFAULT_EAD_ENCODING, help="EAD tokenizer (TRACE's by default)")
     parser.add_argument("--out", help="also write the metrics JSON here")
 
 

@@ -19,9 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data_prep.dialogues import Dialogue
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
+from eval.bertscore import DEFAULT_BERTSCORE_MODEL
 from eval.cost import PeakRSS
+from eval.diversity import DEFAULT_EAD_ENCODING
 from eval.judge import ASPECTS
-from eval.perplexity import PplContext
+from eval.perplexity import DEFAULT_PPL_CONTEXT, DEFAULT_PPL_MODEL, PplContext
 
 SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
 
@@ -70,15 +72,15 @@ class JudgeSpec(BaseModel):
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "smollm2-135m"
-    context: PplContext = "response"
+    model: str = DEFAULT_PPL_MODEL
+    context: PplContext = DEFAULT_PPL_CONTEXT
     batch_size: int = 8
 
 
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "minilm"
+    model: str = DEFAULT_BERTSCORE_MODEL
     num_layers: Optional[int] = None
     batch_size: int = 32
 
@@ -86,7 +88,7 @@ class BertScoreSpec(BaseModel):
 class EadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tokenizer: str = "cl100k_base"
+    tokenizer: str = DEFAULT_EAD_ENCODING
     vocab_size: Optional[int] = None
 
 
