@@ -23,6 +23,7 @@ from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
 from eval.bertscore import DEFAULT_BERTSCORE_MODEL
 from eval.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
+from eval.metrics import reply_metrics, score_replies
 from eval.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
 
 
@@ -130,7 +131,15 @@ def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace)
         from eval.perplexity import perplexity
 
         out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context, _ppl_contexts(rows, args))
+    out.update(_registered(rows, responses, args))
     return out
+
+
+def _registered(rows: list[tuple[str, dict[str, Any]]], responses: list[str], args: argparse.Namespace) -> dict:
+    """The registry's own reply metrics (eval.metrics), given the gold and context columns when named."""
+    gold = column(rows, args.gold_column, args.responses, required=False) if args.gold_column else None
+    contexts = column(rows, args.context_column, args.responses) if args.context_column else None
+    return {spec.name: score_replies(spec, responses, gold, contexts)[0] for spec in reply_metrics()}
 
 
 def _ppl_contexts(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> Optional[list[str]]:
