@@ -19,11 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from data_prep.dialogues import Dialogue
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
-from eval.bertscore import DEFAULT_BERTSCORE_MODEL
 from eval.cost import PeakRSS
-from eval.diversity import DEFAULT_EAD_ENCODING
 from eval.judge import ASPECTS
-from eval.perplexity import DEFAULT_PPL_CONTEXT, DEFAULT_PPL_MODEL, PplContext
+from eval.metrics import METRICS
+from eval.perplexity import PplContext
 
 SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
 
@@ -72,24 +71,24 @@ class JudgeSpec(BaseModel):
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = DEFAULT_PPL_MODEL
-    context: PplContext = DEFAULT_PPL_CONTEXT
-    batch_size: int = 8
+    model: str = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics)
+    context: PplContext = METRICS["ppl"].settings["context"]
+    batch_size: int = METRICS["ppl"].settings["batch_size"]
 
 
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = DEFAULT_BERTSCORE_MODEL
-    num_layers: Optional[int] = None
-    batch_size: int = 32
+    model: str = METRICS["bertscore_f1"].settings["model"]
+    num_layers: Optional[int] = METRICS["bertscore_f1"].settings["num_layers"]
+    batch_size: int = METRICS["bertscore_f1"].settings["batch_size"]
 
 
 class EadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tokenizer: str = DEFAULT_EAD_ENCODING
-    vocab_size: Optional[int] = None
+    tokenizer: str = METRICS["diversity"].settings["tokenizer"]
+    vocab_size: Optional[int] = METRICS["diversity"].settings["vocab_size"]
 
 
 class CompareConfig(BaseModel):

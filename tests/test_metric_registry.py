@@ -30,15 +30,9 @@ def toy_metric(monkeypatch):
 
 def test_a_registered_metric_reaches_compare_paired_report_and_score(tmp_path, tiny_dialogues, toy_metric, capsys):
     test = tiny_dialogues[:4]
-    cfg = {
-        "dialogues": _dataset(tmp_path, "ds", test),
-        "ppl": None,
-        "bertscore": None,
-        "systems": [
-            {"name": "loud", "traces": _hand_trace_run(tmp_path / "l", test, reply="wow!", split="test")},
-            {"name": "calm", "traces": _hand_trace_run(tmp_path / "c", test, reply="I see.", split="test")},
-        ],
-    }
+    loud = {"name": "loud", "traces": _hand_trace_run(tmp_path / "l", test, reply="wow!", split="test")}
+    calm = {"name": "calm", "traces": _hand_trace_run(tmp_path / "c", test, reply="I see.", split="test")}
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": None, "bertscore": None, "systems": [loud, calm]}
     out = tmp_path / "out"
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
