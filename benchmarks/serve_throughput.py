@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fault_proxy import ServeProcess  # noqa: E402  (the same subprocess launcher the tests use)
 
-from distill.pipeline.roles import ROLES, RoleInput  # noqa: E402
+from distill.roles.roles import ROLES, RoleInput  # noqa: E402
 
 
 def _format(schema) -> dict:

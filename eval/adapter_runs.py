@@ -20,7 +20,7 @@ def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Option
     from datasets import load_from_disk
 
     from distill.adapters.adapters import has_metadata, read_metadata
-    from distill.pipeline.roles import STUDENT_PROMPT_VERSION
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     if not has_metadata(adapter):
         return "not trained yet"

@@ -30,9 +30,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from distill.datasets.sft_tasks import JOINT, joint_dataset
-from distill.pipeline.roles import CORE_ROLES
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
 from train import TOKENS_BUDGET

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from distill.pipeline.roles import CORE_ROLES
+from distill.roles.roles import CORE_ROLES
 from train import TOKENS_BUDGET
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -137,8 +137,8 @@ STAMP = "quickstart-inputs.json"
 
 def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
-    from distill.pipeline.roles import STUDENT_PROMPT_VERSION
     from distill.pipeline.store import TraceStore
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     traces = TraceStore(out / "teacher-train").path
     return {

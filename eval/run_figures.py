@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from distill.pipeline.reflection import restart_stage
-from distill.pipeline.roles import STAGE_ORDER
-from distill.pipeline.schemas import GRAOutput
 from distill.pipeline.trace import Trace
+from distill.roles.roles import STAGE_ORDER
+from distill.roles.schemas import GRAOutput
 from eval.stats import mean_with_ci
 
 

@@ -14,9 +14,9 @@ from data_prep.taxonomy import CAUSE_CATEGORIES, to_ekman
 from distill.datasets.sft_data import DatasetOptions, build_role_datasets
 from distill.datasets.sft_tasks import JOINT, rationale_tag
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.roles import ROLES
 from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Step, Trace, trace_key
+from distill.roles.roles import ROLES
 
 TEACHER_REASONING = "The seeker's words carry the feeling."
 

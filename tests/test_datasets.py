@@ -17,8 +17,8 @@ from distill.__main__ import main as distill_main
 from distill.datasets.dataset_card import BUILD_FILE
 from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
 from distill.pipeline.trace import Trace, trace_key
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
 
 
 def teacher_outputs(d: Dialogue, emotion: str | None = None) -> dict[str, dict]:

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
-from distill.pipeline.roles import CORE_ROLES, PROMPT_VERSION
 from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION
 from eval.__main__ import main
 
 

@@ -19,8 +19,8 @@ import pytest
 from answer_override import AnswerOverride
 
 from data_prep import taxonomy
-from distill.pipeline import schemas
-from distill.pipeline.roles import ROLES, RoleInput
+from distill.roles import schemas
+from distill.roles.roles import ROLES, RoleInput
 from eval.diversity import ead_n
 
 # Agent1.py `get_emotion_definitions`, entry by entry; `prepared` is absent from TRACE's map.
@@ -281,7 +281,7 @@ def test_a_real_audit_on_its_own_backend_reruns_and_can_change_the_reply(shared_
     from distill.pipeline.config import PipelineConfig
     from distill.pipeline.pipeline import Pipeline
     from distill.pipeline.reflection import choose_final, restart_stage
-    from distill.pipeline.schemas import GRAOutput
+    from distill.roles.schemas import GRAOutput
 
     dialogues = load_dialogues(shared_ed_csv).splits["all"][:12]
     reviewer = {"type": "local", "model": "smollm2-135m", "batch_size": 16}

@@ -15,7 +15,7 @@ from distill.adapters.adapters import find_adapters
 from distill.backends.base import Backend, GenerationRequest
 from distill.backends.constrained import JSON_SEPARATORS, allocate_bitmask, apply_bitmask, fill_bitmask
 from distill.backends.local import LocalBackend
-from distill.pipeline import schemas
+from distill.roles import schemas
 
 SYSTEM = {"role": "system", "content": "You are a careful annotator. Answer in JSON."}
 
@@ -344,7 +344,7 @@ def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
-    from distill.pipeline.roles import ROLES, STAGE_ORDER, RoleInput
+    from distill.roles.roles import ROLES, STAGE_ORDER, RoleInput
 
     # the schema the pipeline sends: the audit's enumerates the run's stages
     schemas = {name: spec.schema_for("teacher", STAGE_ORDER) for name, spec in ROLES.items()}

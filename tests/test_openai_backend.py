@@ -19,10 +19,10 @@ from distill.backends.openai_backend import OpenAIBackend, schema_for_api
 from distill.backends.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
-from distill.pipeline.roles import ROLES
-from distill.pipeline.schemas import ASIOutput, GRAOutput
 from distill.pipeline.store import TraceStore
 from distill.pipeline.trace import Trace
+from distill.roles.roles import ROLES
+from distill.roles.schemas import ASIOutput, GRAOutput
 
 STUDENT_CORE = dict(rag=False, prompt_style="student")
 

@@ -16,9 +16,9 @@ from data_prep.dialogues import Dialogue, Turn
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
 from distill.pipeline.reflection import choose_final, parse_output
-from distill.pipeline.roles import ROLES, RoleInput
-from distill.pipeline.schemas import GRAOutput
 from distill.pipeline.store import TraceStore
+from distill.roles.roles import ROLES, RoleInput
+from distill.roles.schemas import GRAOutput
 
 pytestmark = pytest.mark.slow
 

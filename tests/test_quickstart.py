@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from distill.pipeline.roles import CORE_ROLES as ROLES
-from distill.pipeline.roles import STUDENT_PROMPT_VERSION
+from distill.roles.roles import CORE_ROLES as ROLES
+from distill.roles.roles import STUDENT_PROMPT_VERSION
 from eval.adapter_runs import stale_reason
 from eval.quickstart import headline, main
 

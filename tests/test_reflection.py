@@ -8,8 +8,8 @@ import pytest
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
 from distill.pipeline.reflection import choose_final
-from distill.pipeline.roles import ROLES, RoleInput
-from distill.pipeline.schemas import ASIOutput, ERSOutput, GRAOutput, PlanOutput, SRPOutput
+from distill.roles.roles import ROLES, RoleInput
+from distill.roles.schemas import ASIOutput, ERSOutput, GRAOutput, PlanOutput, SRPOutput
 
 STAGES = ["asi", "cae", "srp", "ers"]
 

@@ -11,7 +11,7 @@ import pytest
 from fault_proxy import ServeProcess
 
 from data_prep.taxonomy import EKMAN
-from distill.pipeline.roles import ROLES, RoleInput
+from distill.roles.roles import ROLES, RoleInput
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 
 from distill import __version__
 from distill.adapters.adapters import METADATA_FILE, read_metadata
-from distill.pipeline.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
 from train.sft import train_roles
 

@@ -28,7 +28,7 @@ import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
 from distill.datasets.sft_tasks import JOINT
-from distill.pipeline.roles import CORE_ROLES, ROLES
+from distill.roles.roles import CORE_ROLES, ROLES
 from train import TOKENS_BUDGET
 
 

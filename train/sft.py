@@ -29,7 +29,7 @@ from data_prep.models import hub_id, resolve_model
 from distill import __version__
 from distill.adapters.adapter_card import card_example
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
-from distill.pipeline.roles import STUDENT_PROMPT_VERSION
+from distill.roles.roles import STUDENT_PROMPT_VERSION
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
 

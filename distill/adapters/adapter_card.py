@@ -21,7 +21,7 @@ from distill.adapters.adapters import (
 )
 from distill.datasets.dataset_card import label_section, read_build_record
 from distill.datasets.sft_tasks import JOINT
-from distill.pipeline.roles import CORE_ROLES, ROLES
+from distill.roles.roles import CORE_ROLES, ROLES
 
 # Training options worth quoting; the full config is in the metadata file.
 _TRAIN_KEYS = (
@@ -71,7 +71,7 @@ def _training_section(meta: dict) -> str:
             f"- tokens seen: {meta.get('tokens_seen'):,}; steps: {meta.get('global_step')}; "
             f"processes: {meta.get('world_size')}; seconds: {meta.get('train_seconds')}",
             f"- loss: train {_rounded(meta.get('train_loss'))}, validation {_rounded(meta.get('eval_loss'))}",
-            f"- student prompt version: `{meta.get('prompt_version')}` (the prompts in `distill/pipeline/roles.py`)",
+            f"- student prompt version: `{meta.get('prompt_version')}` (the prompts in `distill/roles/roles.py`)",
         ]
     )
 
@@ -139,7 +139,7 @@ def _example_section(meta: dict, role: str, repo: str) -> str:
     if not example:
         return (
             "`messages` must be the student prompt this adapter learned (`trace-distill` renders it; see\n"
-            f"`distill/pipeline/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain\n"
+            f"`distill/roles/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain\n"
             "transformers and PEFT run it:\n\n"
             f"```python\n{''.join(snippet(base, repo, ROLES[role].max_new_tokens))}{_PRINT}```"
         )

@@ -33,7 +33,7 @@ def adapter_dirs(adapters: str | dict[str, str] | None) -> dict[str, str]:
 
 def _check_adapter_version(name: str, path: Path) -> None:
     """Warn when an adapter trained by `python -m train` learned another student answer format."""
-    from distill.pipeline.roles import STUDENT_PROMPT_VERSION
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     if not has_metadata(path):
         return  # an adapter from elsewhere: nothing recorded to check

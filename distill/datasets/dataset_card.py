@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from distill import __version__
-from distill.pipeline.roles import ROLES, STUDENT_PROMPT_VERSION
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 
 if TYPE_CHECKING:
     from datasets import DatasetDict

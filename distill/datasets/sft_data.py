@@ -31,9 +31,9 @@ from data_prep.taxonomy import to_ekman
 from distill.datasets.options import DatasetOptions, RoleCounts
 from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.roles import CORE_ROLES, ROLES, build_role_input
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES, ROLES, build_role_input
 
 SPLITS = ("train", "validation")
 

@@ -159,7 +159,7 @@ def _generate(args: argparse.Namespace) -> int:
 def cost_estimate(pipeline, dialogues) -> str | None:
     """The up-front line of an API run with a known price; None for a free (self-hosted or local) one."""
     from distill.backends.pricing import estimate_prompt_tokens, known_price, worst_case_cost
-    from distill.pipeline.roles import ROLES, RoleInput
+    from distill.roles.roles import ROLES, RoleInput
 
     guard, model = getattr(pipeline.backend, "cost_guard", None), pipeline.backend.model
     if guard is None or known_price(model, guard.table) is None or not dialogues:

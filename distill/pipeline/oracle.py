@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
-from distill.pipeline.roles import ROLES
+from distill.roles.roles import ROLES
 
 
 class Oracle:

@@ -29,10 +29,10 @@ from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, G
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.oracle import Oracle
 from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
-from distill.pipeline.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
-from distill.pipeline.schemas import GRAOutput
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
+from distill.roles.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
+from distill.roles.schemas import GRAOutput
 
 _DEFAULT_CORRECTION = "the reviewer marked this stage as failed; reconsider your answer"
 

@@ -14,8 +14,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ValidationError
 
 from data_prep.dialogues import Dialogue
-from distill.pipeline.roles import PromptStyle, RoleSpec
-from distill.pipeline.schemas import CAEOutput, GRAOutput
+from distill.roles.roles import PromptStyle, RoleSpec
+from distill.roles.schemas import CAEOutput, GRAOutput
 
 FinalSelection = Literal["best", "last"]
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)
