@@ -255,9 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _cards_with_eval(out: Path) -> None:
     """The adapters' model cards gain the student's figures from this run's report."""
-    from distill.adapters.adapter_card import write_adapter_card
     from distill.adapters.adapters import find_adapters
     from eval.report import system_figures
+    from train.adapter_card import write_adapter_card
 
     figures = system_figures(json.loads((out / "eval" / "report.json").read_text()), "student")
     for folder in find_adapters(out / "adapters").values():

@@ -27,9 +27,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
-from distill.adapters.adapter_card import card_example
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles.roles import STUDENT_PROMPT_VERSION
+from train.adapter_card import card_example
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
 
@@ -234,7 +234,7 @@ def adapter_metadata(
 
 def publish(out: Path, meta: dict, cfg: TrainConfig) -> None:
     """Make the saved adapter hub-ready (hub id as its base, a model card), and push it if asked."""
-    from distill.adapters.adapter_card import write_adapter_card
+    from train.adapter_card import write_adapter_card
 
     point_config_at_hub(out, meta)
     write_adapter_card(out, cfg.sft.hub_model_id or None)
