@@ -2,12 +2,12 @@
 
     python -m eval score --responses out.csv --column response [--gold-column gold_response]
         [--emotion-column emotion --gold-emotion-column gold_emotion] [--ppl-model smollm2-135m]
-        [--bertscore-model minilm] [--out metrics.json]
+        [--bertscore-model minilm] [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
 
 Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
 when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
-skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``); a missing file
-or column is one line on stderr and exit code 2.
+skipped and the flag that turns it on. Every reply metric of the registry (eval.metrics) runs too. The
+metrics JSON goes to stdout (and ``--out``); a missing file or column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
