@@ -13,11 +13,7 @@ from distill.datasets.sft_data import SPLITS, BuildReport, DatasetOptions, build
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
     parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
-    parser.add_argument(
-        "--roles",
-        default="all",
-        help="comma-separated roles, or 'all' (the core roles the run enabled, as train reads 'all')",
-    )
+    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (the core roles, as in train)")
     parser.add_argument(
         "--require-gold-emotion",
         action="store_true",
