@@ -29,7 +29,7 @@ SEPARATORS = {"whitespace_flexible": False, "item_separator": ",", "key_separato
 
 
 def schemas() -> dict[str, dict]:
-    from distill.roles import ROLES, STAGE_ORDER
+    from distill.roles.roles import ROLES, STAGE_ORDER
 
     found = {}
     for name, spec in ROLES.items():

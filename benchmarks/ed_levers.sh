@@ -14,13 +14,14 @@ RUN=$(realpath "${1:-runs/ed-real}")
 OUT=$(realpath -m "${2:-runs/ed-levers}")
 N_TRACES=${3:-1010}
 TRAIN="python -m train --config configs/train/smollm2-cpu.yaml"
+CORE_ROLES=$(python -c 'from distill.roles.roles import CORE_ROLES; print(*CORE_ROLES)')  # the registry's list
 mkdir -p "$OUT"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 # One folder of four adapters per system: the lever's own, the rest linked from the quickstart's.
 adapter_set() {  # adapter_set DIR ROLE_TRAINED_HERE...
   local dir=$1; shift
-  for role in asi cae srp ers; do
+  for role in $CORE_ROLES; do
     [[ " $* " == *" $role "* ]] || ln -sfn "$RUN/adapters/$role" "$dir/$role"
   done
 }

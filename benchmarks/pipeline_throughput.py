@@ -31,8 +31,8 @@ from pathlib import Path
 
 from data_prep.loaders import load_sample  # noqa: E402
 from distill.backends.local import LocalBackend  # noqa: E402
-from distill.config import PipelineConfig  # noqa: E402
-from distill.pipeline import Pipeline  # noqa: E402
+from distill.pipeline.config import PipelineConfig  # noqa: E402
+from distill.pipeline.pipeline import Pipeline  # noqa: E402
 
 
 def sample_dialogues(n: int):

@@ -31,8 +31,8 @@ def main() -> None:
 
     from data_prep.loaders import load_dialogues
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
     from eval.run_figures import reflection_figures
 
     dialogues = load_dialogues(args.data).splits["all"][: args.n]

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fault_proxy import ServeProcess  # noqa: E402  (the same subprocess launcher the tests use)
 
-from distill.roles import ROLES, RoleInput  # noqa: E402
+from distill.roles.roles import ROLES, RoleInput  # noqa: E402
 
 
 def _format(schema) -> dict:
@@ -99,8 +99,8 @@ def asi_bodies(dialogues, n: int) -> list[dict]:
 def pipeline_run(url: str, model: str, dialogues, concurrency: int) -> tuple[dict, list[dict]]:
     """The pipeline over the openai backend; returns its rates and the request bodies it sent."""
     from distill.backends.openai_backend import OpenAIBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
 
     backend = OpenAIBackend(
         model=model, base_url=url + "/v1", max_concurrency=concurrency, timeout_s=1800, strict_schema=False

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from data_prep.loaders import SAMPLE_PATH, read_csv  # noqa: E402
-from distill.roles import ROLES, RoleInput  # noqa: E402
+from distill.roles.roles import ROLES, RoleInput  # noqa: E402
 from train.config import config_from_dict  # noqa: E402
 from train.sft import lora_config, train_role  # noqa: E402
 

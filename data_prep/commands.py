@@ -2,7 +2,8 @@
 
 A command is a module with ``add_arguments(parser)`` and ``run(args) -> int``, imported only when it
 is used so that `--help` stays fast. Errors that mean bad input (`USER_ERRORS`, plus any a command
-module lists in its own ``USER_ERRORS``) print one line and exit 2, never a traceback.
+module lists in its own ``USER_ERRORS``) print one line and exit 2, never a traceback: `user_error` is
+that one rule, and the commands raise rather than print.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def not_a_directory(path: str | Path) -> str | None:
     return None
 
 
+def user_error(prog: str, err: BaseException) -> int:
+    """Bad input, reported the one way every command reports it: `<prog>: error: <message>`, exit 2."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return 2
+
+
 def run_command(module_name: str, argv: list[str], prog: str, help_text: str) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=prog, description=help_text)
@@ -40,8 +47,7 @@ def run_command(module_name: str, argv: list[str], prog: str, help_text: str) ->
     try:
         return int(module.run(args) or 0)
     except USER_ERRORS + tuple(getattr(module, "USER_ERRORS", ())) as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+        return user_error(prog, err)
 
 
 def dispatch(commands: Commands, argv: list[str] | None, prog: str, description: str) -> int:

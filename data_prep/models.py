@@ -19,6 +19,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 SMOLLM2_ALIAS = "smollm2-135m"
 MINILM_ALIAS = "minilm"
@@ -162,3 +166,24 @@ def _resolve_hub_id(name: str) -> str:
             f"'{name}' is not a local path and could not be fetched from the Hugging Face hub ({why}); "
             f"download it where the hub is reachable and pass its local path, or use '{SMOLLM2_ALIAS}'."
         ) from None
+
+
+_DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+_DTYPES |= {"fp16": "float16", "float16": "float16"}
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32.
+
+    Inference (the local backend) and training (train.config) both choose through it."""
+    import torch
+
+    if dtype != "auto":
+        try:
+            return getattr(torch, _DTYPES[dtype])
+        except KeyError:
+            raise ValueError(f"unknown dtype '{dtype}' (expected auto, {', '.join(_DTYPES)})") from None
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return torch.bfloat16 if native_bf16 else torch.float32

@@ -10,11 +10,11 @@ import sys
 from data_prep.commands import package_main
 
 COMMANDS = {
-    "generate": ("distill.cli_generate", "run the pipeline over a dialogue split and write traces"),
-    "respond": ("distill.cli_respond", "run the pipeline on one dialogue and print every stage"),
-    "datasets": ("distill.cli_datasets", "turn a trace run into one SFT dataset per role"),
-    "serve": ("distill.cli_serve", "OpenAI-compatible server over the local backend and role adapters"),
-    "batch": ("distill.cli_batch", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
+    "generate": ("distill.pipeline.cli_generate", "run the pipeline over a dialogue split and write traces"),
+    "respond": ("distill.pipeline.cli_respond", "run the pipeline on one dialogue and print every stage"),
+    "datasets": ("distill.datasets.cli_datasets", "turn a trace run into one SFT dataset per role"),
+    "serve": ("distill.serving.cli_serve", "OpenAI-compatible server over the local backend and role adapters"),
+    "batch": ("distill.batch.cli_batch", "generate traces through OpenAI's Batch API (submit / poll / collect)"),
 }
 
 main = package_main(COMMANDS, "python -m distill", __doc__)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
-from distill.trace import Trace
+from distill.pipeline.trace import Trace
 from eval.stats import mean_with_ci
 
 INVALID = "(invalid)"  # a prediction missing or outside the label set: wrong in the strict figure

@@ -19,8 +19,8 @@ def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Option
     """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and budget."""
     from datasets import load_from_disk
 
-    from distill.adapters import has_metadata, read_metadata
-    from distill.roles import STUDENT_PROMPT_VERSION
+    from distill.adapters.adapters import has_metadata, read_metadata
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     if not has_metadata(adapter):
         return "not trained yet"

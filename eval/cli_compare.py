@@ -16,14 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory for report.json, report.md and the plots")
 
 
+USER_ERRORS = (CompareError,)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
     from eval.report import write_report_files
 
-    try:
-        report = build_report(load_config(args.config), args.config, Path(args.out))
-    except CompareError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    report = build_report(load_config(args.config), args.config, Path(args.out))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_JSON).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from eval.curve import load_curve_config, run_curve
@@ -16,12 +15,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="run folder; rerunning resumes it (finished points are reused)")
 
 
+USER_ERRORS = (CompareError, ValueError)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        curve = run_curve(load_curve_config(args.config), Path(args.out), args.config)
-    except (CompareError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    curve = run_curve(load_curve_config(args.config), Path(args.out), args.config)
     print("\n".join(headline(curve)))
     print(f"report: {Path(args.out) / CURVE_MD}")
     return 0

@@ -19,6 +19,7 @@ from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
 from eval.diversity import diversity_metrics
+from eval.metrics import reply_metrics, score_replies
 from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
 from eval.run_figures import reflection_figures, retries_per_role
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
@@ -96,7 +97,7 @@ def score_system(
         extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
     # ASI answers Ekman's six, so there is no 32-class figure to list here (see `emotion_accuracy`)
-    predicted = [(t.outputs.get("asi") or {}).get("emotion") for t in run.traces]
+    predicted = [t.emotion for t in run.traces]
     result["i_acc"] = {"ekman6": emotion_accuracy(predicted, [d.emotion for d in test])["ekman6"]} if ran_asi else None
     result["agreement"] = (
         teacher_agreement(run.traces, reference.traces)
@@ -125,6 +126,11 @@ def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue],
         score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
         extras["bertscore_f1"] = score.pop("items")
         result["bertscore"] = score
+    contexts, gold = [d.render_context() for d in test], [d.gold_response for d in test]
+    for spec in reply_metrics():  # the registry's own reply metrics (eval.metrics)
+        result[spec.name], items = score_replies(spec, responses, gold, contexts)
+        if spec.paired and items is not None:
+            extras[spec.name] = items
     return extras
 
 
@@ -224,6 +230,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "ppl": config.ppl.model_dump() if config.ppl else None,
                 "bertscore": config.bertscore.model_dump() if config.bertscore else None,
                 "ead": config.ead.model_dump(),
+                "registered_metrics": {spec.name: spec.settings for spec in reply_metrics()},
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
                 "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
             },

@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Optional
 
-from distill.pricing import estimate_cost
-from distill.trace import Trace
+from distill.backends.pricing import estimate_cost
+from distill.pipeline.trace import Trace
 from eval.stats import mean_with_ci, percentile
 
 
@@ -21,7 +21,7 @@ def cost_and_speed(
 
     Throughput is dialogues / wall-clock seconds of the run when the run was timed here, else
     dialogues / summed latency (an upper bound on time for a batched run read from disk). Cost uses
-    `distill.pricing.estimate_cost` on the traces' model id (self-hosted models cost 0).
+    `distill.backends.pricing.estimate_cost` on the traces' model id (self-hosted models cost 0).
     """
     n = len(traces)
     latencies = [sum(s.latency_s for s in t.steps) for t in traces]

@@ -29,11 +29,13 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from distill.roles import CORE_ROLES
-from distill.sft_tasks import JOINT, joint_dataset
-from distill.trace import Trace
+from distill.datasets.sft_tasks import JOINT, joint_dataset
+from distill.pipeline.store import RunInfo
+from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
+from train import TOKENS_BUDGET
 
 BASE = "base"
 PROBE = "probe"
@@ -86,7 +88,9 @@ class CurveConfig(BaseModel):
     rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
     require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
     train_config: str = Field(str(CPU_TRAIN_CONFIG), description="the train YAML every student uses")
-    max_tokens_budget: int = Field(60000, ge=0, description="training tokens per role, the same for every student")
+    max_tokens_budget: int = Field(
+        TOKENS_BUDGET, ge=0, description="training tokens per role, the same for every student"
+    )
     backend: dict[str, Any] = Field(
         default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
     )
@@ -144,9 +148,11 @@ def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace
 # --- one student at one point --------------------------------------------------------------------
 
 
-def build_datasets(student: Student, traces: list[Trace], out: Path, config: CurveConfig, run_meta: dict) -> None:
+def build_datasets(
+    student: Student, traces: list[Trace], out: Path, config: CurveConfig, info: Optional[RunInfo]
+) -> None:
     """The student's role datasets under `out`, rebuilt only when their inputs changed."""
-    from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+    from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
     options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **student.options)
     if student.name == "rationale":
@@ -157,14 +163,14 @@ def build_datasets(student: Student, traces: list[Trace], out: Path, config: Cur
         return
     report = BuildReport()
     roles = list(CORE_ROLES if student.joint else student.trains)
-    built = build_role_datasets(traces, roles, options, report, run_meta)
+    built = build_role_datasets(traces, roles, options, report, info)
     missing = [r for r in roles if r not in built]
     if missing:
         raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
     if student.joint:
         joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
     else:
-        save_role_datasets(built, out, traces, run_meta, options, report, Path(config.traces))
+        save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
     stamp_file.write_text(json.dumps(stamp))
 
 
@@ -229,7 +235,7 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     return report
 
 
-def run_point(n: int, traces: list[Trace], run_meta: dict, config: CurveConfig, out: Path) -> Path:
+def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: CurveConfig, out: Path) -> Path:
     """Datasets, adapters and the compare of one point; returns its report.json."""
     import shutil
 
@@ -237,7 +243,7 @@ def run_point(n: int, traces: list[Trace], run_meta: dict, config: CurveConfig, 
     point.mkdir(parents=True, exist_ok=True)
     systems = []
     for student in config.ordered_students():
-        build_datasets(student, traces, point / f"datasets-{student.name}", config, run_meta)
+        build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         before = _adapter_stamps(point / f"adapters-{student.name}", student.trains)
         adapters = train_student(student, point, config)
         if _adapter_stamps(adapters, student.trains) != before:  # retrained: its old generations are stale
@@ -263,7 +269,12 @@ def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
     compare = CompareConfig.model_validate(point_compare(out, [base_system(config)], config))
     test = load_test_dialogues(compare, config_file)
     generate_system(
-        SystemSpec(**base_system(config)), test, load_index(compare, test, config_file), config_file, out / BASE
+        SystemSpec(**base_system(config)),
+        test,
+        load_index(compare, test, config_file),
+        config_file,
+        out / BASE,
+        split=compare.split,
     )
 
 
@@ -271,14 +282,14 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     """Every point in turn, the curve report rewritten after each (so a partial run is readable)."""
     from tqdm.auto import tqdm
 
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
     from eval.curve_report import write_curve
 
     store = TraceStore(config.traces)
     traces, _ = store.read()
     if not traces:
         raise CompareError(f"{config_file}: traces '{config.traces}' holds no traces")
-    run_meta = store.run_info() or {}
+    info = store.run_info()
     out.mkdir(parents=True, exist_ok=True)
     if config.base:
         generate_base(config, out, config_file)
@@ -286,6 +297,6 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     curve: dict[str, Any] = {}
     for n in tqdm(sorted(set(config.points)), desc="curve points", unit="point"):
         convs = first_conversations(config.dialogues, config.train_split, n)
-        reports[n] = run_point(n, point_traces(traces, convs, n), run_meta, config, out)
+        reports[n] = run_point(n, point_traces(traces, convs, n), info, config, out)
         curve = write_curve(reports, out, config)
     return curve

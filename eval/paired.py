@@ -18,22 +18,15 @@ from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
 from eval.accuracy import ekman_or_invalid
 from eval.diversity import diversity_metrics
+from eval.metrics import paired_metrics, reply_metrics, score_replies
 from eval.perplexity import corpus_ppl
 from eval.stats import DEFAULT_RESAMPLES, holm, mean_with_ci, paired_bootstrap
 
 ALPHA = 0.05  # the family-wise error rate the paired table is corrected to
-# metric -> how to read a difference (first − second)
-PAIRED_METRICS = {
-    "i_acc": "higher is better",
-    "ppl": "lower is better",
-    "bertscore_f1": "higher is better",
-    "emotion_agreement": "higher is better",
-    "latency_s": "lower is better",
-}
 
 
 def _emotion(trace) -> Optional[str]:
-    return ekman_or_invalid((trace.outputs.get("asi") or {}).get("emotion"))
+    return ekman_or_invalid(trace.emotion)
 
 
 def per_dialogue(run, test: Sequence[Dialogue], reference, extras: dict[str, list]) -> dict[str, list]:
@@ -66,18 +59,17 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
     rows = []
     for first, second in combinations(per_system, 2):
         a, b = per_system[first], per_system[second]
-        for metric, reading in PAIRED_METRICS.items():
+        for metric, reading in paired_metrics().items():
             if metric not in a or metric not in b:
                 continue
-            xs, ys = a[metric], b[metric]
-            if metric == "bertscore_f1":  # dialogues without a gold reply have no score on either side
-                keep = [i for i, (x, y) in enumerate(zip(xs, ys)) if x is not None and y is not None]
-                xs, ys = [xs[i] for i in keep], [ys[i] for i in keep]
+            # a dialogue a metric cannot score (BERTScore without a gold reply) is left out on both sides
+            keep = [i for i, (x, y) in enumerate(zip(a[metric], b[metric])) if x is not None and y is not None]
+            xs, ys = [a[metric][i] for i in keep], [b[metric][i] for i in keep]
             rows.append(((first, second), metric, reading, xs, ys))
     resamples = paired_resamples(len(rows))
     out = []
     for pair, metric, reading, xs, ys in rows:
-        stat = corpus_ppl if metric == "ppl" else None
+        stat = corpus_ppl if metric == "ppl" else None  # any other metric: the mean of its items
         result = paired_bootstrap(xs, ys, statistic=stat, resamples=resamples)
         out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples})
     adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None})
@@ -99,6 +91,9 @@ def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]
     }
     if config.ppl is not None:
         row["ppl"], _ = score_ppl(replies, test, config, reference_lm)
+    for spec in reply_metrics():
+        if spec.human_row:
+            row[spec.name], _ = score_replies(spec, replies, None, [d.render_context() for d in test])
     return row
 
 

@@ -22,6 +22,7 @@ from eval.stats import bootstrap_ci
 PplContext = Literal["response", "document_start", "dialogue"]
 PPL_CONTEXTS: tuple[str, ...] = ("response", "document_start", "dialogue")
 DEFAULT_PPL_MODEL = "smollm2-135m"
+DEFAULT_PPL_CONTEXT: PplContext = "response"  # TRACE's
 
 
 def load_reference_lm(model: str, dtype: str = "float32"):
@@ -96,7 +97,7 @@ def _batch_nll(lm, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> lis
 def perplexity(
     responses: Sequence[str],
     model: Union[str, tuple[Any, Any]] = DEFAULT_PPL_MODEL,
-    context: PplContext = "response",
+    context: PplContext = DEFAULT_PPL_CONTEXT,
     contexts: Optional[Sequence[str]] = None,
     batch_size: int = 8,
     progress: bool = True,

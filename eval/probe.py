@@ -16,7 +16,7 @@ import numpy as np
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import EKMAN, to_ekman
-from distill.trace import Step, Trace
+from distill.pipeline.trace import Step, Trace
 
 PROBE_BACKEND = "probe"
 

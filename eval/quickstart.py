@@ -20,8 +20,10 @@ from pathlib import Path
 
 import yaml
 
+from distill.roles.roles import CORE_ROLES
+from train import TOKENS_BUDGET
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-CORE = ("asi", "cae", "srp", "ers")
 
 
 def _positive(text: str) -> int:
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-tokens-budget",
         type=_positive,
-        default=6000,
+        default=TOKENS_BUDGET,
         help="training tokens per role (a 2-core CPU trains a few hundred tokens/s)",
     )
     parser.add_argument(
@@ -82,36 +84,34 @@ def _check(rc: int, what: str) -> None:
         raise SystemExit(f"quickstart: {what} failed (exit {rc}); rerun to resume from here")
 
 
+SAMPLE_EVAL = CONFIGS / "eval" / "sample.yaml"
+# sample.yaml's run folders, and where the quickstart keeps them
+_SAMPLE_PATHS = {"runs/sample/": "", "runs/adapters": "adapters"}
+
+
+def _in_run(value, out: Path):
+    """`value` (a config tree) with sample.yaml's run folders moved under `out`."""
+    if isinstance(value, dict):
+        return {k: _in_run(v, out) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_in_run(v, out) for v in value]
+    for old, new in _SAMPLE_PATHS.items():
+        if isinstance(value, str) and value.startswith(old):
+            return str(out / new / value[len(old) :])
+    return value
+
+
 def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
-    local = {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
-    cfg = {
-        "dialogues": str(out / "dialogues"),
-        "split": "test",
-        "limit": test_limit,
-        "index": str(out / "index"),
-        "reference": "teacher",
-        "systems": [
-            {"name": "teacher", "traces": str(out / "teacher-test")},
-            {
-                "name": "student",
-                "backend": {**local, "adapters": str(out / "adapters")},
-                "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 2},
-            },
-            # The untuned base with the teacher's prompts is the control. Here the teacher *is* the
-            # untuned embedded model with those prompts and the same decoding, so its test traces are
-            # that system's output: read them rather than generate the same text twice.
-            {"name": "base", "traces": str(out / "teacher-test")},
-        ],
-        "judge": {
-            "backend": local,
-            "against": "teacher",
-            "aspects": ["empathy", "informativity", "fluency", "consistency"],
-        }
-        if judge
-        else None,
-        "ppl": {"model": "smollm2-135m", "context": "response"},
-        "bertscore": {"model": "minilm"},
-    }
+    """configs/eval/sample.yaml itself, its folders under `out`, `--test-limit` and `--no-judge` applied."""
+    cfg = _in_run(yaml.safe_load(SAMPLE_EVAL.read_text(encoding="utf-8")), out)
+    cfg["limit"] = test_limit
+    cfg["judge"] = cfg["judge"] if judge else None
+    # The untuned base with the teacher's prompts is the control. Here the teacher *is* the untuned
+    # embedded model with those prompts and the same decoding, so its test traces are that system's
+    # output: read them rather than generate the same text twice.
+    cfg["systems"] = [
+        {"name": "base", "traces": str(out / "teacher-test")} if s["name"] == "base" else s for s in cfg["systems"]
+    ]
     path = out / "eval-config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -137,8 +137,8 @@ STAMP = "quickstart-inputs.json"
 
 def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
     """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
-    from distill.roles import STUDENT_PROMPT_VERSION
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     traces = TraceStore(out / "teacher-train").path
     return {
@@ -151,11 +151,15 @@ def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
 
 def _run_cli(package: str, argv: list[str], what: str) -> None:
     """Run `python -m <package> <argv>` in this process: the command a user would type."""
-    import importlib
     import shlex
 
+    from data_prep.__main__ import main as data_prep_main
+    from distill.__main__ import main as distill_main
+    from eval.__main__ import main as eval_main
+
+    mains = {"data_prep": data_prep_main, "distill": distill_main, "eval": eval_main}
     print(f"$ python -m {package} {shlex.join(argv)}", flush=True)
-    _check(importlib.import_module(f"{package}.__main__").main(argv), what)
+    _check(mains[package](argv), what)
 
 
 def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> None:
@@ -186,14 +190,14 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
     made_from = _datasets_inputs(out, args.require_gold_emotion)
     stamp = out / "datasets" / STAMP
-    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE)
+    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE_ROLES)
     if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
         print(f"reusing {out / 'datasets'}")
         return
     if built:
         print("rebuilding the datasets: the traces or the dataset options changed since they were built")
     argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
-    argv += ["--roles", ",".join(CORE)]
+    argv += ["--roles", ",".join(CORE_ROLES)]
     # the student's replies are learnt from the human ones: a 135M teacher's replies are often
     # fragments, and those would be its targets
     argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
@@ -204,7 +208,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
     from eval.adapter_runs import train_stale
 
-    if not train_stale(out / "datasets", out / "adapters", CORE, args.max_tokens_budget):
+    if not train_stale(out / "datasets", out / "adapters", CORE_ROLES, args.max_tokens_budget):
         print(f"reusing {out / 'adapters'}")
 
 
@@ -251,9 +255,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _cards_with_eval(out: Path) -> None:
     """The adapters' model cards gain the student's figures from this run's report."""
-    from distill.adapter_card import write_adapter_card
-    from distill.adapters import find_adapters
+    from distill.adapters.adapters import find_adapters
     from eval.report import system_figures
+    from train.adapter_card import write_adapter_card
 
     figures = system_figures(json.loads((out / "eval" / "report.json").read_text()), "student")
     for folder in find_adapters(out / "adapters").values():

@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from eval.metrics import reply_metrics
+
 DASH = "–"
 
 
@@ -103,6 +105,18 @@ def quality_table(report: dict) -> list[str]:
     header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6, strict)"]
     header += ["I-ACC (6, TRACE: invalid dropped)", "invalid (dropped)", "macro-F1 (6)", "BERTScore F"]
     return markdown_table(header, rows)
+
+
+def registered_table(report: dict) -> list[str]:
+    """The registry's own reply metrics (eval.metrics), a column each; none registered: no table."""
+    specs = reply_metrics()
+    if not specs:
+        return []
+    rows = [s for s in report["systems"] if s.get("replies", True)]
+    rows += [report["human_gold"]] if report.get("human_gold") else []
+    header = ["System", *(f"{spec.label} {'↑' if spec.direction == 'higher' else '↓'}" for spec in specs)]
+    body = [[s["name"], *(with_ci(s.get(spec.name)) for spec in specs)] for s in rows]
+    return ["## Other metrics (the metric registry)", "", *markdown_table(header, body), ""]
 
 
 def paired_table(report: dict) -> list[str]:
@@ -267,6 +281,7 @@ def render_markdown(report: dict) -> str:
         "",
         *quality_table(report),
         "",
+        *registered_table(report),
         f"## Agreement with `{report['settings']['reference_system']}`",
         "",
         *agreement_table(report),

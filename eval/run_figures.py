@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from distill.reflection import restart_stage
-from distill.roles import STAGE_ORDER
-from distill.schemas import GRAOutput
-from distill.trace import Trace
+from distill.pipeline.reflection import restart_stage
+from distill.pipeline.trace import Trace
+from distill.roles.roles import STAGE_ORDER
+from distill.roles.schemas import GRAOutput
 from eval.stats import mean_with_ci
 
 

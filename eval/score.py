@@ -2,12 +2,12 @@
 
     python -m eval score --responses out.csv --column response [--gold-column gold_response]
         [--emotion-column emotion --gold-emotion-column gold_emotion] [--ppl-model smollm2-135m]
-        [--bertscore-model minilm] [--out metrics.json]
+        [--bertscore-model minilm] [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
 
 Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
 when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
-skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``); a missing file
-or column is one line on stderr and exit code 2.
+skipped and the flag that turns it on. Every reply metric of the registry (eval.metrics) runs too. The
+metrics JSON goes to stdout (and ``--out``); a missing file or column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from typing import Any, Optional
 from data_prep.commands import not_a_directory
 from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
-from eval.diversity import diversity_metrics
+from eval.bertscore import DEFAULT_BERTSCORE_MODEL
+from eval.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
+from eval.metrics import reply_metrics, score_replies
+from eval.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
 
 
 class ScoreInputError(ValueError):
@@ -127,8 +130,25 @@ def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace)
     if args.ppl_model:
         from eval.perplexity import perplexity
 
-        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context)
+        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context, _ppl_contexts(rows, args))
+    out.update(_registered(rows, responses, args))
     return out
+
+
+def _registered(rows: list[tuple[str, dict[str, Any]]], responses: list[str], args: argparse.Namespace) -> dict:
+    """The registry's own reply metrics (eval.metrics), given the gold and context columns when named."""
+    gold = column(rows, args.gold_column, args.responses, required=False) if args.gold_column else None
+    contexts = column(rows, args.context_column, args.responses) if args.context_column else None
+    return {spec.name: score_replies(spec, responses, gold, contexts)[0] for spec in reply_metrics()}
+
+
+def _ppl_contexts(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> Optional[list[str]]:
+    """The dialogue before each response, for `--ppl-context dialogue` (from `--context-column`)."""
+    if args.ppl_context != "dialogue":
+        return None
+    if not args.context_column:
+        raise ScoreInputError("--ppl-context dialogue needs --context-column (the dialogue before each response)")
+    return [c or "" for c in column(rows, args.context_column, args.responses)]
 
 
 def skipped_metrics(args: argparse.Namespace) -> list[str]:
@@ -152,28 +172,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
     parser.add_argument(
         "--ppl-context",
-        default="response",
-        choices=["response", "document_start"],
+        default=DEFAULT_PPL_CONTEXT,
+        choices=PPL_CONTEXTS,
         help="response: TRACE's PPL (no start token, first token unscored); document_start: every token "
-        "scored after the LM's document-start token",
+        "scored after the LM's document-start token; dialogue: the response scored after --context-column",
     )
+    parser.add_argument("--context-column", help="the dialogue before each response (for --ppl-context dialogue)")
     parser.add_argument(
-        "--bertscore-model", default="minilm", help="BERTScore encoder alias or local dir (default minilm)"
+        "--bertscore-model", default=DEFAULT_BERTSCORE_MODEL, help="BERTScore encoder alias or local dir"
     )
-    parser.add_argument("--ead-tokenizer", default="cl100k_base", help="EAD tokenizer (default cl100k_base, TRACE's)")
+    parser.add_argument("--ead-tokenizer", default=DEFAULT_EAD_ENCODING, help="EAD tokenizer (TRACE's by default)")
     parser.add_argument("--out", help="also write the metrics JSON here")
 
 
+USER_ERRORS = (ScoreInputError,)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.out and Path(args.out).is_dir():
-            raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
-        if args.out and (problem := not_a_directory(Path(args.out).parent)):
-            raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
-        metrics = score_rows(read_rows(args.responses), args)
-    except ScoreInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.out and Path(args.out).is_dir():
+        raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
+    if args.out and (problem := not_a_directory(Path(args.out).parent)):
+        raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
+    metrics = score_rows(read_rows(args.responses), args)
     skipped = skipped_metrics(args)
     if skipped:  # a metric that is silently absent reads as "not applicable", not "not asked for"
         print(f"warning: skipped {', '.join(skipped)}", file=sys.stderr)
@@ -184,6 +204,5 @@ def run(args: argparse.Namespace) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text + "\n", encoding="utf-8")
         except OSError as err:
-            print(f"error: {args.out}: cannot write the metrics JSON ({err.strerror})", file=sys.stderr)
-            return 2
+            raise ScoreInputError(f"{args.out}: cannot write the metrics JSON ({err.strerror})") from None
     return 0

@@ -2,7 +2,7 @@
 
 A system is either an existing trace run (``traces: <run dir>``, e.g. the prompted teacher that ran
 on an API) or something to generate now (``backend:`` + ``pipeline:``). Generated systems all go
-through the same `distill.pipeline.Pipeline` with the same exemplar index, so the only differences
+through the same `distill.pipeline.pipeline.Pipeline` with the same exemplar index, so the only differences
 between them are the ones their configs name. Every check that can fail names the file and field.
 """
 
@@ -17,10 +17,11 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data_prep.dialogues import Dialogue
-from distill.store import TRACES_FILE
-from distill.trace import Trace
+from distill.pipeline.store import TRACES_FILE
+from distill.pipeline.trace import Trace
 from eval.cost import PeakRSS
 from eval.judge import ASPECTS
+from eval.metrics import METRICS
 from eval.perplexity import PplContext
 
 SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
@@ -70,24 +71,24 @@ class JudgeSpec(BaseModel):
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "smollm2-135m"
-    context: PplContext = "response"
-    batch_size: int = 8
+    model: str = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics)
+    context: PplContext = METRICS["ppl"].settings["context"]
+    batch_size: int = METRICS["ppl"].settings["batch_size"]
 
 
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "minilm"
-    num_layers: Optional[int] = None
-    batch_size: int = 32
+    model: str = METRICS["bertscore_f1"].settings["model"]
+    num_layers: Optional[int] = METRICS["bertscore_f1"].settings["num_layers"]
+    batch_size: int = METRICS["bertscore_f1"].settings["batch_size"]
 
 
 class EadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tokenizer: str = "cl100k_base"
-    vocab_size: Optional[int] = None
+    tokenizer: str = METRICS["diversity"].settings["tokenizer"]
+    vocab_size: Optional[int] = METRICS["diversity"].settings["vocab_size"]
 
 
 class CompareConfig(BaseModel):
@@ -169,7 +170,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     Every test dialogue id must be in the run; a run made on another split fails here with the
     number of missing ids and one example, rather than scoring a different test set.
     """
-    from distill.store import TraceStore
+    from distill.pipeline.store import TraceStore
 
     run_dir = Path(spec.traces)
     if not (run_dir / TRACES_FILE).is_file():
@@ -184,42 +185,44 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
         by_id.setdefault(t.dialogue.id, t)
     missing = [d.id for d in test if d.id not in by_id]
     if missing:
-        info = store.run_info() or {}
-        source = info.get("source") or {}
+        info = store.run_info()
         made_on = (
-            f"split '{source.get('split')}' of {source.get('dialogues')}"
-            if source
-            else info.get("split") or "an unrecorded split"
+            f"split '{info.split}' of {info.source.get('dialogues')}" if info and info.split else "an unrecorded split"
         )
         raise CompareError(
             f"{run_dir}/traces.jsonl: system '{spec.name}' lacks {len(missing)} of {len(test)} test "
             f"dialogues (e.g. id '{missing[0]}'); the run was made on {made_on}, not this test split"
         )
-    info = store.run_info() or {}
+    info = store.run_info()
     return SystemRun(
         spec.name,
         [by_id[d.id] for d in test],
         f"trace run {run_dir}",
-        {"run": info.get("backend") or {"model": traces[0].model}, "problems": len(problems)},
+        {"run": info.backend if info else {"model": traces[0].model}, "problems": len(problems)},
     )
 
 
 def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
     """The stored traces of every test dialogue when an earlier compare generated this very system."""
-    from distill.trace import trace_key
+    from distill.pipeline.trace import trace_key
 
-    info = store.run_info() or {}
-    if info.get("system") != spec.model_dump(mode="json"):
+    info = store.run_info()
+    if info is None or info.system != spec.model_dump(mode="json"):
         return None
     traces, _ = store.read()
     by_key = {t.key: t for t in traces}
-    ident = (info["pipeline"], info["backend_name"], info["model"], info["prompt_version"])
-    found = [by_key.get(trace_key(d, *ident)) for d in test]
+    found = [by_key.get(trace_key(d, *info.identity().values())) for d in test]
     return found if all(found) else None
 
 
 def generate_system(
-    spec: SystemSpec, test: Sequence[Dialogue], index, config_file: str, run_dir: Path, chunk_size: int = 32
+    spec: SystemSpec,
+    test: Sequence[Dialogue],
+    index,
+    config_file: str,
+    run_dir: Path,
+    chunk_size: int = 32,
+    split: Optional[str] = None,
 ) -> SystemRun:
     """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
 
@@ -228,15 +231,14 @@ def generate_system(
     stored there: a crash later in the compare (the judge, say) never costs a system's generation again.
     """
     from distill.backends import make_backend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
-    from distill.store import StoreError, TraceStore
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import StoreError, TraceStore
 
     store = TraceStore(run_dir)
     done = _reused(store, spec, test)
     if done is not None:
-        info = store.run_info() or {}
-        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": info.get("backend")})
+        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": store.run_info().backend})
     try:
         pipeline_config = PipelineConfig(**spec.pipeline)
     except Exception as err:  # pydantic's message lists the field; keep it to one line
@@ -251,7 +253,7 @@ def generate_system(
     except ValueError as err:  # an oracle's trace run that cannot be read
         raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
     try:
-        store.claim(pipeline.run_info(system=spec.model_dump(mode="json")))
+        store.claim(pipeline.run_info(split=split, system=spec.model_dump(mode="json")))
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
     stored = store.keys()
@@ -290,7 +292,7 @@ def collect_systems(
             runs.append(probe_system(spec, config, test, config_file))
         else:
             run_dir = out / SYSTEMS_DIR / spec.name
-            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size))
+            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size, config.split))
     return runs
 
 

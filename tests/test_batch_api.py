@@ -12,7 +12,7 @@ import pytest
 from fastapi import Request  # module level: FastAPI resolves the handlers' string annotations here
 
 from distill import __version__
-from distill.batch_api import (
+from distill.batch.batch_api import (
     BATCH_DIR,
     NeedsBatch,
     append_results,
@@ -21,8 +21,8 @@ from distill.batch_api import (
     replay,
     write_request_file,
 )
-from distill.store import TraceStore
-from distill.trace import Trace
+from distill.pipeline.store import TraceStore
+from distill.pipeline.trace import Trace
 
 CONFIG = {
     "backend": {"type": "openai", "model": "gpt-4o-mini", "api_key_env": "TD_TEST_KEY"},
@@ -87,7 +87,7 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
     bad: set[str] = set()
     failed: set[str] = set()
     for round_no in range(1, 12):
-        needed = replay(run_dir, CONFIG, dialogues)
+        needed = replay(run_dir, CONFIG, dialogues, split="train")
         if needed is None:
             break
         assert isinstance(needed, NeedsBatch)
@@ -116,7 +116,8 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
     traces, problems = TraceStore(run_dir).read()
     assert not problems and len(traces) == 3
     info = TraceStore(run_dir).run_info()  # the same run.json as `distill generate`, version included
-    assert info["trace_distill_version"] == __version__ and info["source"] == {"via": "batch_api"}
+    assert info.trace_distill_version == __version__ and info.source == {"via": "batch_api"}
+    assert info.split == "train"  # so `distill datasets --split train` takes a Batch API run
     by_status = {t.status: t for t in traces}
     ok = [t for t in traces if t.status == "ok"]
     assert len(ok) == 2 and all(Trace.model_validate(t.model_dump()) for t in ok)
@@ -127,7 +128,7 @@ def test_request_file_per_stage_and_results_become_traces(tmp_path, tiny_dialogu
     assert "invalid output" in " ".join(retried.steps[0].events)
     assert by_status["failed"].failure.startswith("asi: transport error: batch batch_1: server had an error")
     # A rerun changes nothing: every trace is stored and no request is missing an answer.
-    assert replay(run_dir, CONFIG, dialogues) is None and len(TraceStore(run_dir).read()[0]) == 3
+    assert replay(run_dir, CONFIG, dialogues, split="train") is None and len(TraceStore(run_dir).read()[0]) == 3
 
 
 def test_result_parsing_names_bad_lines_and_fills_missing(tmp_path):
@@ -284,7 +285,7 @@ def test_batch_cli_submit_then_poll_to_completion(batch_run):
 
 def test_batch_max_cost_refuses_a_round_that_could_pass_it(batch_run, capsys):
     from distill.__main__ import main
-    from distill.pricing import estimate_prompt_tokens, worst_case_cost
+    from distill.backends.pricing import estimate_prompt_tokens, worst_case_cost
 
     submit, out, batches = batch_run
     assert main([*submit, "--out", str(out), "--max-cost", "0.0001"]) == 3

@@ -11,12 +11,12 @@ import json
 import pytest
 
 from data_prep.taxonomy import CAUSE_CATEGORIES, to_ekman
-from distill.config import PipelineConfig
-from distill.roles import ROLES
-from distill.sft_data import DatasetOptions, build_role_datasets
-from distill.sft_tasks import JOINT, rationale_tag
-from distill.store import TraceStore
-from distill.trace import Step, Trace, trace_key
+from distill.datasets.sft_data import DatasetOptions, build_role_datasets
+from distill.datasets.sft_tasks import JOINT, rationale_tag
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.store import RunInfo, TraceStore
+from distill.pipeline.trace import Step, Trace, trace_key
+from distill.roles.roles import ROLES
 
 TEACHER_REASONING = "The seeker's words carry the feeling."
 
@@ -57,7 +57,7 @@ def handmade_run(dialogues, out) -> TraceStore:
         "backend": {"type": "handmade"},
         "split": "train",
     }
-    store.claim(info)
+    store.claim(RunInfo(**info))
     for d in dialogues:
         store.append(handmade_trace(d))
     return store
@@ -128,7 +128,7 @@ def test_oracle_config_names_only_answers_that_exist():
 @pytest.mark.slow
 def test_oracle_stage_feeds_gold_and_teacher_answers_downstream(tiny_dialogues, tmp_path):
     from distill.backends.local import LocalBackend
-    from distill.pipeline import Pipeline
+    from distill.pipeline.pipeline import Pipeline
 
     dialogues = tiny_dialogues[:2]
     handmade_run(dialogues, tmp_path / "teacher")
@@ -152,7 +152,7 @@ def test_oracle_stage_feeds_gold_and_teacher_answers_downstream(tiny_dialogues, 
 
 
 def test_direct_pipeline_shows_each_role_the_dialogue_alone(tiny_dialogues):
-    from distill.pipeline import Pipeline
+    from distill.pipeline.pipeline import Pipeline
 
     class Echo:  # answers every request with its schema's minimal valid JSON; records the prompts
         name, model = "echo", "echo"
@@ -185,6 +185,7 @@ def _sample_dialogues(tmp_path):
     return out
 
 
+@pytest.mark.slow  # trains the probe over the embedder
 def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
     from eval.cli_compare import run
     from eval.report import render_markdown
@@ -277,7 +278,7 @@ def load_split_tasks(folder) -> set[str]:
 
 
 def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
-    from distill.sft_tasks import joint_dataset
+    from distill.datasets.sft_tasks import joint_dataset
 
     built = build_role_datasets([handmade_trace(d) for d in tiny_dialogues], None, DatasetOptions(eval_fraction=0.25))
     joint = joint_dataset(built, seed=0)

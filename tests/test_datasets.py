@@ -14,11 +14,11 @@ import pytest
 from data_prep.dialogues import Dialogue, Turn
 from distill import __version__
 from distill.__main__ import main as distill_main
-from distill.config import PipelineConfig
-from distill.dataset_card import BUILD_FILE
-from distill.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
-from distill.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
-from distill.trace import Trace, trace_key
+from distill.datasets.dataset_card import BUILD_FILE
+from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, validation_conv_ids
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.trace import Trace, trace_key
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION, ROLES, RoleInput
 
 
 def teacher_outputs(d: Dialogue, emotion: str | None = None) -> dict[str, dict]:
@@ -196,18 +196,18 @@ SECRET = "sk-test-never-in-a-card"
 
 
 def write_run(run_dir: Path, traces: list[Trace], split: str = "train") -> None:
-    from distill.store import TraceStore
+    from distill.pipeline.store import RunInfo, TraceStore
 
     store = TraceStore(run_dir)
     store.claim(
-        {
-            "pipeline": traces[0].config,
-            "backend_name": traces[0].backend,
-            "model": traces[0].model,
-            "prompt_version": traces[0].prompt_version,
-            "source": {"split": split},
-            "backend": {"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET},
-        }
+        RunInfo(
+            pipeline=traces[0].config,
+            backend_name=traces[0].backend,
+            model=traces[0].model,
+            prompt_version=traces[0].prompt_version,
+            split=split,
+            backend={"name": traces[0].backend, "model": traces[0].model, "api_key": SECRET, "base_url": SECRET},
+        )
     )
     for t in traces:
         store.append(t)
@@ -284,7 +284,8 @@ def test_cli_reports_a_damaged_run_and_still_builds(tiny_dialogues, tmp_path, ca
 def test_cli_bad_inputs_are_one_clear_line(tiny_dialogues, tmp_path, capsys):
     missing = tmp_path / "nope"
     assert distill_main(["datasets", "--traces", str(missing), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: trace run directory {missing} does not exist"
+    want = f"python -m distill datasets: error: trace run directory {missing} does not exist"
+    assert capsys.readouterr().err.strip() == want
 
     write_run(tmp_path / "run", [make_trace(d) for d in tiny_dialogues[:2]], split="train")
     assert (
@@ -380,21 +381,21 @@ def test_end_to_end_on_a_run_from_the_local_backend(tiny_dialogues, smollm_path,
     from datasets import load_from_disk
 
     from distill.backends.local import LocalBackend
-    from distill.pipeline import Pipeline
-    from distill.store import TraceStore
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import RunInfo, TraceStore
 
     backend = LocalBackend("smollm2-135m", batch_size=8)
     config = PipelineConfig(rag=False, max_attempts=1)  # CPU time: a failed trace is a case we handle anyway
     store = TraceStore(tmp_path / "run")
     store.claim(
-        {
-            "pipeline": config.key_dict(),
-            "backend_name": backend.name,
-            "model": backend.model,
-            "prompt_version": PROMPT_VERSION,
-            "backend": backend.describe(),
-            "source": {"split": "train"},
-        }
+        RunInfo(
+            pipeline=config.key_dict(),
+            backend_name=backend.name,
+            model=backend.model,
+            prompt_version=PROMPT_VERSION,
+            backend=backend.describe(),
+            split="train",
+        )
     )
     dialogues = tiny_dialogues[:4]
     Pipeline(config, backend).run_into(store, dialogues)
@@ -441,8 +442,10 @@ def test_caef_role_runs_when_switched_on_and_gets_its_own_dataset(tiny_dialogues
     assert config.stages() == ["asi", "cae", "caef", "srp", "ers"] and not PipelineConfig().runs("caef")
     forecast = {"reasoning": "Sympathy fits a loss.", "forecast": "sadness", "consistent": True}
     traces = [make_trace(d, {**teacher_outputs(d), "caef": forecast}, config=config) for d in tiny_dialogues[:4]]
-    built = build_role_datasets(traces, options=DatasetOptions(eval_fraction=0.0))
+    built = build_role_datasets(traces, [*CORE_ROLES, "caef"], options=DatasetOptions(eval_fraction=0.0))
     assert sorted(built) == sorted([*CORE_ROLES, "caef"])
+    # `--roles all` means the core roles, as in train: a caef dataset is built when it is asked for by name
+    assert sorted(build_role_datasets(traces, options=DatasetOptions(eval_fraction=0.0))) == sorted(CORE_ROLES)
     row = built["caef"]["train"][0]
     assert json.loads(row["completion"][0]["content"]) == forecast
     ers_prompt = built["ers"]["train"][0]["prompt"][1]["content"]

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from data_prep.loaders import load_sample, save_dialogues
-from distill.roles import CORE_ROLES, PROMPT_VERSION
-from distill.store import TraceStore
-from distill.trace import Trace
+from distill.pipeline.store import RunInfo, TraceStore
+from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION
 from eval.__main__ import main
 
 
@@ -25,13 +25,14 @@ def _dataset(tmp_path: Path, name: str, test) -> str:
 def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
     # the same run.json fields `python -m distill generate` writes
     store.claim(
-        {
-            "pipeline": pipeline,
-            "backend_name": "local",
-            "model": "smollm2-135m",
-            "prompt_version": PROMPT_VERSION,
-            "source": {"dialogues": "tiny", "split": split, "index": None},
-        }
+        RunInfo(
+            pipeline=pipeline,
+            backend_name="local",
+            model="smollm2-135m",
+            prompt_version=PROMPT_VERSION,
+            split=split,
+            source={"dialogues": "tiny", "index": None},
+        )
     )
 
 
@@ -39,7 +40,7 @@ def _hand_trace_run(
     run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
 ) -> str:
     """A real trace store filled with hand-written traces (no model needed for the input checks)."""
-    from distill.trace import Step
+    from distill.pipeline.trace import Step
 
     store = TraceStore(run_dir)
     _claim(store, {}, split)
@@ -114,7 +115,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:
     """A hand-written reflection trace: iteration 0's four stages, then one audit per iteration, each
     fault (a stage name) rerunning from that stage; `final` is the iteration the pick chose."""
-    from distill.trace import Step
+    from distill.pipeline.trace import Step
 
     first = {
         "asi": {"reasoning": "r", "emotion": "sadness"},
@@ -186,7 +187,7 @@ def _run_bad(tmp_path, capsys, cfg) -> str:
     capsys.readouterr()  # drop the progress bars of building the fixtures
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: ")
+    assert len(err.splitlines()) == 1 and err.startswith("python -m eval compare: error: ")
     assert not (tmp_path / "out" / "report.json").exists()
     return err
 
@@ -331,8 +332,8 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
 def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smollm_path):
     from data_prep.retrieval import build_index
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
 
     dataset = _dataset(tmp_path, "ds", tiny_dialogues)
     build_index(load_sample()[:20]).save(tmp_path / "index")
@@ -420,7 +421,7 @@ def test_external_adapters_config_evaluates_plain_peft_folders(tmp_path, smollm_
     assert [s["name"] for s in report["systems"]] == ["external", "base"] and report["systems"][0]["n"] == 2
     store = TraceStore(out / "systems" / "external")
     assert len(store.read()[0]) == 2 and all(t.prompt_style == "student" for t in store.read()[0])
-    assert store.run_info()["backend"]["adapters"] == external["backend"]["adapters"]  # each role's own folder
+    assert store.run_info().backend["adapters"] == external["backend"]["adapters"]  # each role's own folder
 
 
 @pytest.mark.slow

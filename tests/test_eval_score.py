@@ -76,6 +76,11 @@ def test_score_jsonl(tmp_path, capsys):
             ["--column", "response", "--emotion-column", "response", "--gold-emotion-column", "gold"],
             "row 1: field 'gold': unknown emotion label 'joy'",
         ),
+        (
+            "response\nhi\n",
+            ["--column", "response", "--ppl-model", "smollm2-135m", "--ppl-context", "dialogue"],
+            "--ppl-context dialogue needs --context-column",
+        ),
     ],
 )
 def test_score_bad_input_is_one_line(tmp_path, capsys, content, args, message):
@@ -120,3 +125,15 @@ def test_score_with_bertscore_and_ppl(tmp_path, capsys):
     assert warned == ["warning: skipped I-ACC (--emotion-column and --gold-emotion-column)"]
     assert printed["bertscore"]["f1"]["n"] == 2 and printed["bertscore"]["model"] == "minilm"
     assert printed["ppl"]["value"] > 1 and printed["ppl"]["tokens"] > 0 and printed["ppl"]["context"] == "response"
+
+
+@pytest.mark.slow
+def test_score_ppl_given_the_dialogue(tmp_path, capsys):
+    path = tmp_path / "resp.csv"
+    _write_csv(path, [{"response": "That sounds really hard.", "dialogue": "I lost my job today."}])
+    argv = ["score", "--responses", str(path), "--column", "response", "--ppl-model", "smollm2-135m"]
+    assert main([*argv, "--ppl-context", "dialogue", "--context-column", "dialogue"]) == 0
+    given = json.loads(capsys.readouterr().out)["ppl"]
+    assert main(argv) == 0
+    alone = json.loads(capsys.readouterr().out)["ppl"]
+    assert given["context"] == "dialogue" and given["value"] > 1 and given["value"] != alone["value"]

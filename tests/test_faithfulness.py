@@ -19,8 +19,8 @@ import pytest
 from answer_override import AnswerOverride
 
 from data_prep import taxonomy
-from distill import schemas
-from distill.roles import ROLES, RoleInput
+from distill.roles import schemas
+from distill.roles.roles import ROLES, RoleInput
 from eval.diversity import ead_n
 
 # Agent1.py `get_emotion_definitions`, entry by entry; `prepared` is absent from TRACE's map.
@@ -251,8 +251,8 @@ class FirstAuditFaults(AnswerOverride):
 def test_reflection_reruns_the_flagged_stage_on_real_dialogues(shared_ed_csv):
     from data_prep.loaders import load_dialogues
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
 
     dialogues = load_dialogues(shared_ed_csv).splits["all"][:3]
     config = PipelineConfig(caef=True, plan=True, reflection=True, rag=False, max_attempts=2, max_refinements=1)
@@ -278,10 +278,10 @@ def test_a_real_audit_on_its_own_backend_reruns_and_can_change_the_reply(shared_
     temperature 1.0 (greedy, it passes every stage), and what it flags is rerun and picked by the rules."""
     from data_prep.loaders import load_dialogues
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
-    from distill.reflection import choose_final, restart_stage
-    from distill.schemas import GRAOutput
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.reflection import choose_final, restart_stage
+    from distill.roles.schemas import GRAOutput
 
     dialogues = load_dialogues(shared_ed_csv).splits["all"][:12]
     reviewer = {"type": "local", "model": "smollm2-135m", "batch_size": 16}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from distill.store import TraceStore
+from distill.pipeline.store import TraceStore
 
 ROOT = Path(__file__).resolve().parents[1]
 N_DIALOGUES = 6
@@ -151,7 +151,7 @@ def test_respond_prints_every_stage_and_the_reply():
 
 
 def test_respond_reads_plain_or_labelled_turns():
-    from distill.cli_respond import parse_dialogue
+    from distill.pipeline.cli_respond import parse_dialogue
 
     d = parse_dialogue("I lost my keys.\nresponder: Oh no, where?\nseeker: At the gym, I think.")
     assert [t.speaker for t in d.turns] == ["seeker", "responder", "seeker"]

@@ -11,11 +11,11 @@ import json
 import pytest
 import torch
 
-from distill import schemas
-from distill.adapters import find_adapters
+from distill.adapters.adapters import find_adapters
 from distill.backends.base import Backend, GenerationRequest
 from distill.backends.constrained import JSON_SEPARATORS, allocate_bitmask, apply_bitmask, fill_bitmask
 from distill.backends.local import LocalBackend
+from distill.roles import schemas
 
 SYSTEM = {"role": "system", "content": "You are a careful annotator. Answer in JSON."}
 
@@ -113,6 +113,7 @@ def unruly_model_dir(tmp_path_factory, smollm_path):
     return str(out)
 
 
+@pytest.mark.slow  # a few decoding passes: seconds alone, a minute on a shared 2-core machine
 @pytest.mark.parametrize("continuous", [True, False])
 def test_json_strings_refuse_control_characters_and_special_tokens(unruly_model_dir, continuous):
     backend = LocalBackend(unruly_model_dir, dtype="fp32", batch_size=2, continuous=continuous)
@@ -145,6 +146,7 @@ def test_conforms_to_backend_protocol_and_describes_itself(tiny, tiny_model_dir)
     json.dumps(desc)
 
 
+@pytest.mark.slow  # a few decoding passes: seconds alone, a minute on a shared 2-core machine
 def test_mixed_batch_keeps_request_order(tiny):
     # Interleave schemas and lengths so grouping and length-sorting both reorder internally.
     # Generous max_new_tokens: a random model may spell an enum value one character per token.
@@ -166,6 +168,7 @@ def test_mixed_batch_keeps_request_order(tiny):
         assert 0 < res.completion_tokens < 120 and res.latency_s > 0 and not res.events
 
 
+@pytest.mark.slow  # a few decoding passes: seconds alone, a minute on a shared 2-core machine
 def test_greedy_is_deterministic_and_sampling_follows_the_seed(tiny):
     prompts = [_messages(f"prompt number {i} " * (i + 1)) for i in range(5)]
     greedy = [GenerationRequest(m, max_new_tokens=12) for m in prompts]
@@ -192,6 +195,7 @@ def test_overlong_input_is_truncated_not_fatal(tiny_model_dir):
     assert SYSTEM["content"] in backend.tokenizer.decode(ids) and "fence went too." in backend.tokenizer.decode(ids)
 
 
+@pytest.mark.slow  # a few decoding passes: seconds alone, a minute on a shared 2-core machine
 def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monkeypatch):
     """Refilled slots, batched prefills and buffer compaction give the text of plain `generate`, row by row."""
     from distill.backends import continuous as cb
@@ -277,6 +281,7 @@ def _base_weights(backend: LocalBackend) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in backend.hf_model.state_dict().items() if "lora_" not in k}
 
 
+@pytest.mark.slow  # a few decoding passes: seconds alone, a minute on a shared 2-core machine
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_adapters_switch_per_request_and_leave_the_base_intact(tiny_model_dir, adapter_dir, dtype):
     plain = LocalBackend(tiny_model_dir, dtype=dtype)
@@ -339,7 +344,7 @@ def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
 
 @pytest.mark.slow
 def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
-    from distill.roles import ROLES, STAGE_ORDER, RoleInput
+    from distill.roles.roles import ROLES, STAGE_ORDER, RoleInput
 
     # the schema the pipeline sends: the audit's enumerates the run's stages
     schemas = {name: spec.schema_for("teacher", STAGE_ORDER) for name, spec in ROLES.items()}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from data_prep.taxonomy import EKMAN
-from distill.trace import Step, Trace
+from distill.pipeline.trace import Step, Trace
 from eval.accuracy import (
     classification_report,
     emotion_accuracy,

@@ -16,13 +16,13 @@ from fault_proxy import FaultProxy, ServeProcess, make_tiny_model
 
 from distill.backends.base import GenerationRequest
 from distill.backends.openai_backend import OpenAIBackend, schema_for_api
-from distill.config import PipelineConfig
-from distill.pipeline import Pipeline
-from distill.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table
-from distill.roles import ROLES
-from distill.schemas import ASIOutput, GRAOutput
-from distill.store import TraceStore
-from distill.trace import Trace
+from distill.backends.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.pipeline import Pipeline
+from distill.pipeline.store import TraceStore
+from distill.pipeline.trace import Trace
+from distill.roles.roles import ROLES
+from distill.roles.schemas import ASIOutput, GRAOutput
 
 STUDENT_CORE = dict(rag=False, prompt_style="student")
 
@@ -271,7 +271,7 @@ def test_sigkill_resume_repeats_no_finished_call_and_the_key_is_never_written(ti
     import subprocess
     import time
 
-    from distill.serve import prompt_digest
+    from distill.serving.serve import prompt_digest
 
     secret = "sk-" + secrets.token_hex(16)
     env = {**os.environ, "TD_TEST_API_KEY": secret}
@@ -376,7 +376,7 @@ def test_generate_cli_max_cost_stops_cleanly(tiny_server, tiny_dialogues, tmp_pa
 
 
 def test_worst_case_cost_and_prompt_estimate_by_hand():
-    from distill.pricing import estimate_prompt_tokens, worst_case_cost
+    from distill.backends.pricing import estimate_prompt_tokens, worst_case_cost
 
     assert estimate_prompt_tokens([{"role": "system", "content": "a" * 40}, {"role": "user", "content": "b" * 8}]) == 20
     assert worst_case_cost("gpt-4o", [(1000, 100), (2000, 200)]) == pytest.approx((3000 * 2.5 + 300 * 10) / 1e6)
@@ -391,7 +391,7 @@ def test_credentials_in_base_url_never_reach_the_run_description():
 
 
 def test_max_cost_needs_a_price_for_the_model():
-    from distill.pricing import CostGuard, price_table
+    from distill.backends.pricing import CostGuard, price_table
 
     with pytest.raises(ValueError, match="no price is known for model 'o3-mini'"):
         OpenAIBackend(model="o3-mini", cost_guard=CostGuard(max_cost=5.0))

@@ -13,12 +13,12 @@ import pytest
 from answer_override import AnswerOverride
 
 from data_prep.dialogues import Dialogue, Turn
-from distill.config import PipelineConfig
-from distill.pipeline import Pipeline
-from distill.reflection import choose_final, parse_output
-from distill.roles import ROLES, RoleInput
-from distill.schemas import GRAOutput
-from distill.store import TraceStore
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.pipeline import Pipeline
+from distill.pipeline.reflection import choose_final, parse_output
+from distill.pipeline.store import TraceStore
+from distill.roles.roles import ROLES, RoleInput
+from distill.roles.schemas import GRAOutput
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from distill.roles import STUDENT_PROMPT_VERSION
+from distill.roles.roles import CORE_ROLES as ROLES
+from distill.roles.roles import STUDENT_PROMPT_VERSION
 from eval.adapter_runs import stale_reason
-from eval.quickstart import CORE as ROLES
 from eval.quickstart import headline, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]

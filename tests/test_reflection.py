@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from distill.config import PipelineConfig
-from distill.pipeline import Pipeline
-from distill.reflection import choose_final
-from distill.roles import ROLES, RoleInput
-from distill.schemas import ASIOutput, ERSOutput, GRAOutput, PlanOutput, SRPOutput
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.pipeline import Pipeline
+from distill.pipeline.reflection import choose_final
+from distill.roles.roles import ROLES, RoleInput
+from distill.roles.schemas import ASIOutput, ERSOutput, GRAOutput, PlanOutput, SRPOutput
 
 STAGES = ["asi", "cae", "srp", "ers"]
 

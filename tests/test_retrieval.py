@@ -263,7 +263,7 @@ def test_trace_defaults_top2_and_no_threshold():
     assert [(h.dialogue_id, h.search) for h in hits] == [("t3#1", "precise")]
     [hits] = index.query_vectors(query, [None])
     assert len(hits) == 2 and [h.dialogue_id for h in hits] == ["t0#1", "t1#1"]
-    from distill.config import PipelineConfig
+    from distill.pipeline.config import PipelineConfig
 
     config = PipelineConfig()
     assert (config.rag, config.rag_k, config.rag_tau) == (True, 2, None)

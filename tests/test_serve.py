@@ -11,7 +11,7 @@ import pytest
 from fault_proxy import ServeProcess
 
 from data_prep.taxonomy import EKMAN
-from distill.roles import ROLES, RoleInput
+from distill.roles.roles import ROLES, RoleInput
 
 pytestmark = pytest.mark.slow
 
@@ -174,8 +174,8 @@ def test_shipped_student_openai_config_runs_against_distill_serve(smollm_path, t
     from transformers import AutoModelForCausalLM
 
     from distill.backends.openai_backend import OpenAIBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
     from eval.compare import load_config
 
     base = make_tiny_model(smollm_path, tmp_path / "tiny")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from distill.backends.base import GenerationRequest, GenerationResult
-from distill.serve_batcher import RequestBatcher
+from distill.serving.serve_batcher import RequestBatcher
 
 
 class BreaksOnPoison:

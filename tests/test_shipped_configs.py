@@ -21,14 +21,14 @@ def _shipped(kind: str) -> list[Path]:
 
 
 def _no_flags() -> argparse.Namespace:
-    from distill.cli_generate import _SWITCHES
+    from distill.pipeline.cli_generate import _SWITCHES
 
     return argparse.Namespace(**dict.fromkeys((*_SWITCHES, "prompt_style", "adapters", "max_cost")))
 
 
 @pytest.mark.parametrize("path", _shipped("teacher"), ids=lambda p: p.name)
 def test_teacher_configs_parse(path):
-    from distill.cli_generate import load_config, pipeline_config
+    from distill.pipeline.cli_generate import load_config, pipeline_config
 
     data = load_config(str(path))
     config = pipeline_config(str(path), data.get("pipeline"), _no_flags())
@@ -50,7 +50,7 @@ def _check_backend(backend: dict) -> None:
 
 @pytest.mark.parametrize("path", _shipped("eval"), ids=lambda p: p.name)
 def test_eval_configs_parse(path):
-    from distill.config import PipelineConfig
+    from distill.pipeline.config import PipelineConfig
     from eval.compare import load_config
     from eval.curve import load_curve_config
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from distill.config import PipelineConfig
-from distill.store import StoreError, TraceStore
-from distill.trace import Step, Trace
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.store import RunInfo, StoreError, TraceStore
+from distill.pipeline.trace import Step, Trace
 
 
 def _trace(dialogue, key: str) -> Trace:
@@ -34,7 +34,7 @@ def _trace(dialogue, key: str) -> Trace:
 def _info(**changes):
     info = {"pipeline": {"reflection": False}, "backend_name": "local", "model": "m", "prompt_version": "v1"}
     info.update(changes)
-    return info
+    return RunInfo(**info)
 
 
 def test_append_read_roundtrip_and_duplicate_keys(tmp_path, tiny_dialogues):

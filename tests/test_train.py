@@ -20,8 +20,8 @@ import torch
 from transformers import TrainerCallback
 
 from distill import __version__
-from distill.adapters import METADATA_FILE, read_metadata
-from distill.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
+from distill.adapters.adapters import METADATA_FILE, read_metadata
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.config import config_from_dict
 from train.sft import train_roles
 
@@ -203,7 +203,7 @@ def test_export_merged_matches_adapter_and_vllm_line(two_roles, smollm_path, tmp
         assert path == moved.resolve() / role and (path / "adapter_config.json").is_file()
         assert not (path / "checkpoints").exists()
 
-    from distill.adapters import find_adapters
+    from distill.adapters.adapters import find_adapters
     from train.export import export_merged
 
     export_merged({"asi": find_adapters(out)["asi"]}, tmp_path / "merged")
@@ -312,7 +312,7 @@ def test_trains_from_a_hub_dataset_payload(role_datasets, tmp_path):
     """`--datasets` may be one hub dataset with a config per role: here the staged payload `--push-to-hub` sends."""
     from datasets import load_from_disk
 
-    from distill import hub_dataset
+    from distill.datasets import hub_dataset
 
     staged = hub_dataset.stage({"asi": load_from_disk(str(role_datasets / "asi"))}, {"asi": None}, tmp_path / "hub")
     (meta,) = train_roles(tiny_config(staged, tmp_path / "out", max_steps=1))

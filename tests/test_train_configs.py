@@ -136,7 +136,7 @@ def test_bf16_flag_forces_either_way(value, expected):
 def test_bf16_unset_follows_the_hardware():
     import torch
 
-    from distill.backends.local import resolve_dtype
+    from data_prep.models import resolve_dtype
 
     native = resolve_dtype("auto", "cuda" if torch.cuda.is_available() else "cpu") == torch.bfloat16
     assert parse_config([]).sft.bf16 is native

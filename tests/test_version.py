@@ -22,7 +22,7 @@ def test_version_is_the_installed_packages():
 
 def test_console_prints_the_version():
     proc = subprocess.run(
-        [sys.executable, "-m", "distill.console", "--version"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "eval.console", "--version"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"trace-distill {version('trace-distill')}"

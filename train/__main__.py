@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from data_prep.commands import USER_ERRORS
-from distill.adapters import AdapterError
+from data_prep.commands import USER_ERRORS, user_error
+from distill.adapters.adapters import AdapterError
 from train.config import ConfigError
 
 
@@ -32,9 +32,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
         train_roles(cfg)
         return 0
     except (ConfigError, AdapterError, *USER_ERRORS) as err:
-        # Bad input is one line naming the file and field, never a traceback.
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+        return user_error(prog, err)  # one line naming the file and field, never a traceback
 
 
 if __name__ == "__main__":

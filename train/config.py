@@ -27,8 +27,9 @@ from typing import Any
 import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
-from distill.roles import CORE_ROLES, ROLES
-from distill.sft_tasks import JOINT
+from distill.datasets.sft_tasks import JOINT
+from distill.roles.roles import CORE_ROLES, ROLES
+from train import TOKENS_BUDGET
 
 
 class ConfigError(ValueError):
@@ -54,7 +55,8 @@ class DistillArguments:
         },
     )
     max_tokens_budget: int = field(
-        default=0, metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role."}
+        default=TOKENS_BUDGET,
+        metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role (0: no cap)."},
     )
     completion_head: str = field(
         default="auto",
@@ -81,7 +83,7 @@ def _native_bf16() -> bool:
     """bf16 where this machine runs it natively (recent GPUs, CPUs with AMX/AVX512-BF16)."""
     import torch
 
-    from distill.backends.local import resolve_dtype
+    from data_prep.models import resolve_dtype
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return resolve_dtype("auto", device) == torch.bfloat16

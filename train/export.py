@@ -16,7 +16,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from distill.adapters import AdapterError, base_hub_id, find_adapters, read_metadata, vllm_max_rank
+from distill.adapters.adapters import AdapterError, base_hub_id, find_adapters, read_metadata, vllm_max_rank
 from train.sft import log
 
 

@@ -3,7 +3,7 @@
 The recipe is short on purpose (torchtune style): `train_roles` loads the base model and tokenizer,
 and for each role `train_role` wraps the base in a fresh LoRA adapter, runs TRL's `SFTTrainer` on the
 role's prompt-completion dataset (loss on completion tokens only), saves the adapter to
-`<output_dir>/<role>/` with its metadata and model card (`distill.adapters` owns that folder), and
+`<output_dir>/<role>/` with its metadata and model card (`distill.adapters.adapters` owns that folder), and
 unloads the LoRA layers so the next role starts from the untouched base weights.
 
 Speed on CPU comes from padding-free batches (no compute spent on pad tokens), compact student
@@ -27,9 +27,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
-from distill.adapter_card import card_example
-from distill.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
-from distill.roles import STUDENT_PROMPT_VERSION
+from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
+from distill.roles.roles import STUDENT_PROMPT_VERSION
+from train.adapter_card import card_example
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
 
@@ -83,7 +83,7 @@ def _maybe_hub_id(name: str) -> bool:
 
 
 def _load_hub_role(repo: str, role: str) -> DatasetDict:
-    from distill.hub_dataset import load_role
+    from distill.datasets.hub_dataset import load_role
 
     try:
         return load_role(repo, role)
@@ -234,7 +234,7 @@ def adapter_metadata(
 
 def publish(out: Path, meta: dict, cfg: TrainConfig) -> None:
     """Make the saved adapter hub-ready (hub id as its base, a model card), and push it if asked."""
-    from distill.adapter_card import write_adapter_card
+    from train.adapter_card import write_adapter_card
 
     point_config_at_hub(out, meta)
     write_adapter_card(out, cfg.sft.hub_model_id or None)

@@ -19,11 +19,11 @@ from typing import Optional
 
 import torch
 
-from distill.adapters import PEFT_CONFIG_FILE, find_adapters, has_metadata, read_metadata
+from distill.adapters.adapters import PEFT_CONFIG_FILE, find_adapters, has_metadata, read_metadata
 
 
 def adapter_dirs(adapters: str | dict[str, str] | None) -> dict[str, str]:
-    """An adapters folder as train writes it (`distill.adapters.find_adapters`) or an explicit role -> path dict."""
+    """An adapters folder as train writes it (`distill.adapters.adapters.find_adapters`), or a role -> path dict."""
     if adapters is None:
         return {}
     if isinstance(adapters, dict):
@@ -33,7 +33,7 @@ def adapter_dirs(adapters: str | dict[str, str] | None) -> dict[str, str]:
 
 def _check_adapter_version(name: str, path: Path) -> None:
     """Warn when an adapter trained by `python -m train` learned another student answer format."""
-    from distill.roles import STUDENT_PROMPT_VERSION
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     if not has_metadata(path):
         return  # an adapter from elsewhere: nothing recorded to check

@@ -26,7 +26,7 @@ from transformers import LogitsProcessor
 
 # Whitespace is fixed rather than free: a small model left free to emit whitespace can spend its
 # whole token budget on newlines. The layout is pydantic's compact `model_dump_json()`, the form
-# distill.sft_data writes SFT targets in, so a student decodes exactly what it was trained on
+# distill.datasets.sft_data writes SFT targets in, so a student decodes exactly what it was trained on
 # (and compact JSON is ~20% fewer tokens than `json.dumps`' spaced default).
 JSON_SEPARATORS = (",", ":")
 _COMPILE_OPTIONS = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}

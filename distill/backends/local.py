@@ -22,7 +22,7 @@ import torch
 from pydantic import validate_call
 from tqdm import tqdm
 
-from data_prep.models import resolve_model
+from data_prep.models import resolve_dtype, resolve_model
 from distill.backends.adapter_switch import AdapterSwitch, adapter_dirs
 from distill.backends.attention import use_decode_attention
 from distill.backends.base import TRUNCATED_EVENT, GenerationRequest, GenerationResult, ProgressFn
@@ -30,30 +30,9 @@ from distill.backends.constrained import SchemaGrammars
 from distill.backends.continuous import decode as continuous_decode
 from distill.backends.continuous import supports as continuous_supports
 
-_DTYPES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-}
 # Re-tokenising a string cut at a token boundary can merge a few tokens differently; this slack
 # keeps the first truncation attempt under the limit.
 _TRUNCATION_SLACK = 8
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32."""
-    if dtype != "auto":
-        try:
-            return _DTYPES[dtype]
-        except KeyError:
-            raise ValueError(f"unknown dtype '{dtype}' (expected auto, {', '.join(_DTYPES)})") from None
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return torch.bfloat16 if native_bf16 else torch.float32
 
 
 class LocalBackend:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
-from distill.pricing import CostGuard, CostLimitReached, estimate_prompt_tokens, price_table
+from distill.backends.pricing import CostGuard, CostLimitReached, estimate_prompt_tokens, price_table
 
 # Keywords OpenAI's strict structured outputs reject; a strict copy of a schema drops them
 # (the pipeline still validates every answer against the full pydantic schema).

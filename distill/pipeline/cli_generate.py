@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 from tqdm.auto import tqdm
 
-from distill.config import PipelineConfig
+from distill.pipeline.config import PipelineConfig
 
 # Every on/off setting of the pipeline is a flag: the role switches (from the registry) and the rest.
 _SWITCHES = tuple(name for name, f in PipelineConfig.model_fields.items() if f.annotation is bool)
@@ -106,7 +106,7 @@ def build_backend(path: str, backend_cfg: dict[str, Any], args: argparse.Namespa
     if getattr(args, "max_cost", None) is not None:
         if cfg.get("type") != "openai":
             raise ValueError(f"{path}: --max-cost applies to API backends (backend.type is {cfg.get('type')})")
-        from distill.pricing import CostGuard, price_table
+        from distill.backends.pricing import CostGuard, price_table
 
         extra["cost_guard"] = CostGuard(max_cost=args.max_cost, table=price_table(cfg.get("prices")))
     try:
@@ -115,26 +115,24 @@ def build_backend(path: str, backend_cfg: dict[str, Any], args: argparse.Namespa
         raise ValueError(f"{path}: {exc}") from None
 
 
+USER_ERRORS = (ValueError,)  # DataError and StoreError among them: one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    from data_prep.ed_formats import DataError
-    from distill.pricing import CostLimitReached
-    from distill.store import StoreError
+    from distill.backends.pricing import CostLimitReached
 
     try:
         return _generate(args)
     except CostLimitReached as exc:  # --max-cost: finished chunks are already stored
         print(str(exc), file=sys.stderr)
         return 3
-    except (ValueError, DataError, StoreError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
 
 
 def _generate(args: argparse.Namespace) -> int:
     from data_prep.commands import not_a_directory
     from data_prep.loaders import load_split
-    from distill.pipeline import Pipeline
-    from distill.store import TraceStore
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import TraceStore
 
     if args.chunk_size < 1 or (args.limit is not None and args.limit < 1):
         raise ValueError(f"--chunk-size and --limit must be >= 1 (got {args.chunk_size}, {args.limit})")
@@ -149,8 +147,8 @@ def _generate(args: argparse.Namespace) -> int:
     store = TraceStore(args.out)
     backend = build_backend(args.config, data["backend"], args)
     pipeline = Pipeline(config, backend, index=index)
-    source = {"dialogues": str(Path(args.dialogues).resolve()), "split": args.split, "index": args.index}
-    store.claim(pipeline.run_info(source=source))
+    source = {"dialogues": str(Path(args.dialogues).resolve()), "index": args.index}
+    store.claim(pipeline.run_info(split=args.split, source=source))
     stored = store.keys()
     estimate = cost_estimate(pipeline, [d for d in dialogues if pipeline.key(d) not in stored])
     if estimate:
@@ -160,8 +158,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 def cost_estimate(pipeline, dialogues) -> str | None:
     """The up-front line of an API run with a known price; None for a free (self-hosted or local) one."""
-    from distill.pricing import estimate_prompt_tokens, known_price, worst_case_cost
-    from distill.roles import ROLES, RoleInput
+    from distill.backends.pricing import estimate_prompt_tokens, known_price, worst_case_cost
+    from distill.roles.roles import ROLES, RoleInput
 
     guard, model = getattr(pipeline.backend, "cost_guard", None), pipeline.backend.model
     if guard is None or known_price(model, guard.table) is None or not dialogues:

@@ -1,7 +1,7 @@
 """What a pipeline run records: one `Trace` per dialogue, one `Step` per role call.
 
 A trace holds exactly what each role saw (messages) and answered (raw and parsed), so datasets,
-eval and audits never need to re-run anything. The store that persists traces is distill.store.
+eval and audits never need to re-run anything. The store that persists traces is distill.pipeline.store.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ class Trace(BaseModel):
     @property
     def response(self) -> Optional[str]:
         return (self.outputs.get("ers") or {}).get("response")
+
+    @property
+    def emotion(self) -> Optional[str]:
+        """The emotion the ASI stage answered (as it answered it: not checked against the label set)."""
+        return (self.outputs.get("asi") or {}).get("emotion")
 
 
 def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:

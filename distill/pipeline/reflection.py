@@ -1,7 +1,7 @@
 """Parsing role outputs and the MERG reflection rules: what counts as a valid answer, where a
 refinement restarts, and which iteration becomes the final answer.
 
-Kept apart from the runner (distill.pipeline) so the rules read in one sitting and are testable
+Kept apart from the runner (distill.pipeline.pipeline) so the rules read in one sitting and are testable
 without a model.
 """
 
@@ -14,8 +14,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ValidationError
 
 from data_prep.dialogues import Dialogue
-from distill.roles import PromptStyle, RoleSpec
-from distill.schemas import CAEOutput, GRAOutput
+from distill.roles.roles import PromptStyle, RoleSpec
+from distill.roles.schemas import CAEOutput, GRAOutput
 
 FinalSelection = Literal["best", "last"]
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)\s*```", re.DOTALL)

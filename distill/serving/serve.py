@@ -24,8 +24,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from distill.backends.base import GenerationRequest
-from distill.serve_batcher import RequestBatcher
-from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, ServeGuard
+from distill.serving.serve_batcher import RequestBatcher
+from distill.serving.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, ServeGuard
 
 # Fields of OpenAI's chat API that would change the answer and that this server does not implement: a
 # request that sets one is refused, as OpenAI refuses what a model cannot do, never silently ignored.

@@ -16,11 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import ValidationError
 from tqdm.auto import tqdm
@@ -29,43 +28,14 @@ if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
 
 from data_prep.taxonomy import to_ekman
-from distill.config import PipelineConfig
-from distill.roles import ROLES, build_role_input
-from distill.sft_tasks import DIRECT_ROLES, RationaleSource, direct_row, with_rationale_twins
-from distill.trace import Trace
+from distill.datasets.options import DatasetOptions, RoleCounts
+from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.store import RunInfo
+from distill.pipeline.trace import Trace
+from distill.roles.roles import CORE_ROLES, ROLES, build_role_input
 
 SPLITS = ("train", "validation")
-
-
-@dataclass
-class DatasetOptions:
-    require_gold_emotion: bool = False  # keep only traces whose asi emotion is the gold Ekman label
-    ers_target: Literal["teacher", "gold"] = "teacher"  # "gold": the human reply is the ers target
-    dedup: bool = True  # drop repeated (prompt, completion) pairs
-    eval_fraction: float = 0.1  # share of conversations held out for validation
-    seed: int = 0
-    split: Optional[str] = None  # keep only traces of this dialogue split (when the run records one)
-    # repeat asi train rows of rarer emotions until every emotion has as many as the commonest, so a
-    # small student is not taught the skew of the data (the validation split is left as it is)
-    balance_emotions: bool = False
-    # "direct": the standard fine-tuning baseline, the dialogue in and the data's gold answer out, with no
-    # teacher output at all (distill.sft_tasks); only asi and ers have such rows
-    inputs: Literal["pipeline", "direct"] = "pipeline"
-    # a rationale-task twin for asi/srp train rows (Distilling step-by-step), from the teacher's reasoning
-    # or from ED's situation text; `rationale_share` of the label rows get one (seeded)
-    rationale: Optional[RationaleSource] = None
-    rationale_share: float = 1.0
-
-
-@dataclass
-class RoleCounts:
-    read: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    kept: int = 0
-    rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "dropped": dict(sorted(self.dropped.items())), "kept": self.kept, "rows": self.rows}
 
 
 @dataclass
@@ -116,18 +86,9 @@ def validation_conv_ids(conv_ids: Sequence[str], eval_fraction: float, seed: int
     return set(ranked[:k])
 
 
-def trace_split(trace: Trace, run_meta: dict[str, Any]) -> Optional[str]:
+def trace_split(trace: Trace, run: Optional[RunInfo]) -> Optional[str]:
     """The dialogue split a trace came from: the dialogue's own field if it has one, else the run's."""
-    own = getattr(trace.dialogue, "split", None)
-    if own:
-        return own
-    if run_meta.get("split"):
-        return run_meta["split"]
-    for where in ("source", "dialogues"):  # run.json names the dialogue source under one of these
-        source = run_meta.get(where)
-        if isinstance(source, dict) and source.get("split"):
-            return source["split"]
-    return None
+    return getattr(trace.dialogue, "split", None) or (run.split if run else None)
 
 
 # --- one row per (role, trace) ------------------------------------------------------------------
@@ -145,7 +106,7 @@ def _target(role: str, trace: Trace, options: DatasetOptions) -> tuple[Optional[
 
 def _asi_matches_gold(trace: Trace) -> Optional[str]:
     """None when the teacher's emotion is the gold Ekman label, else the reason to drop."""
-    emotion = (trace.outputs.get("asi") or {}).get("emotion")
+    emotion = trace.emotion
     if emotion is None:
         return "no asi emotion"
     try:
@@ -222,19 +183,19 @@ def build_role_datasets(
     roles: Optional[Sequence[str]] = None,
     options: Optional[DatasetOptions] = None,
     report: Optional[BuildReport] = None,
-    run_meta: Optional[dict[str, Any]] = None,
+    run: Optional[RunInfo] = None,
 ) -> dict[str, DatasetDict]:
     """One `DatasetDict` (train/validation) per requested role; `report` (if given) receives the counts.
 
-    `roles=None` means every role the run enabled. A requested role the run did not run (an ablation)
-    gets no dataset and is listed in `report.skipped_roles`.
+    `roles=None` means the core roles the run enabled (`_wanted_roles`). A requested role the run did not
+    run (an ablation) gets no dataset and is listed in `report.skipped_roles`.
     """
     from datasets import DatasetDict
 
-    options, run_meta = options or DatasetOptions(), run_meta or {}
+    options = options or DatasetOptions()
     report = report if report is not None else BuildReport()
     if options.split:
-        traces = _only_split(traces, options.split, run_meta, report)
+        traces = _only_split(traces, options.split, run, report)
     run_roles = enabled_roles(traces)
     wanted = _wanted_roles(roles, run_roles, options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
@@ -262,19 +223,23 @@ def build_role_datasets(
 def _wanted_roles(
     roles: Optional[Sequence[str]], run_roles: list[str], options: DatasetOptions, report: BuildReport
 ) -> list[str]:
-    """The roles to build: the requested ones the run can give rows for (`roles=None`: all of them)."""
+    """The roles to build: the requested ones the run can give rows for.
+
+    `roles=None` (`--roles all`) means the four core roles the run enabled, as in `train --roles all`: a
+    plan or gra dataset is built only when asked for by name, since only then is it trained."""
     if options.inputs == "direct":  # gold answers come from the data, whichever roles the teacher ran
         requested = list(roles or DIRECT_ROLES)
         bad = [r for r in requested if r not in DIRECT_ROLES]
         if bad:
             raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
         return requested
-    for role in roles or run_roles:
+    roles = roles or [r for r in run_roles if r in CORE_ROLES]
+    for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
         if role not in run_roles:
             report.skipped_roles[role] = "role not enabled in this trace run"
-    return [r for r in (roles or run_roles) if r in run_roles]
+    return [r for r in roles if r in run_roles]
 
 
 def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:
@@ -296,8 +261,8 @@ def balance_by_emotion(rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
-def _only_split(traces: Sequence[Trace], split: str, run_meta: dict[str, Any], report: BuildReport) -> list[Trace]:
-    known = [trace_split(t, run_meta) for t in traces]
+def _only_split(traces: Sequence[Trace], split: str, run: Optional[RunInfo], report: BuildReport) -> list[Trace]:
+    known = [trace_split(t, run) for t in traces]
     if traces and all(s is None for s in known):
         raise ValueError(f"--split {split}: this trace run records no dialogue split (run.json has no 'split')")
     kept = [t for t, s in zip(traces, known) if s == split]
@@ -332,7 +297,7 @@ def save_role_datasets(
     built: dict,
     out: Path,
     traces: list[Trace],
-    run_meta: dict,
+    run: Optional[RunInfo],
     options: DatasetOptions,
     report: BuildReport,
     traces_dir: Path,
@@ -340,12 +305,12 @@ def save_role_datasets(
     """Save each role's DatasetDict to `<out>/<role>/` with its build record and card."""
     from datasets import load_from_disk
 
-    from distill.dataset_card import build_record, write_card
+    from distill.datasets.dataset_card import build_record, write_card
 
     for role, dd in built.items():
         # one shard per split: datasets saves an empty split as zero shards, which load_from_disk rejects
         dd.save_to_disk(str(out / role), num_shards={split: 1 for split in dd})
         # the card records the fingerprints train will see, and those are the reloaded dataset's
         saved = load_from_disk(str(out / role))
-        record = build_record(role, saved, traces, run_meta, options, report.counts[role], traces_dir)
+        record = build_record(role, saved, traces, run, options, report.counts[role], traces_dir)
         write_card(out / role, saved, record)

@@ -17,7 +17,7 @@ definitions added, the strategy examples dropped, reasoning capped at 240 charac
 
 The MERG and EmoStage roles, the audit's per-stage checks and the plan's value lists are this project's
 own wording of those papers' roles. The compact student prompts are
-not here: the behaviour of a student lives in its adapter (`distill.roles.render_student`).
+not here: the behaviour of a student lives in its adapter (`distill.roles.roles.render_student`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from data_prep.dialogues import Dialogue, Turn
@@ -68,22 +67,17 @@ def parse_dialogue(text: str, situation: str = "", source: str = "<text>") -> Di
     )
 
 
+USER_ERRORS = (OSError, ValueError)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        dialogue = _read_dialogue(args)
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    dialogue = _read_dialogue(args)
     from distill.backends.local import LocalBackend
-    from distill.config import PipelineConfig
-    from distill.pipeline import Pipeline
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
 
     student = args.adapters is not None
-    try:
-        backend = LocalBackend(model=args.model, adapters=args.adapters, dtype=args.dtype)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    backend = LocalBackend(model=args.model, adapters=args.adapters, dtype=args.dtype)
     config = PipelineConfig(
         prompt_style="student" if student else "teacher", use_adapters=student, reflection=args.reflection, rag=False
     )

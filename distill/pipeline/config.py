@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
-from distill.reflection import FinalSelection
-from distill.roles import CORE_ROLES, ROLES, STAGE_ORDER
+from distill.pipeline.reflection import FinalSelection
+from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.

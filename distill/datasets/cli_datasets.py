@@ -7,13 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from distill.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+from distill.datasets.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
     parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
-    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (every role the run enabled)")
+    parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (the core roles, as in train)")
     parser.add_argument(
         "--require-gold-emotion",
         action="store_true",
@@ -69,39 +69,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub-private", action="store_true", help="create the hub dataset as private")
 
 
+USER_ERRORS = (ValueError,)  # one line, exit 2 (data_prep.commands)
+
+
 def run(args: argparse.Namespace) -> int:
-    from distill.dataset_card import read_run
+    from distill.datasets.dataset_card import read_run
 
     if not 0 <= args.eval_fraction < 1:
-        print(f"error: --eval-fraction must be in [0, 1), got {args.eval_fraction}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--eval-fraction must be in [0, 1), got {args.eval_fraction}")
     if not 0 < args.rationale_share <= 1:
-        print(f"error: --rationale-share must be in (0, 1], got {args.rationale_share}", file=sys.stderr)
-        return 2
-    try:
-        traces, run_meta, problems = read_run(Path(args.traces))
-        roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
-        options = DatasetOptions(
-            require_gold_emotion=args.require_gold_emotion,
-            ers_target=args.ers_target,
-            dedup=not args.no_dedup,
-            eval_fraction=args.eval_fraction,
-            seed=args.seed,
-            split=args.split,
-            balance_emotions=args.balance_emotions,
-            inputs=args.inputs,
-            rationale=args.rationale,
-            rationale_share=args.rationale_share,
-        )
-        report = BuildReport(problems=list(problems))
-        built = build_role_datasets(traces, roles, options, report, run_meta)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--rationale-share must be in (0, 1], got {args.rationale_share}")
+    traces, info, problems = read_run(Path(args.traces))
+    roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
+    options = DatasetOptions(
+        require_gold_emotion=args.require_gold_emotion,
+        ers_target=args.ers_target,
+        dedup=not args.no_dedup,
+        eval_fraction=args.eval_fraction,
+        seed=args.seed,
+        split=args.split,
+        balance_emotions=args.balance_emotions,
+        inputs=args.inputs,
+        rationale=args.rationale,
+        rationale_share=args.rationale_share,
+    )
+    report = BuildReport(problems=list(problems))
+    built = build_role_datasets(traces, roles, options, report, info)
     out = Path(args.out)
-    save_role_datasets(built, out, traces, run_meta, options, report, Path(args.traces))
+    save_role_datasets(built, out, traces, info, options, report, Path(args.traces))
     if args.joint and built:
-        from distill.sft_tasks import JOINT, joint_dataset
+        from distill.datasets.sft_tasks import JOINT, joint_dataset
 
         joint_dataset(built, args.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in SPLITS})
     for line in report.lines():
@@ -117,8 +114,8 @@ def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> i
     """Stage the saved role datasets as one hub dataset in `<out>/hub/` and upload it."""
     from datasets import load_from_disk
 
-    from distill import hub_dataset
-    from distill.dataset_card import read_build_record
+    from distill.datasets import hub_dataset
+    from distill.datasets.dataset_card import read_build_record
 
     saved = {role: load_from_disk(str(out / role)) for role in roles}
     records = {role: read_build_record(out / role) for role in roles}

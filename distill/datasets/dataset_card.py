@@ -14,16 +14,17 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from distill import __version__
-from distill.roles import ROLES, STUDENT_PROMPT_VERSION
-from distill.trace import Trace
+from distill.pipeline.store import RunInfo, StoreError, TraceStore
+from distill.pipeline.trace import Trace
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
-    from distill.sft_data import DatasetOptions, RoleCounts
+    from distill.datasets.options import DatasetOptions, RoleCounts
 
 # The card's facts as data, for the adapter card and the hub dataset card to quote.
 BUILD_FILE = "trace_distill_dataset.json"
@@ -31,23 +32,19 @@ _SECRET_KEY = re.compile(r"api[_-]?key|secret|passw|authorization|bearer|token$|
 _SECRET_VALUE = re.compile(r"^(sk-|hf_|Bearer\s)", re.I)
 
 
-def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
-    """Traces, run metadata and human-readable problems of a trace run; raises ValueError if it is absent."""
-    from distill.store import TraceStore
-
+def read_run(run_dir: Path) -> tuple[list[Trace], Optional[RunInfo], list[str]]:
+    """Traces, run record and human-readable problems of a trace run; raises ValueError if it is absent."""
     if not run_dir.is_dir():
         raise ValueError(f"trace run directory {run_dir} does not exist")
     problems: list[str] = []
     store = TraceStore(run_dir)  # the store owns the run folder's file names
-    meta_path = store.run_path
-    meta: dict[str, Any] = {}
-    if not meta_path.is_file():
-        problems.append(f"{meta_path}: missing; teacher details on the cards come from the traces")
-    else:
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            problems.append(f"{meta_path}: not valid JSON ({err}); teacher details come from the traces")
+    run = None
+    try:
+        run = store.run_info()
+        if run is None:
+            problems.append(f"{store.run_path}: missing; teacher details on the cards come from the traces")
+    except StoreError as err:
+        problems.append(f"{err}; teacher details come from the traces")
     if not store.path.is_file():
         raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
     for entry in sorted(run_dir.iterdir()):
@@ -55,7 +52,7 @@ def read_run(run_dir: Path) -> tuple[list[Trace], dict[str, Any], list[str]]:
             problems.append(f"{entry}: not part of a trace run; ignored")
     traces, store_problems = store.read()
     problems += store_problems
-    return traces, meta if isinstance(meta, dict) else {}, problems
+    return traces, run, problems
 
 
 def scrub(value: Any) -> Any:
@@ -69,16 +66,16 @@ def scrub(value: Any) -> Any:
     return value
 
 
-def _teacher(traces: Sequence[Trace], meta: dict[str, Any]) -> dict[str, Any]:
-    backend = meta.get("backend")
-    if not isinstance(backend, dict):  # no run.json: what the traces themselves recorded
+def _teacher(traces: Sequence[Trace], run: Optional[RunInfo]) -> dict[str, Any]:
+    if run is None:  # no run.json: what the traces themselves recorded
         backend = {"name": sorted({t.backend for t in traces}), "model": sorted({t.model for t in traces})}
-    config = meta.get("pipeline") or meta.get("config") or (traces[0].config if traces else {})
-    names = {k: meta[k] for k in ("backend_name", "model") if isinstance(meta.get(k), str)}
+        config = traces[0].config if traces else {}
+    else:
+        backend, config = {"backend_name": run.backend_name, "model": run.model, **run.backend}, run.pipeline
     return {
-        "backend": scrub({**names, **backend}),
+        "backend": scrub(backend),
         "config": scrub(config),
-        "prompt_versions": sorted({t.prompt_version for t in traces}) or [meta.get("prompt_version")],
+        "prompt_versions": sorted({t.prompt_version for t in traces}) or [run and run.prompt_version],
         "gold_emotion": any(t.gold_guidance.emotion for t in traces),
         "gold_response": any(t.gold_guidance.response for t in traces),
     }
@@ -164,7 +161,7 @@ def build_record(
     role: str,
     dd: DatasetDict,
     traces: Sequence[Trace],
-    meta: dict[str, Any],
+    run: Optional[RunInfo],
     options: DatasetOptions,
     counts: RoleCounts,
     run_dir: Path,
@@ -172,8 +169,9 @@ def build_record(
     """What a role dataset was built from and how: teacher, gold guidance, filters and counts."""
     return {
         "role": role,
-        "source": scrub(meta.get("source")),
-        "teacher": _teacher(traces, meta),
+        "source": scrub(run.source) if run else None,
+        "split": run.split if run else None,
+        "teacher": _teacher(traces, run),
         "trace_run": str(run_dir),
         "options": asdict(options),
         "counts": counts.as_dict(),

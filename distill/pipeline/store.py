@@ -2,8 +2,8 @@
 
 Layout of a run directory:
 
-    run.json       what produced the traces (pipeline config, backend, prompt version, source),
-                   written once; a later run with a different config is refused
+    run.json       what produced the traces (`RunInfo`: pipeline config, backend, prompt version, split,
+                   source), written once; a later run with a different config is refused
     traces.jsonl   one `Trace` per line, appended, flushed and fsynced one at a time
 
 A crash (even `kill -9`) can at worst leave a partial last line: the reader skips and reports it,
@@ -13,14 +13,16 @@ work in flight is lost. Duplicate keys resolve to the first record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.dataclasses import dataclass
 
-from distill.trace import Trace
+from distill.pipeline.trace import Trace
 
 TRACES_FILE = "traces.jsonl"
 RUN_FILE = "run.json"
@@ -30,6 +32,42 @@ _IDENTITY_FIELDS = ("pipeline", "backend_name", "model", "prompt_version")
 
 class StoreError(ValueError):
     """A run directory that cannot take these traces; the message names the file and the field."""
+
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class RunInfo:
+    """What run.json records. `TraceStore.claim` is its one writer and `TraceStore.run_info` its one reader;
+    `Pipeline.run_info` makes it for `distill generate`, `distill batch` and `eval compare` alike."""
+
+    pipeline: dict[str, Any]  # PipelineConfig.key_dict(): with the next three, the run's identity
+    backend_name: str
+    model: str
+    prompt_version: str
+    backend: dict[str, Any] = Field(default_factory=dict)  # the backend's describe(), which holds no secret
+    trace_distill_version: str = "0+unknown"
+    split: Optional[str] = None  # the dialogue split the run was made on (`distill datasets --split`)
+    source: dict[str, Any] = Field(default_factory=dict)  # where the dialogues came from: path, index, via
+    system: Optional[dict[str, Any]] = None  # the `eval compare` system spec that made the run
+
+    def identity(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _IDENTITY_FIELDS}
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: Path) -> RunInfo:
+        """A RunInfo from run.json's object; a run.json written before RunInfo kept its split in `source`."""
+        if not isinstance(data, dict):
+            raise StoreError(f"{where}: not a run record (a JSON object is expected)")
+        if "split" not in data and isinstance(data.get("source"), dict):
+            data = {**data, "split": data["source"].get("split")}
+        try:
+            return cls(**data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err.get("loc", ())) or "record"
+            raise StoreError(f"{where}: not a run record (field '{field}': {err.get('msg', 'invalid')})") from None
 
 
 class TraceStore:
@@ -108,31 +146,33 @@ class TraceStore:
 
     # --- run.json ----------------------------------------------------------------------------------
 
-    def run_info(self) -> Optional[dict[str, Any]]:
+    def run_info(self) -> Optional[RunInfo]:
+        """The run's record, None when run.json is absent; StoreError (one line) when it is not one."""
         if not self.run_path.exists():
             return None
         try:
-            return json.loads(self.run_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"{self.run_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+            data = json.loads(self.run_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{self.run_path}: not valid JSON ({exc})") from None
+        return RunInfo.from_json(data, self.run_path)
 
-    def claim(self, info: dict[str, Any]) -> None:
+    def claim(self, info: RunInfo) -> None:
         """Write run.json for a new run dir, or check that an existing one describes the same run."""
-        missing = [f for f in _IDENTITY_FIELDS if f not in info]
-        if missing:
-            raise ValueError(f"run info lacks {', '.join(missing)}")
         existing = self.run_info()
         if existing is None:
             if self.path.exists() and self.path.stat().st_size:
                 raise StoreError(f"{self.path}: traces without a {RUN_FILE}; refusing to mix runs (use a new --out)")
             self.run_dir.mkdir(parents=True, exist_ok=True)
             tmp = self.run_path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(info, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+            tmp.write_text(
+                json.dumps(info.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
             os.replace(tmp, self.run_path)  # atomic: run.json is either absent or whole
             return
+        old, new = existing.identity(), info.identity()
         for name in _IDENTITY_FIELDS:
-            if existing.get(name) != info[name]:
-                detail = _first_difference(existing.get(name), info[name])
+            if old[name] != new[name]:
+                detail = _first_difference(old[name], new[name])
                 raise StoreError(
                     f"{self.run_path}: field '{name}' differs from this run ({detail}); "
                     "traces from another config go to another --out directory"

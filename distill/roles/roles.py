@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
-from distill import schemas, teacher_prompts
+from distill.roles import schemas, teacher_prompts
 
 PROMPT_VERSION = "v2"  # the teacher renderer: v2 is modelled on TRACE's agent specifications (see teacher_prompts)
 # The student renderer and the student's answer format: v2 = classification roles answer with the

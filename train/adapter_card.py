@@ -10,10 +10,18 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from distill.adapters import CARD_FILE, base_hub_id, embedded_note, read_metadata, role_repo, vllm_max_rank
-from distill.dataset_card import label_section, read_build_record
-from distill.roles import CORE_ROLES, ROLES
-from distill.sft_tasks import JOINT
+from distill.adapters.adapters import (
+    CARD_FILE,
+    base_hub_id,
+    embedded_note,
+    read_metadata,
+    role_repo,
+    vllm_max_rank,
+    write_metadata,
+)
+from distill.datasets.dataset_card import label_section, read_build_record
+from distill.datasets.sft_tasks import JOINT
+from distill.roles.roles import CORE_ROLES, ROLES
 
 # Training options worth quoting; the full config is in the metadata file.
 _TRAIN_KEYS = (
@@ -63,7 +71,7 @@ def _training_section(meta: dict) -> str:
             f"- tokens seen: {meta.get('tokens_seen'):,}; steps: {meta.get('global_step')}; "
             f"processes: {meta.get('world_size')}; seconds: {meta.get('train_seconds')}",
             f"- loss: train {_rounded(meta.get('train_loss'))}, validation {_rounded(meta.get('eval_loss'))}",
-            f"- student prompt version: `{meta.get('prompt_version')}` (the prompts in `distill/roles.py`)",
+            f"- student prompt version: `{meta.get('prompt_version')}` (the prompts in `distill/roles/roles.py`)",
         ]
     )
 
@@ -131,8 +139,9 @@ def _example_section(meta: dict, role: str, repo: str) -> str:
     if not example:
         return (
             "`messages` must be the student prompt this adapter learned (`trace-distill` renders it; see\n"
-            f"`distill/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain transformers and\n"
-            f"PEFT run it:\n\n```python\n{''.join(snippet(base, repo, ROLES[role].max_new_tokens))}{_PRINT}```"
+            f"`distill/roles/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain\n"
+            "transformers and PEFT run it:\n\n"
+            f"```python\n{''.join(snippet(base, repo, ROLES[role].max_new_tokens))}{_PRINT}```"
         )
     load, answer = snippet(base, repo, example["max_new_tokens"])
     ordered = [{"role": m["role"], "content": m["content"]} for m in example["messages"]]  # stored key-sorted
@@ -229,9 +238,14 @@ Data license: adapters trained on EmpatheticDialogues inherit its CC BY-NC 4.0 t
 
 
 def write_adapter_card(folder: Path, hub_model_id: Optional[str] = None, figures: Optional[dict] = None) -> Path:
-    """(Re)write `<folder>/README.md`; the repo named in it is the one `--push_to_hub` would create."""
+    """(Re)write `<folder>/README.md`, the card's one writer. What it says comes from the metadata: a hub id
+    or eval figures given here are recorded there first, so a later rewrite keeps them."""
     meta = read_metadata(folder)
-    repo = role_repo(hub_model_id, meta["role"]) if hub_model_id else str(folder)
+    if hub_model_id or figures:
+        meta |= {k: v for k, v in (("hub_model_id", hub_model_id), ("card_figures", figures)) if v}
+        write_metadata(folder, meta)
+    hub = meta.get("hub_model_id")
+    repo = role_repo(hub, meta["role"]) if hub else str(folder)
     path = folder / CARD_FILE
-    path.write_text(render_adapter_card(meta, repo, figures), encoding="utf-8")
+    path.write_text(render_adapter_card(meta, repo, meta.get("card_figures")), encoding="utf-8")
     return path

@@ -28,15 +28,15 @@ from typing import Any, Optional
 
 from distill.backends.base import GenerationRequest, GenerationResult
 from distill.backends.openai_backend import OpenAIBackend
-from distill.pipeline import Pipeline
-from distill.pricing import (
+from distill.backends.pricing import (
     CostLimitReached,
     estimate_cost,
     estimate_prompt_tokens,
     price_table,
     worst_case_cost,
 )
-from distill.store import TraceStore
+from distill.pipeline.pipeline import Pipeline
+from distill.pipeline.store import TraceStore
 
 BATCH_DIR = "batch"
 ENDPOINT = "/v1/chat/completions"
@@ -196,9 +196,11 @@ def append_results(run_dir: Path, records: list[dict[str, Any]]) -> None:
 # --- one step of the chain ------------------------------------------------------------------------
 
 
-def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Optional[NeedsBatch]:
+def replay(
+    run_dir: Path, config: dict[str, Any], dialogues, index=None, split: Optional[str] = None
+) -> Optional[NeedsBatch]:
     """Run the pipeline over `dialogues` from stored answers; write traces when complete, else return the next batch."""
-    from distill.config import PipelineConfig
+    from distill.pipeline.config import PipelineConfig
 
     backend_cfg = {k: v for k, v in config["backend"].items() if k != "type"}
     api = OpenAIBackend(**backend_cfg)
@@ -208,7 +210,7 @@ def replay(run_dir: Path, config: dict[str, Any], dialogues, index=None) -> Opti
     store = TraceStore(run_dir)
     # The same identity as `distill generate` writes, so a batch run and a synchronous run of one
     # teacher can share (and resume) a run directory.
-    store.claim(pipeline.run_info(source={"via": "batch_api"}))
+    store.claim(pipeline.run_info(split=split, source={"via": "batch_api"}))
     try:
         pipeline.run_into(store, dialogues, chunk_size=max(1, len(dialogues)))
     except NeedsBatch as needed:
@@ -251,7 +253,7 @@ def advance(run_dir: Path, state: dict[str, Any], client, dialogues, index=None)
         state["history"].append({**pending, "status": batch.status})
         state["pending"] = None
         save_state(run_dir, state)
-    needed = replay(run_dir, state["config"], dialogues, index)
+    needed = replay(run_dir, state["config"], dialogues, index, split=state.get("split"))
     if needed is None:
         state["complete"] = True
         save_state(run_dir, state)

@@ -6,7 +6,7 @@ switches each adapter once per stage, and an API backend runs a stage's requests
 Every answer is validated against the role's schema; an invalid one is regenerated up to
 `config.max_attempts` times, after which that dialogue alone is marked failed and the batch goes
 on. With `config.reflection` the MERG loop audits each iteration with the GRA, reruns from the
-earliest faulted stage, and picks the final answer from the whole history (distill.reflection).
+earliest faulted stage, and picks the final answer from the whole history (distill.pipeline.reflection).
 The resumable variant `run_into` writes each chunk's traces to a `TraceStore` as they finish.
 """
 
@@ -26,12 +26,13 @@ from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
 from distill import __version__
 from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
-from distill.config import PipelineConfig
-from distill.oracle import Oracle
-from distill.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
-from distill.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
-from distill.schemas import GRAOutput
-from distill.trace import GoldGuidance, Step, Trace, trace_key
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.oracle import Oracle
+from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
+from distill.pipeline.store import RunInfo
+from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
+from distill.roles.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
+from distill.roles.schemas import GRAOutput
 
 _DEFAULT_CORRECTION = "the reviewer marked this stage as failed; reconsider your answer"
 
@@ -73,17 +74,17 @@ class Pipeline:
 
     # --- public API ------------------------------------------------------------------------------
 
-    def run_info(self, **extra: Any) -> dict[str, Any]:
-        """What a trace run's run.json records: the identity a resumed run must match (`TraceStore.claim`)."""
-        return {
-            "pipeline": self.config.key_dict(),
-            "backend_name": self.backend.name,
-            "model": self.backend.model,
-            "prompt_version": prompt_version(self.config.prompt_style),
-            "backend": self.backend.describe(),
-            "trace_distill_version": __version__,
-            **extra,
-        }
+    def run_info(self, **where: Any) -> RunInfo:
+        """What a trace run's run.json records (split, source, system: `where`); a resumed run must match it."""
+        return RunInfo(
+            pipeline=self.config.key_dict(),
+            backend_name=self.backend.name,
+            model=self.backend.model,
+            prompt_version=prompt_version(self.config.prompt_style),
+            backend=self.backend.describe(),
+            trace_distill_version=__version__,
+            **where,
+        )
 
     def key(self, dialogue: Dialogue) -> str:
         return trace_key(

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
-from distill.roles import ROLES
+from distill.roles.roles import ROLES
 
 
 class Oracle:
@@ -24,7 +24,7 @@ class Oracle:
         self.sources = dict(sources)
         self._teacher: dict[str, dict] = {}
         if "teacher" in self.sources.values():
-            from distill.store import TraceStore
+            from distill.pipeline.store import TraceStore
 
             traces, _ = TraceStore(teacher_traces).read()
             if not traces:

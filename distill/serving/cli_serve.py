@@ -6,8 +6,8 @@ import argparse
 import os
 from typing import Optional
 
-from distill.serve import create_app
-from distill.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, timed_protocol
+from distill.serving.serve import create_app
+from distill.serving.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, timed_protocol
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """`python -m distill batch submit|poll|collect`: flags, run state and exit codes of a Batch API run.
 
-The rounds themselves (request files, replay, budget) are `distill.batch_api`'s.
+The rounds themselves (request files, replay, budget) are `distill.batch.batch_api`'s.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from distill.backends.openai_backend import OpenAIBackend
-from distill.batch_api import BATCH_DIR, advance, load_state, save_state
-from distill.cli_generate import add_pipeline_flags
-from distill.pricing import CostGuard, CostLimitReached, price_table
+from distill.backends.pricing import CostGuard, CostLimitReached, price_table
+from distill.batch.batch_api import BATCH_DIR, advance, load_state, save_state
+from distill.pipeline.cli_generate import add_pipeline_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ USER_ERRORS = (ValueError, FileNotFoundError)
 
 
 def _start_state(args: argparse.Namespace) -> dict[str, Any]:
-    from distill.cli_generate import load_config, pipeline_config
+    from distill.pipeline.cli_generate import load_config, pipeline_config
 
     if not (args.config and args.dialogues):
         raise BatchInputError("batch submit: --config and --dialogues are required")

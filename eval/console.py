@@ -6,6 +6,8 @@ trace-distill train ...       == python -m train ...  (multi-process: accelerate
 trace-distill eval ...        == python -m eval ...
 trace-distill quickstart ...  the whole loop on the embedded default
 trace-distill --version       the installed version
+
+It lives in eval, the top floor, because it is the one module that loads every package.
 """
 
 from __future__ import annotations

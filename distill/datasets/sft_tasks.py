@@ -18,8 +18,8 @@ import random
 from typing import TYPE_CHECKING, Literal, Optional
 
 from data_prep.taxonomy import to_ekman
-from distill.roles import ROLES, RoleInput, render_student
-from distill.trace import Trace
+from distill.pipeline.trace import Trace
+from distill.roles.roles import ROLES, RoleInput, render_student
 
 if TYPE_CHECKING:
     from datasets import DatasetDict

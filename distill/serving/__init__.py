@@ -1,0 +1,1 @@
+"""Serving: the OpenAI-compatible server over the local backend and role adapters."""
