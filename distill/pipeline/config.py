@@ -2,8 +2,10 @@
 
 YAML files under configs/ fill these models; their keys mirror the CLI flags. The defaults are the `trace`
 preset: TRACE's four roles, exemplar retrieval with its code's top-2 and no similarity threshold, and its
-temperatures (the registry's), kept on a retry as TRACE's code keeps them. Every other switch goes beyond
-TRACE and is off by default.
+temperatures (the registry's). One default departs from TRACE: an invalid answer is retried at temperature
+0.7 or more (`retry_temperature`), where TRACE's code retries at the same settings (`retry_temperature: null`);
+at temperature 0 a local model repeats its invalid answer. Every other switch goes beyond TRACE and is off by
+default.
 """
 
 from __future__ import annotations
