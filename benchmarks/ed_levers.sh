@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The levers of the real-data experiment, each measured against the quickstart's student on the same
-# held-out ED dialogues with paired bootstrap CIs (the README's "Levers" table comes from this).
-# It starts from a finished real-data quickstart run (the README's command), reuses its traces, index
+# held-out ED dialogues with paired bootstrap CIs (docs/real-data.md's levers table comes from this).
+# It starts from a finished real-data quickstart run (docs/real-data.md's command), reuses its traces, index
 # and adapters, and changes one thing per system:
 #   student-ers-t0.8/1.0  ers decoded at temperature 0.8 or 1.0 instead of TRACE's 0.5 (no retraining)
 #   student-asi-3ep       asi trained its full 3 epochs (no token budget) instead of ~1.8 at 60k tokens

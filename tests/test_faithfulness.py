@@ -2,7 +2,7 @@
 
 Each expectation is written out here from TRACE's files, not read from the taxonomy, so a label or a
 metric definition that drifts from the paper's code fails a test. The prompts are not pinned word for word:
-they are TRACE's in substance, and the README's deviations table lists how they differ.
+they are TRACE's in substance, and docs/faithfulness.md's deviations table lists how they differ.
 """
 
 from __future__ import annotations
