@@ -62,7 +62,7 @@ def _python_argv(argv: list[str]) -> list[str]:
     if argv[0] == "python":
         return [sys.executable, *argv[1:]]
     if argv[0] == "trace-distill":
-        return [sys.executable, "-m", "distill.console", *argv[1:]]
+        return [sys.executable, "-m", "eval.console", *argv[1:]]
     if argv[:2] == ["accelerate", "launch"]:  # the launched command, after --no_python
         return _python_argv(argv[argv.index("--no_python") + 1 :])
     raise AssertionError(f"README workflow command with an unknown program: {shlex.join(argv)}")
