@@ -109,6 +109,7 @@ class FaultProxy:
         retry_after: str = "0.2",
         faults: tuple[str, ...] = FAULTS,
         reject_json_schema: bool = False,
+        reject_status: int = 400,
     ):
         self.upstream = upstream.rstrip("/")
         self.fault_rate = fault_rate
@@ -116,6 +117,7 @@ class FaultProxy:
         self.retry_after = retry_after
         self.faults = faults
         self.reject_json_schema = reject_json_schema  # act like a server without structured outputs
+        self.reject_status = reject_status  # llama-cpp-python's server answers its validation error with 500
         self.rng = random.Random(seed)
         self.injected: Counter = Counter()
         self.forwarded = 0
@@ -170,7 +172,7 @@ class FaultProxy:
             self.injected["json_schema rejected"] += 1
             return await _write(
                 writer,
-                400,
+                self.reject_status,
                 json.dumps(
                     {"error": {"message": "response_format json_schema is not supported", "param": "response_format"}}
                 ).encode(),

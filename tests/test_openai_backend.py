@@ -172,8 +172,9 @@ def test_exhausted_retries_become_an_error_result_not_an_exception(tiny_server):
 
 
 @pytest.mark.slow
-def test_json_schema_rejection_falls_back_to_json_object(tiny_server):
-    proxy = FaultProxy(tiny_server.url, fault_rate=0.0, reject_json_schema=True).start()
+@pytest.mark.parametrize("status", [400, 500])  # 500: llama-cpp-python's server (its own validation error)
+def test_json_schema_rejection_falls_back_to_json_object(tiny_server, status):
+    proxy = FaultProxy(tiny_server.url, fault_rate=0.0, reject_json_schema=True, reject_status=status).start()
     try:
         backend = _backend(tiny_server.url, base_url=proxy.url + "/v1")
         requests = [
@@ -186,6 +187,7 @@ def test_json_schema_rejection_falls_back_to_json_object(tiny_server):
     assert all(r.error is None for r in results)
     assert any("falling back to json_object" in " ".join(r.events) for r in results)
     assert backend.describe()["response_format_used"] == "json_object"
+    assert proxy.injected["json_schema rejected"] >= 1 and "500" not in proxy.injected
 
 
 @pytest.mark.slow
@@ -399,3 +401,14 @@ def test_max_cost_needs_a_price_for_the_model():
     backend = OpenAIBackend(model="o3-mini", cost_guard=priced)
     assert backend.cost_guard.reserve("o3-mini", 1_000_000, 0) and priced.spent == pytest.approx(1.1)
     assert OpenAIBackend(model="o3-mini").cost_guard.max_cost is None  # no cap: unpriced is fine (reports say $0)
+
+
+def test_json_object_schema_sends_the_full_schema_in_json_mode():
+    """llama.cpp's servers (configs/teacher/llamacpp.yaml): JSON mode with the schema, which they enforce by
+    grammar; maxLength and the label enum survive (no strict-mode copy)."""
+    backend = OpenAIBackend(model="m", base_url="http://127.0.0.1:9/v1", response_format="json_object_schema")
+    req = GenerationRequest(messages=[{"role": "user", "content": "hi"}], schema=ASIOutput, max_new_tokens=8)
+    sent = backend.request_body(req)["response_format"]
+    assert sent["type"] == "json_object" and "json_schema" not in sent
+    assert sent["schema"]["properties"]["emotion"] == ASIOutput.model_json_schema()["properties"]["emotion"]
+    assert sent["schema"]["properties"]["reasoning"]["maxLength"] == 240

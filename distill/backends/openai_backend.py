@@ -51,7 +51,11 @@ class OpenAIBackendConfig(BaseModel):
     backoff_base_s: float = Field(0.5, gt=0, description="first backoff; doubles per retry, with full jitter")
     backoff_max_s: float = Field(30.0, gt=0)
     model_per_role: bool = Field(False, description="send the role name as `model` (multi-LoRA servers, distill serve)")
-    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    response_format: Literal["json_schema", "json_object", "json_object_schema", "none"] = Field(
+        "json_schema",
+        description="json_object_schema: JSON mode carrying the schema, which llama.cpp's servers (llama-server, "
+        "llama-cpp-python) enforce by grammar; llama-cpp-python refuses json_schema",
+    )
     strict_schema: bool = Field(
         True, description="OpenAI strict mode where the schema allows; off keeps maxLength etc. for local servers"
     )
@@ -254,12 +258,13 @@ class OpenAIBackend:
         body = self.request_body(req, model)
         try:
             resp = await client.chat.completions.create(**body)
-        except openai.BadRequestError as exc:
+        except openai.APIStatusError as exc:
             sent_schema = (body.get("response_format") or {}).get("type") == "json_schema"
-            if not sent_schema or "response_format" not in str(exc):
+            if not sent_schema or "response_format" not in str(exc) or exc.status_code not in (400, 422, 500):
                 raise
-            # The server cannot do json_schema (older vLLM, some proxies): use JSON mode from now
-            # on; the pipeline's schema validation and retries cover what JSON mode does not enforce.
+            # The server cannot do json_schema (older vLLM, some proxies; llama-cpp-python's server
+            # answers its own request validation error with a 500): use JSON mode from now on; the
+            # pipeline's schema validation and retries cover what JSON mode does not enforce.
             self._format = "json_object"
             events.append("json_schema rejected by server: falling back to json_object")
             resp = await client.chat.completions.create(**self.request_body(req, model))
@@ -293,6 +298,8 @@ class OpenAIBackend:
             }
         elif req.schema is not None and self._format == "json_object":
             body["response_format"] = {"type": "json_object"}
+        elif req.schema is not None and self._format == "json_object_schema":
+            body["response_format"] = {"type": "json_object", "schema": schema_for_api(req.schema, False)[0]}
         return body
 
     def _wait(self, state: RetryCallState) -> float:
