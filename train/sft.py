@@ -28,7 +28,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
-from distill.roles.roles import STUDENT_PROMPT_VERSION
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 from train.adapter_card import card_example
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
@@ -381,7 +381,8 @@ def train_role(
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
     save_adapter(trainer, out)
     if trainer.is_world_process_zero():
-        if not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):  # sharded: rank 0 alone cannot decode
+        # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
+        if role in ROLES and not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
             meta["example"] = card_example(model, tokenizer, data, role)
         write_metadata(out, meta)
         publish(out, meta, cfg)
