@@ -30,6 +30,7 @@ from distill import __version__
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 from train.adapter_card import card_example
+from train.adapter_save import save_adapter
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
 
@@ -220,6 +221,7 @@ def adapter_metadata(
             "target_modules": cfg.model.lora_target_modules,
         },
         "world_size": trainer.args.world_size,
+        "distributed_type": trainer.accelerator.distributed_type.value,  # NO, MULTI_CPU, FSDP, DEEPSPEED...
         "global_step": trainer.state.global_step,
         "resumed_from": Path(resume_from).name if resume_from else None,
         "train_seconds": round(seconds, 2),
@@ -341,18 +343,6 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     return trainer, counts
 
 
-def save_adapter(trainer, out: Path) -> None:
-    """Write the trained adapter (and tokenizer) to `out`; every rank calls it, rank 0 writes.
-
-    Under FSDP gathering the weights is a collective, and with a sharded state dict `save_model`
-    writes nothing, so the plugin is switched to a full state dict first, as PEFT's FSDP guide does.
-    `Trainer.save_model` then writes the adapter alone, from the gathered weights under FSDP and ZeRO.
-    """
-    if trainer.is_fsdp_enabled:
-        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(out))
-
-
 def train_role(
     base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
 ) -> tuple[object, dict]:
@@ -379,7 +369,7 @@ def train_role(
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
-    save_adapter(trainer, out)
+    meta["lora_fingerprint"] = save_adapter(trainer, out)
     if trainer.is_world_process_zero():
         # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
         if role in ROLES and not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
