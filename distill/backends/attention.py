@@ -2,11 +2,11 @@
 
 On a CPU, transformers' sdpa path for one query token over a masked cache first copies the keys and
 values once per query head (grouped-query attention with a mask), then runs torch's kernel; the two
-batched matmuls below were faster per layer from 8 rows up (the README's "Status" gives the ratio).
-For a one-token query over
-at least `MIN_ROWS` rows this function computes the same softmax(q k^T * scale + mask) v with the
-grouped heads as a view and fp32 scores; anything else (fewer rows, prefill, training, dropout, sinks,
-soft-capping) goes to transformers' own sdpa function unchanged.
+batched matmuls below were faster per layer from 8 rows up (docs/performance.md lists it among the
+decoder's speed-ups). For a one-token query over at least `MIN_ROWS` rows this function computes the
+same softmax(q k^T * scale + mask) v with the grouped heads as a view and fp32 scores; anything else
+(fewer rows, prefill, training, dropout, sinks, soft-capping) goes to transformers' own sdpa function
+unchanged.
 """
 
 from __future__ import annotations

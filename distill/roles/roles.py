@@ -57,8 +57,8 @@ class RoleSpec:
     stage: bool = True
     # What the student answers, when it is less than `schema`: the decision without the rationale.
     # A 135M student that writes the teacher's rationale first conditions its label on its own weak
-    # rationale, and scored lower that way in the real-data experiment (the README's "How it fits
-    # together" gives the figures); the shorter answer is also cheaper to train and decode.
+    # rationale, and scored lower that way in the 2026-11-23 real-data run (docs/architecture.md); the
+    # shorter answer is also cheaper to train and decode.
     student_schema: Optional[type[BaseModel]] = None
     # A schema that depends on the run's enabled stages (the reflection audit names only those).
     stage_schema: Optional[Callable[[tuple[str, ...]], type[BaseModel]]] = None

@@ -1,7 +1,7 @@
 """What the teacher is told, role by role: the instructions, label definitions and the briefing on earlier agents.
 
 The four TRACE roles are modelled on the agent specifications of TRACE's code (sunbus100/TRACE,
-Agent1.py-Agent4.py), in our own words, with the differences the README's deviations table lists (cause
+Agent1.py-Agent4.py), in our own words, with the differences docs/faithfulness.md's deviations table lists (cause
 definitions added, the strategy examples dropped, reasoning capped at 240 characters and trigger spans at
 120 by the schemas, `prepared` listed under happiness):
 
