@@ -242,7 +242,7 @@ def test_pipeline_over_serve_matches_the_local_trace_format(which, smollm_path, 
 # --- the generate CLI against the server: SIGKILL and resume, and the key never written ------------
 
 
-def _write_generate_inputs(tmp_path: Path, dialogues, url: str) -> tuple[Path, Path]:
+def _write_generate_inputs(tmp_path: Path, dialogues, url: str, model: str = "") -> tuple[Path, Path]:
     import yaml
 
     from data_prep.loaders import save_dialogues
@@ -252,7 +252,7 @@ def _write_generate_inputs(tmp_path: Path, dialogues, url: str) -> tuple[Path, P
     config = {
         "backend": {
             "type": "openai",
-            "model": _base_name(url),
+            "model": model or _base_name(url),
             "base_url": url + "/v1",
             "api_key_env": "TD_TEST_API_KEY",
             "strict_schema": False,
@@ -412,3 +412,26 @@ def test_json_object_schema_sends_the_full_schema_in_json_mode():
     assert sent["type"] == "json_object" and "json_schema" not in sent
     assert sent["schema"]["properties"]["emotion"] == ASIOutput.model_json_schema()["properties"]["emotion"]
     assert sent["schema"]["properties"]["reasoning"]["maxLength"] == 240
+
+
+def test_generate_exits_1_when_every_dialogue_fails_on_transport(tiny_dialogues, tmp_path, capsys, monkeypatch):
+    import socket
+
+    import yaml
+
+    from distill.__main__ import main
+
+    with socket.socket() as sock:  # a port nothing listens on: every request is refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config_path, data_dir = _write_generate_inputs(tmp_path, tiny_dialogues[:2], url, model="gpt-4o-mini")
+    config = yaml.safe_load(config_path.read_text())
+    config["backend"].update(max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01)
+    config_path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("TD_TEST_API_KEY", "sk-test")
+    args = ["generate", "--config", str(config_path), "--dialogues", str(data_dir), "--split", "train"]
+    code = main([*args, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 1, err[-2000:]
+    assert "every trace of this run failed; the first:" in err
+    assert len(TraceStore(tmp_path / "run").read()[0]) == 2  # the failures are still recorded, with reasons

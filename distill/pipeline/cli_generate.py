@@ -205,8 +205,12 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
 
         show()
 
+        first_failure: list[str] = []
+
         def on_trace(trace) -> None:
             counts[trace.status] += 1
+            if trace.failure and not first_failure:
+                first_failure.append(f"{trace.key}: {trace.failure}")
             bar.update(1)
             show()
 
@@ -217,4 +221,11 @@ def _run_with_progress(pipeline, store, dialogues, chunk_size: int) -> int:
         f"wrote {summary.written} traces ({summary.failed} failed), skipped {summary.skipped} already in "
         f"{store.path}; store holds {len(store)}"
     )
+    if summary.written and summary.failed == summary.written:
+        # a dead server or a refused key fails every dialogue: a script must not read that as success
+        print(
+            f"distill generate: every trace of this run failed; the first: {(first_failure or ['?'])[0]}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
