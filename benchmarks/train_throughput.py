@@ -18,7 +18,16 @@ loaded model, and is timed around
 - ``train_trl_head``: our default recipe with TRL's own loss (fp32 LM head over every position)
   instead of the completion-only LM head (isolates `completion_head`);
 - ``train_packing``: BFD packing into one 1024-token block per step (padding-free as well); fewer,
-  fuller optimizer steps than the others.
+  fuller optimizer steps than the others;
+- ``train_bs16``, ``train_bs32``: our default recipe at twice and four times the batch size (fewer,
+  larger steps: the loss after one epoch is not comparable at the same learning rate);
+- ``train_compile``: our default recipe with ``torch_compile: true`` (inductor); its compile time is
+  inside the timed region, as a user pays it.
+
+``--peak`` also times a bf16 and an fp32 matmul of the model's shape on the same threads, and reports
+each variant's model FLOP/s (4 x the base's parameters per token: a forward pass and the backward pass
+through the frozen weights, the LoRA weights' share being under 4%) as a fraction of that peak.
+``--profile`` adds the top operators of one training step of the default recipe (torch.profiler).
 
 Reported per variant: seconds, samples/s and non-pad tokens/s (every token of the rows, i.e. what a
 padding-free batch computes), plus speed-ups relative to the baseline.
@@ -43,6 +52,8 @@ from train.sft import lora_config, train_role  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"
 VARIANTS = ("trl_defaults", "train_padded", "train_fp32", "train_trl_head", "train", "train_packing")
+EXTRA_VARIANTS = ("train_bs16", "train_bs32", "train_compile")  # --variants names them
+FLOPS_PER_TOKEN = 4 * 134.5e6  # a LoRA step on SmolLM2-135M: forward + backward through the frozen weights
 
 
 def build_dataset(csv: Path, n: int, root: Path) -> Path:
@@ -128,6 +139,46 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
     }
 
 
+def matmul_peak(dtype: torch.dtype, seconds: float = 3.0) -> float:
+    """GFLOP/s of a matmul shaped like the model's MLP (576 -> 1536) over a batch of 2,048 token rows."""
+    a, b = torch.randn(2048, 576, dtype=dtype), torch.randn(576, 1536, dtype=dtype)
+    for _ in range(3):
+        a @ b  # warm-up: the first calls pick kernels
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        calls += 1
+    return 2 * 2048 * 576 * 1536 * calls / (time.perf_counter() - start) / 1e9
+
+
+def profile_step(path: str, tokenizer, datasets: Path, batch_size: int, rows: int = 20) -> list[dict]:
+    """The top operators (self CPU time) of one forward + backward of the default recipe's LoRA model."""
+    from datasets import load_from_disk
+    from peft import get_peft_model
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import AutoModelForCausalLM
+
+    cfg = config_from_dict({"lora_r": 16, "lora_alpha": 32}, source="benchmark")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), lora_config(cfg))
+    data = load_from_disk(str(datasets / "asi"))["train"].select(range(batch_size))
+    texts = [tokenizer.apply_chat_template(r["prompt"] + r["completion"], tokenize=False) for r in data]
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**batch, labels=batch["input_ids"]).loss.backward()  # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(**batch, labels=batch["input_ids"]).loss.backward()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    total = sum(e.self_cpu_time_total for e in prof.key_averages())
+    return [
+        {
+            "op": e.key,
+            "self_ms": round(e.self_cpu_time_total / 1e3, 1),
+            "share": round(e.self_cpu_time_total / total, 3),
+        }
+        for e in events
+    ]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -136,6 +187,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default); 1 on a shared CPU")
     parser.add_argument("--out", type=Path, default=Path("train_bench.json"))
+    parser.add_argument("--peak", action="store_true", help="time bf16/fp32 matmuls: each variant's share of peak")
+    parser.add_argument("--profile", action="store_true", help="the top operators of one training step")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -175,6 +228,9 @@ def main(argv=None) -> int:
                         "max_length": 1024,
                         "per_device_train_batch_size": 1,
                     },
+                    "train_bs16": {"per_device_train_batch_size": 16},
+                    "train_bs32": {"per_device_train_batch_size": 32},
+                    "train_compile": {"torch_compile": True},
                 }[name]
                 row = run_ours(model, tokenizer, datasets, args.batch_size, out, extra)
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once
@@ -187,6 +243,18 @@ def main(argv=None) -> int:
                 flush=True,
             )
     base = results.get("trl_defaults")
+    extras = {}
+    if args.peak:
+        peak = {"bf16": matmul_peak(torch.bfloat16), "fp32": matmul_peak(torch.float32)}
+        extras["matmul_gflops"] = {k: round(v, 1) for k, v in peak.items()}
+        for row in results.values():
+            row["model_gflops"] = round(row["tokens_per_s"] * FLOPS_PER_TOKEN / 1e9, 1)
+            row["share_of_bf16_peak"] = round(row["model_gflops"] / peak["bf16"], 3)
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            extras["profile_top_ops"] = profile_step(
+                path, tokenizer, build_dataset(data, args.batch_size, Path(tmp)), args.batch_size
+            )
     report = {
         "data": str(data),
         "examples": args.examples,
@@ -198,6 +266,7 @@ def main(argv=None) -> int:
         "speedup_vs_trl_defaults": {k: round(v["tokens_per_s"] / base["tokens_per_s"], 2) for k, v in results.items()}
         if base
         else {},
+        **extras,
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["speedup_vs_trl_defaults"]))
