@@ -310,7 +310,7 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from eval.report import _bars
+    from eval.report_plots import _bars
 
     fig, (corpus, mean) = plt.subplots(1, 2)
     _bars(corpus, [("student", {"value": 0.6}, False), ("human", {"value": 0.9}, True)])  # Dist-2: corpus-level
