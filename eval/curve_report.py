@@ -149,22 +149,35 @@ def plot_curve(curve: dict, path: Path) -> Optional[Path]:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    systems = list(dict.fromkeys(r["system"] for r in curve["rows"]))
     for ax, (key, title) in zip(axes, (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))):
-        for system in dict.fromkeys(r["system"] for r in curve["rows"]):
+        for i, system in enumerate(systems):
             points = [(r["n"], r[key]) for r in curve["rows"] if r["system"] == system and r.get(key)]
             if not points:
                 continue
-            xs = [n for n, _ in points]
+            # one colour per system in both panels (the probe has no BERTScore), and a small offset
+            # along N so that overlapping intervals stay readable
+            offset = 1 + 0.04 * (i - (len(systems) - 1) / 2)
+            xs = [n * offset for n, _ in points]
             ys = [s["value"] for _, s in points]
             err = [
                 [y - (s.get("ci_low") or y) for (_, s), y in zip(points, ys)],
                 [(s.get("ci_high") or y) - y for (_, s), y in zip(points, ys)],
             ]
             ax.errorbar(
-                xs, ys, yerr=err, marker="o", capsize=3, label=system, linestyle="--" if system == "base" else "-"
+                xs,
+                ys,
+                yerr=err,
+                marker="o",
+                capsize=3,
+                label=system,
+                color=f"C{i}",
+                linestyle="--" if system == "base" else "-",
             )
         ax.set_xscale("log")
+        ax.set_xlim(min(curve["points"]) / 1.3, max(curve["points"]) * 1.3)
         ax.set_xticks(curve["points"], [str(n) for n in curve["points"]])
+        ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
         ax.set_xlabel("train conversations (N)")
         ax.set_title(title)
     axes[0].legend(fontsize=8)
