@@ -11,6 +11,16 @@ final loss, and whether the saved adapter loads back onto the base for inference
 `--random-init` builds the base from `--model`'s config with random weights: on a machine that cannot
 download or carry the real weights it still measures speed and memory exactly (they do not depend on
 the weight values), but the losses then mean nothing.
+
+Several GPUs: on one machine with 2, `bash benchmarks/multigpu_adapters.sh` trains `asi` under each
+shipped multi-process config (multi-gpu-ddp, fsdp, deepspeed-zero2) with
+
+    accelerate launch --config_file configs/accelerate/<config>.yaml --no_python trace-distill train \
+        --config configs/train/qwen0.5b-gpu.yaml --dataset_name runs/datasets --roles asi --max_steps 20 \
+        --output_dir runs/multigpu/<config>
+    python benchmarks/check_adapter.py runs/multigpu/<config>/asi
+
+and checks that plain PEFT loads each adapter with the weights rank 0 trained.
 """
 
 from __future__ import annotations
