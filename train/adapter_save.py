@@ -10,6 +10,7 @@ taken on every rank before saving, and a mismatch fails the run at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Optional
 
@@ -28,11 +29,21 @@ def _full(param: torch.Tensor) -> torch.Tensor:
     return full_tensor() if callable(full_tensor) else param
 
 
+def _fingerprint(named: Iterable[tuple[str, torch.Tensor]]) -> dict:
+    tensors = [t for n, t in named if "lora_" in n]
+    return {"lora_tensors": len(tensors), "sq_norm": sum(float(t.double().pow(2).sum()) for t in tensors)}
+
+
+def _matches(found: dict, expected: dict, rel_tol: float = 1e-3) -> bool:
+    # the tolerance covers a bf16 file written from fp32 weights; initial weights (B = 0) or a shard
+    # differ by far more
+    same_count = found["lora_tensors"] == expected.get("lora_tensors")
+    return same_count and math.isclose(found["sq_norm"], expected["sq_norm"], rel_tol=rel_tol)
+
+
 def lora_fingerprint(model: torch.nn.Module) -> dict:
     """The LoRA weights' count and squared L2 norm (float64); a collective under FSDP2."""
-    tensors = [_full(p.detach()) for n, p in model.named_parameters() if "lora_" in n]
-    norm = sum(float(t.double().pow(2).sum()) for t in tensors)
-    return {"lora_tensors": len(tensors), "sq_norm": norm}
+    return _fingerprint((n, _full(p.detach())) for n, p in model.named_parameters())
 
 
 def file_fingerprint(adapter_dir: Path) -> dict:
@@ -42,19 +53,13 @@ def file_fingerprint(adapter_dir: Path) -> dict:
     path = Path(adapter_dir) / ADAPTER_WEIGHTS
     if not path.is_file():
         raise AdapterSaveError(f"{adapter_dir}: no {ADAPTER_WEIGHTS} was written")
-    tensors = [t for n, t in load_file(str(path)).items() if "lora_" in n]
-    return {"lora_tensors": len(tensors), "sq_norm": sum(float(t.double().pow(2).sum()) for t in tensors)}
+    return _fingerprint(load_file(str(path)).items())
 
 
-def check_fingerprint(adapter_dir: Path, expected: dict, rel_tol: float = 1e-3) -> None:
-    """Fail when the file's LoRA tensors differ from `expected` in number or norm.
-
-    The tolerance covers a bf16 file written from fp32 weights; a file of initial weights (B = 0)
-    or a shard differs by far more.
-    """
+def check_fingerprint(adapter_dir: Path, expected: dict) -> None:
+    """Fail when the file's LoRA tensors differ from `expected` in number or norm."""
     found = file_fingerprint(adapter_dir)
-    same_count = found["lora_tensors"] == expected["lora_tensors"]
-    if not (same_count and math.isclose(found["sq_norm"], expected["sq_norm"], rel_tol=rel_tol)):
+    if not _matches(found, expected):
         raise AdapterSaveError(
             f"{adapter_dir}/{ADAPTER_WEIGHTS} does not hold the trained weights: "
             f"{found['lora_tensors']} LoRA tensors with squared norm {found['sq_norm']:.6g}, "
@@ -101,8 +106,7 @@ def check_loaded_adapter(folder: Path) -> dict:
     model = PeftModel.from_pretrained(base, str(folder))
     lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
     loaded, trained = lora_fingerprint(model), meta.get("lora_fingerprint") or {}
-    matches = loaded["lora_tensors"] == trained.get("lora_tensors")
-    matches = matches and math.isclose(loaded["sq_norm"], trained["sq_norm"], rel_tol=1e-3)
+    matches = _matches(loaded, trained)
     moved = sum(int(p.abs().sum() > 0) for p in lora_b)
     return {
         "adapter": str(folder),
