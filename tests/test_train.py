@@ -505,7 +505,8 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
     from peft import get_peft_model
     from trl import SFTTrainer
 
-    from train.sft import completion_head_trainer, load_base, load_role_dataset, lora_config, role_args
+    from train.completion_head import completion_head_trainer
+    from train.sft import load_base, load_role_dataset, lora_config, role_args
 
     cfg = tiny_config(role_datasets, tmp_path, bf16=False, padding_free=True)  # as the shipped CPU config
     base, tokenizer, _ = load_base(cfg)
