@@ -14,6 +14,11 @@ scores every student, the emotion probe and the prompted base on the same test d
 - `joint` (opt-in): the `traces` rows of all four roles in one adapter, at the four roles' summed token
   budget: is per-role LoRA worth four adapters?
 
+`variants` adds students made like one of these with other dataset options or budget (the levers: class
+balance, the rationale's share or source, more passes). `task: emotion` trains and runs the emotion agent
+alone, every system's reply being the human one (`oracle: {ers: gold}`, not scored): the I-ACC question
+at all N for a fraction of the cost.
+
 A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
 """
@@ -27,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
@@ -51,6 +56,8 @@ class Student:
     options: dict[str, Any] = field(default_factory=dict)  # DatasetOptions beyond the curve's own
     pipeline: dict[str, Any] = field(default_factory=dict)  # PipelineConfig beyond the student defaults
     joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
+    rationale_task: bool = False  # asi/srp rows get rationale-task twins (source and share: the config's)
+    tokens_per_conversation: Optional[int] = None  # this student's own budget (else the config's)
 
 
 STUDENTS: dict[str, Student] = {
@@ -63,10 +70,50 @@ STUDENTS: dict[str, Student] = {
             options={"inputs": "direct"},
             pipeline={"direct": True, "use_cae": False, "use_srp": False},
         ),
-        Student("rationale", ("asi", "srp"), borrows=("cae", "ers")),
+        Student("rationale", ("asi", "srp"), borrows=("cae", "ers"), rationale_task=True),
         Student("joint", (JOINT,), joint=True),
     )
 }
+
+
+# what an emotion-only system runs: asi alone, its reply the data's own (so it spends no generation)
+EMOTION_ONLY = {"use_cae": False, "use_srp": False, "oracle": {"ers": "gold"}}
+
+
+def emotion_only(student: Student) -> Student:
+    """The student's emotion agent alone: asi trained (when it trains it), nothing borrowed."""
+    from dataclasses import replace
+
+    trains = tuple(r for r in student.trains if r == "asi")
+    return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
+
+
+class VariantOptions(BaseModel):
+    """The dataset options a variant may change (`distill.datasets.options.DatasetOptions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    balance_emotions: Optional[bool] = None
+    rationale: Optional[Literal["teacher", "situation"]] = None
+    rationale_share: Optional[float] = Field(None, gt=0, le=1)
+
+
+class Variant(BaseModel):
+    """A lever: a student made like `like`, with other dataset options or its own budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="the system is `student-<name>`")
+    like: Literal["traces", "direct", "rationale"]
+    options: VariantOptions = Field(default_factory=VariantOptions)
+    tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
+
+    def student(self) -> Student:
+        from dataclasses import replace
+
+        base = STUDENTS[self.like]
+        options = {**base.options, **self.options.model_dump(exclude_none=True)}
+        return replace(base, name=self.name, options=options, tokens_per_conversation=self.tokens_per_conversation)
 
 
 class CurveConfig(BaseModel):
@@ -84,12 +131,19 @@ class CurveConfig(BaseModel):
     students: list[Literal["traces", "direct", "rationale", "joint"]] = Field(
         default_factory=lambda: ["traces", "direct", "rationale"]
     )
+    variants: list[Variant] = Field(default_factory=list, description="levers: students with other options")
+    task: Literal["pipeline", "emotion"] = Field(
+        "pipeline", description="emotion: train and run the emotion agent alone; replies are not scored"
+    )
     rationale: Literal["teacher", "situation"] = Field("situation", description="the rationale task's source")
     rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
     require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
     train_config: str = Field(str(CPU_TRAIN_CONFIG), description="the train YAML every student uses")
     max_tokens_budget: int = Field(
         TOKENS_BUDGET, ge=0, description="training tokens per role, the same for every student"
+    )
+    tokens_per_conversation: Optional[int] = Field(
+        None, ge=1, description="when set, a point's budget per role is N x this (the same passes at every N)"
     )
     backend: dict[str, Any] = Field(
         default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
@@ -99,12 +153,29 @@ class CurveConfig(BaseModel):
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
 
+    @model_validator(mode="after")
+    def _distinct_names(self) -> CurveConfig:
+        names = [v.name for v in self.variants]
+        clash = sorted({n for n in names if names.count(n) > 1 or n in STUDENTS})
+        if clash:
+            raise ValueError(f"variants: name {', '.join(clash)} is taken (a student or another variant)")
+        if self.task == "emotion" and "joint" in self.students:
+            raise ValueError("students: 'joint' trains every role in one adapter; task 'emotion' runs asi alone")
+        return self
+
     def ordered_students(self) -> list[Student]:
-        """The chosen students, `traces` first when another borrows its adapters."""
-        names = list(dict.fromkeys(self.students))
-        if any(STUDENTS[n].borrows for n in names) and "traces" not in names:
-            names.insert(0, "traces")
-        return sorted((STUDENTS[n] for n in names), key=lambda s: s.name != "traces")
+        """The chosen students and variants, `traces` first when another borrows its adapters."""
+        chosen = [STUDENTS[n] for n in dict.fromkeys(self.students)] + [v.student() for v in self.variants]
+        if self.task == "emotion":
+            return [emotion_only(s) for s in chosen]
+        if any(s.borrows for s in chosen) and "traces" not in self.students:
+            chosen.insert(0, STUDENTS["traces"])
+        return sorted(chosen, key=lambda s: s.name != "traces")
+
+    def budget(self, n: int, student: Student) -> int:
+        """Training tokens per role for `student` at a point of `n` conversations."""
+        per_conversation = student.tokens_per_conversation or self.tokens_per_conversation
+        return n * per_conversation if per_conversation else self.max_tokens_budget
 
 
 def load_curve_config(path: str) -> CurveConfig:
@@ -154,9 +225,10 @@ def build_datasets(
     """The student's role datasets under `out`, rebuilt only when their inputs changed."""
     from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
-    options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **student.options)
-    if student.name == "rationale":
-        options.rationale, options.rationale_share = config.rationale, config.rationale_share
+    chosen = dict(student.options)
+    if student.rationale_task:
+        chosen = {"rationale": config.rationale, "rationale_share": config.rationale_share, **chosen}
+    options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **chosen)
     stamp = {"traces": sorted(t.key for t in traces), "options": asdict(options), "roles": list(student.trains)}
     stamp_file = out / "curve-inputs.json"
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
@@ -174,12 +246,12 @@ def build_datasets(
     stamp_file.write_text(json.dumps(stamp))
 
 
-def train_student(student: Student, point: Path, config: CurveConfig) -> Path:
+def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
     """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
     from eval.adapter_runs import train_stale
 
     adapters = point / f"adapters-{student.name}"
-    budget = config.max_tokens_budget * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
+    budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
     train_stale(point / f"datasets-{student.name}", adapters, student.trains, budget, Path(config.train_config))
     for role in student.borrows:
         link, target = adapters / role, (point / "adapters-traces" / role).resolve()
@@ -197,6 +269,8 @@ def student_system(student: Student, adapters: Path, config: CurveConfig) -> dic
 def base_system(config: CurveConfig) -> dict[str, Any]:
     """The untuned base with the teacher's prompts and no adapters: the zero-shot control."""
     pipeline = {"prompt_style": "teacher", "use_adapters": False, "max_attempts": 2}
+    if config.task == "emotion":
+        pipeline.update(EMOTION_ONLY)
     return {"name": BASE, "backend": dict(config.backend), "pipeline": pipeline}
 
 
@@ -245,7 +319,7 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
     for student in config.ordered_students():
         build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         before = _adapter_stamps(point / f"adapters-{student.name}", student.trains)
-        adapters = train_student(student, point, config)
+        adapters = train_student(student, n, point, config)
         if _adapter_stamps(adapters, student.trains) != before:  # retrained: its old generations are stale
             shutil.rmtree(point / "eval" / "systems" / f"student-{student.name}", ignore_errors=True)
         systems.append(student_system(student, adapters, config))

@@ -27,6 +27,7 @@ QUESTIONS = (
     ("student-joint", "student-traces", "one adapter for all roles against one adapter per role"),
 )
 METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"}
+PANELS = (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))
 
 
 def _row(n: int, s: dict) -> dict[str, Any]:
@@ -44,11 +45,23 @@ def _row(n: int, s: dict) -> dict[str, Any]:
     }
 
 
-def _paired(n: int, report: dict) -> list[dict[str, Any]]:
-    """The report's paired differences for the pairs in `QUESTIONS`, oriented as they are named."""
+def questions(config=None) -> tuple[tuple[str, str, str], ...]:
+    """`QUESTIONS`, and each variant of the config against the direct student and the probe."""
+    extra = []
+    for v in getattr(config, "variants", None) or []:
+        lever = f"{v.name} (like {v.like}: {v.options.model_dump(exclude_none=True) or 'its own budget'})"
+        extra += [
+            (f"student-{v.name}", "student-direct", f"{lever} against fine-tuning on the same labels"),
+            (f"student-{v.name}", "probe", f"{lever} against a linear probe"),
+        ]
+    return QUESTIONS + tuple(extra)
+
+
+def _paired(n: int, report: dict, asked: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
+    """The report's paired differences for the pairs `asked`, oriented as they are named."""
     out = []
     for p in report.get("paired") or []:
-        for first, second, meaning in QUESTIONS:
+        for first, second, meaning in asked:
             if p["metric"] not in METRICS or {first, second} != set(p["pair"]) or p["diff"] is None:
                 continue
             sign = 1 if p["pair"][0] == first else -1
@@ -70,13 +83,13 @@ def _paired(n: int, report: dict) -> list[dict[str, Any]]:
     return out
 
 
-def collect_curve(reports: dict[int, Path]) -> dict[str, Any]:
-    rows, paired, test = [], [], None
+def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
+    rows, paired, test, asked = [], [], None, questions(config)
     for n, path in sorted(reports.items()):
         report = json.loads(path.read_text())
         test = report["test"]
         rows += [_row(n, s) for s in report["systems"]]
-        paired += _paired(n, report)
+        paired += _paired(n, report, asked)
     return {
         "points": sorted(reports),
         "test": {k: test[k] for k in ("dialogues", "split", "n")},
@@ -148,9 +161,12 @@ def plot_curve(curve: dict, path: Path) -> Optional[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    # an emotion-only curve has no BERTScore: its one panel is I-ACC
+    panels = [(k, t) for k, t in PANELS if any(r.get(k) for r in curve["rows"])] or PANELS[:1]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    axes = axes[0]
     systems = list(dict.fromkeys(r["system"] for r in curve["rows"]))
-    for ax, (key, title) in zip(axes, (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))):
+    for ax, (key, title) in zip(axes, panels):
         for i, system in enumerate(systems):
             points = [(r["n"], r[key]) for r in curve["rows"] if r["system"] == system and r.get(key)]
             if not points:
@@ -188,7 +204,7 @@ def plot_curve(curve: dict, path: Path) -> Optional[Path]:
 
 
 def write_curve(reports: dict[int, Path], out: Path, config=None) -> dict[str, Any]:
-    curve = collect_curve(reports)
+    curve = collect_curve(reports, config)
     if config is not None:
         curve["config"] = config.model_dump()
     (out / CURVE_JSON).write_text(json.dumps(curve, indent=2) + "\n")

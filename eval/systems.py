@@ -138,6 +138,12 @@ class SystemRun:
     memory_method: Optional[str] = None
     replies: bool = True  # False for a system that answers the emotion alone (the probe)
 
+    def __post_init__(self) -> None:
+        # a reply fed from the data (`oracle: {ers: gold}`, an emotion-only system) is the human's, not
+        # the system's: scoring it would credit the system with the human row's figures
+        if any((t.config.get("oracle") or {}).get("ers") == "gold" for t in self.traces):
+            self.replies = False
+
 
 def _squash(text: str) -> str:
     return " ".join(text.lower().split())

@@ -296,3 +296,143 @@ def test_every_student_reads_the_registry():
     for student in STUDENTS.values():
         assert set(student.trains) | set(student.borrows) <= set(ROLES) | {JOINT}
         assert student.joint == (student.trains == (JOINT,))
+
+
+def test_variants_are_students_with_their_own_levers():
+    from eval.curve import EMOTION_ONLY, CurveConfig
+    from train import TOKENS_BUDGET
+
+    variants = [
+        {"name": "direct-bal", "like": "direct", "options": {"balance_emotions": True}},
+        {"name": "rat-half", "like": "rationale", "options": {"rationale_share": 0.5}, "tokens_per_conversation": 9},
+    ]
+    config = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"], variants=variants)
+    students = {s.name: s for s in config.ordered_students()}
+    assert list(students) == ["traces", "direct", "direct-bal", "rat-half"]  # rat-half borrows traces' cae, ers
+    assert students["direct-bal"].options == {"inputs": "direct", "balance_emotions": True}
+    assert students["direct-bal"].pipeline == students["direct"].pipeline
+    assert students["rat-half"].rationale_task and students["rat-half"].borrows == ("cae", "ers")
+    assert config.budget(10, students["rat-half"]) == 90 and config.budget(10, students["direct"]) == TOKENS_BUDGET
+    per_conversation = CurveConfig(traces="t", dialogues="d", points=[5], tokens_per_conversation=7)
+    assert per_conversation.budget(10, students["direct"]) == 70
+
+    emotion = CurveConfig(traces="t", dialogues="d", points=[5], task="emotion", variants=variants)
+    for student in emotion.ordered_students():
+        assert student.trains in ((), ("asi",)) and student.borrows == ()
+        assert {k: student.pipeline[k] for k in EMOTION_ONLY} == EMOTION_ONLY
+        PipelineConfig(**student.pipeline)  # a valid pipeline: asi, then the human reply
+    assert [s.trains for s in emotion.ordered_students()][:3] == [("asi",)] * 3
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"variants": [{"name": "direct", "like": "direct"}]}, "name direct is taken"),
+        ({"variants": [{"name": "a", "like": "direct"}, {"name": "a", "like": "traces"}]}, "name a is taken"),
+        ({"variants": [{"name": "a", "like": "direct", "options": {"epochs": 3}}]}, "epochs"),
+        ({"task": "emotion", "students": ["joint"]}, "'joint' trains every role"),
+    ],
+)
+def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
+    import yaml
+
+    from eval.curve import load_curve_config
+    from eval.systems import CompareError
+
+    path = tmp_path / "curve.yaml"
+    path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5], **fields}))
+    with pytest.raises(CompareError, match=message):
+        load_curve_config(str(path))
+
+
+def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
+    from eval.curve import CurveConfig, build_datasets
+
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    config = CurveConfig(
+        traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
+        variants=[{"name": "half", "like": "rationale", "options": {"rationale_share": 0.5}}],
+    )  # fmt: skip
+    full, half = (s for s in config.ordered_students() if s.rationale_task)
+    for student in (full, half):
+        build_datasets(student, traces, tmp_path / student.name, config, None)
+    tasks = {s.name: load_split_tasks(tmp_path / s.name / "asi") for s in (full, half)}
+    counts = {}
+    for name in ("rationale", "half"):
+        from datasets import load_from_disk
+
+        rows = load_from_disk(str(tmp_path / name / "asi"))["train"]["task"]
+        counts[name] = (rows.count("label"), rows.count("rationale"))
+    assert tasks["rationale"] == tasks["half"] == {"label", "rationale"}
+    assert counts["rationale"][0] == counts["half"][0] == counts["rationale"][1]  # label rows unchanged
+    assert 0 < counts["half"][1] < counts["rationale"][1]
+
+
+def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
+    from eval.systems import SystemRun
+
+    own = [handmade_trace(d) for d in tiny_dialogues]
+    fed = [t.model_copy(update={"config": {**t.config, "oracle": {"ers": "gold"}}}) for t in own]
+    assert SystemRun("student", own, "generated").replies
+    assert not SystemRun("student", fed, "generated").replies
+    asi_fed = [t.model_copy(update={"config": {**t.config, "oracle": {"asi": "gold"}}}) for t in own]
+    assert SystemRun("attribution", asi_fed, "generated").replies
+
+
+def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
+    from eval.curve import CurveConfig
+    from eval.curve_report import CURVE_PNG, write_curve
+
+    config = CurveConfig(traces="t", dialogues="d", points=[5], variants=[{"name": "bal", "like": "direct"}])
+    systems = [
+        {"name": n, "i_acc": {"ekman6": {"accuracy": {"value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}}}}
+        for n, v in (("student-direct", 0.4), ("student-bal", 0.6), ("probe", 0.5))
+    ]
+    paired = [
+        {"pair": ["student-bal", "student-direct"], "metric": "i_acc", "reading": "higher is better",
+         "diff": 0.2, "ci_low": 0.1, "ci_high": 0.3, "n": 4},
+        {"pair": ["probe", "student-bal"], "metric": "i_acc", "reading": "higher is better",
+         "diff": -0.1, "ci_low": -0.2, "ci_high": 0.05, "n": 4},
+    ]  # fmt: skip
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems,
+                                  "paired": paired}))  # fmt: skip
+    curve = write_curve({5: report}, tmp_path, config)
+    found = {(tuple(p["pair"]), round(p["diff"], 3), p["ci_low"], p["ci_high"]) for p in curve["paired"]}
+    assert found == {(("student-bal", "student-direct"), 0.2, 0.1, 0.3), (("student-bal", "probe"), 0.1, -0.05, 0.2)}
+    assert "student-bal − probe" in (tmp_path / "curve.md").read_text()
+    assert (tmp_path / CURVE_PNG).stat().st_size > 1000  # one panel: there is no BERTScore to draw
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
+    import argparse
+
+    from data_prep.loaders import load_split
+    from eval.cli_curve import run
+
+    dialogues = _sample_dialogues(tmp_path)
+    handmade_run(load_split(dialogues, "train")[:12], tmp_path / "teacher")
+    config = tmp_path / "curve.yaml"
+    config.write_text(
+        f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\npoints: [5]\ntest_limit: 3\ntask: emotion\n"
+        "tokens_per_conversation: 60\nbase: true\nrequire_gold_emotion: false\nppl: null\nbertscore: null\n"
+        "students: [direct]\nvariants: [{name: balanced, like: direct, options: {balance_emotions: true}}]\n"
+    )
+    assert run(argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))) == 0
+    point = tmp_path / "curve" / "n5"
+    for name in ("direct", "balanced"):
+        assert sorted(p.name for p in (point / f"adapters-{name}").iterdir()) == ["asi"]
+        meta = json.loads((point / f"adapters-{name}" / "asi" / "trace_distill_adapter.json").read_text())
+        assert meta["train_config"]["max_tokens_budget"] == 5 * 60
+    report = json.loads((point / "eval" / "report.json").read_text())
+    systems = {s["name"]: s for s in report["systems"]}
+    assert set(systems) == {"student-direct", "student-balanced", "probe", "base"}
+    for s in systems.values():
+        assert s["i_acc"]["ekman6"]["accuracy"]["value"] is not None and not s.get("diversity")
+    generated = TraceStore(point / "eval" / "systems" / "student-direct").read()[0]
+    assert {tuple(t.outputs) for t in generated} == {("asi", "ers")}
+    assert all(t.response == t.dialogue.gold_response for t in generated)  # the human reply: no generation
+    curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
+    assert {tuple(p["pair"]) for p in curve["paired"]} >= {("student-balanced", "student-direct")}
