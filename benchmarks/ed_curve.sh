@@ -6,8 +6,8 @@
 # Every step resumes: rerunning after a kill redoes only the unfinished part.
 # Usage: [TEACHER=configs/teacher/local.yaml] bash benchmarks/ed_curve.sh [SOURCE=../shared/data/ed_ekman_dev.csv]
 #        [RUN=runs/ed] [N_TRACES=160] [CONFIG=configs/eval/curve-ed.yaml] [OUT=RUN/curve]
-# The emotion agent at all 1,010 train conversations, with the levers (the teacher skips the unused reply):
-#   TEACHER=configs/teacher/local-gold-reply.yaml bash benchmarks/ed_curve.sh ../shared/data/ed_ekman_dev.csv \
+# The emotion agent at all 1,010 train conversations, with the levers (the teacher runs asi alone):
+#   TEACHER=configs/teacher/local-emotion.yaml bash benchmarks/ed_curve.sh ../shared/data/ed_ekman_dev.csv \
 #       runs/ed 1010 configs/eval/curve-ed-emotion.yaml runs/ed/curve-emotion
 set -euo pipefail
 SOURCE=${1:-../shared/data/ed_ekman_dev.csv}

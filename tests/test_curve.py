@@ -125,6 +125,15 @@ def test_oracle_config_names_only_answers_that_exist():
     assert PipelineConfig(oracle={"asi": "gold", "ers": "gold"}).oracle == {"asi": "gold", "ers": "gold"}
 
 
+def test_a_gold_reply_longer_than_a_generated_one_may_be_is_fed_as_it_is(tiny_dialogues):
+    from distill.pipeline.oracle import Oracle
+
+    long = "I hear you, and that sounds really hard. " * 10  # 410 characters, over ers's 320
+    dialogue = tiny_dialogues[0].model_copy(update={"gold_response": long})
+    answer, source = Oracle({"ers": "gold"}).answer("ers", dialogue)
+    assert source == "oracle: gold reply" and answer.model_dump() == {"response": long}
+
+
 @pytest.mark.slow
 def test_oracle_stage_feeds_gold_and_teacher_answers_downstream(tiny_dialogues, tmp_path):
     from distill.backends.local import LocalBackend
