@@ -231,23 +231,30 @@ def test_probe_separates_classes_it_can_see():
     assert single.predict(features) == ["anger"] * len(labels)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path, capsys):
+def _curve_on_sample(tmp_path, settings: str):
+    """`eval curve`'s arguments for a curve over a hand-made teacher run of the sample's first 12 train
+    dialogues, with the config's other `settings` (YAML lines)."""
+    import argparse
+
     from data_prep.loaders import load_split
-    from eval.cli_curve import run
 
     dialogues = _sample_dialogues(tmp_path)
     handmade_run(load_split(dialogues, "train")[:12], tmp_path / "teacher")
     config = tmp_path / "curve.yaml"
-    config.write_text(
-        f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\npoints: [3, 5]\ntest_limit: 2\n"
-        "max_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\nppl: null\n"
-        "students: [traces, direct, rationale, joint]\n"
-    )
-    import argparse
+    config.write_text(f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\n{settings}")
+    return argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))
 
-    args = argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path, capsys):
+    from eval.cli_curve import run
+
+    args = _curve_on_sample(
+        tmp_path,
+        "points: [3, 5]\ntest_limit: 2\nmax_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\n"
+        "ppl: null\nstudents: [traces, direct, rationale, joint]\n",
+    )
     assert run(args) == 0
     first = capsys.readouterr().out
     curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
@@ -416,20 +423,15 @@ def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
-    import argparse
-
-    from data_prep.loaders import load_split
     from eval.cli_curve import run
 
-    dialogues = _sample_dialogues(tmp_path)
-    handmade_run(load_split(dialogues, "train")[:12], tmp_path / "teacher")
-    config = tmp_path / "curve.yaml"
-    config.write_text(
-        f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\npoints: [5]\ntest_limit: 3\ntask: emotion\n"
-        "tokens_per_conversation: 60\nbase: true\nrequire_gold_emotion: false\nppl: null\nbertscore: null\n"
-        "students: [direct]\nvariants: [{name: balanced, like: direct, options: {balance_emotions: true}}]\n"
+    args = _curve_on_sample(
+        tmp_path,
+        "points: [5]\ntest_limit: 3\ntask: emotion\ntokens_per_conversation: 60\nbase: true\n"
+        "require_gold_emotion: false\nppl: null\nbertscore: null\nstudents: [direct]\n"
+        "variants: [{name: balanced, like: direct, options: {balance_emotions: true}}]\n",
     )
-    assert run(argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))) == 0
+    assert run(args) == 0
     point = tmp_path / "curve" / "n5"
     for name in ("direct", "balanced"):
         assert sorted(p.name for p in (point / f"adapters-{name}").iterdir()) == ["asi"]
