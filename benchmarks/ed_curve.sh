@@ -22,7 +22,7 @@ stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 if [[ "$RUN" != "runs/ed" ]]; then
   mkdir -p "$RUN"; sed "s#runs/ed/#$RUN/#g" "$CONFIG" > "$RUN/$(basename "$CONFIG")"; CONFIG=$RUN/$(basename "$CONFIG")
 fi
-TRACES=$(sed -n 's/^traces: *\([^ #]*\).*/\1/p' "$CONFIG")
+TRACES=$(python -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["traces"])' "$CONFIG")
 
 [[ -f "$RUN/dialogues/dataset_dict.json" ]] || python -m data_prep dialogues --source "$SOURCE" \
   --split-ratios 0.8,0,0.2 --seed 0 --out "$RUN/dialogues"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -82,8 +82,6 @@ EMOTION_ONLY = {"use_cae": False, "use_srp": False, "oracle": {"ers": "gold"}}
 
 def emotion_only(student: Student) -> Student:
     """The student's emotion agent alone: asi trained (when it trains it), nothing borrowed."""
-    from dataclasses import replace
-
     trains = tuple(r for r in student.trains if r == "asi")
     return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
 
@@ -109,8 +107,6 @@ class Variant(BaseModel):
     tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
 
     def student(self) -> Student:
-        from dataclasses import replace
-
         base = STUDENTS[self.like]
         options = {**base.options, **self.options.model_dump(exclude_none=True)}
         return replace(base, name=self.name, options=options, tokens_per_conversation=self.tokens_per_conversation)
@@ -154,7 +150,7 @@ class CurveConfig(BaseModel):
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
 
     @model_validator(mode="after")
-    def _distinct_names(self) -> CurveConfig:
+    def _consistent(self) -> CurveConfig:
         names = [v.name for v in self.variants]
         clash = sorted({n for n in names if names.count(n) > 1 or n in STUDENTS})
         if clash:
