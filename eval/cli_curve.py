@@ -13,13 +13,29 @@ from eval.systems import CompareError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="curve YAML, e.g. configs/eval/curve.yaml")
     parser.add_argument("--out", required=True, help="run folder; rerunning resumes it (finished points are reused)")
+    parser.add_argument(
+        "--points", type=_points, default=None, help="comma-separated N, e.g. 20,160: these instead of the config's"
+    )
+
+
+def _points(text: str) -> list[int]:
+    try:
+        points = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--points: '{text}' is not a comma-separated list of integers") from None
+    if not points or min(points) < 1:
+        raise argparse.ArgumentTypeError(f"--points: '{text}' needs at least one N of 1 or more")
+    return points
 
 
 USER_ERRORS = (CompareError, ValueError)  # one line, exit 2 (data_prep.commands)
 
 
 def run(args: argparse.Namespace) -> int:
-    curve = run_curve(load_curve_config(args.config), Path(args.out), args.config)
+    config = load_curve_config(args.config)
+    if getattr(args, "points", None):
+        config = config.model_copy(update={"points": args.points})
+    curve = run_curve(config, Path(args.out), args.config)
     print("\n".join(headline(curve)))
     print(f"report: {Path(args.out) / CURVE_MD}")
     return 0

@@ -11,6 +11,8 @@ scores every student, the emotion probe and the prompted base on the same test d
   dialogue alone as input, no teacher rationale and no upstream role.
 - `rationale`: `traces` with a rationale-task twin for asi and srp rows (Distilling step-by-step); its
   cae and ers adapters are the `traces` student's, so it differs in exactly that.
+- `teacher-reply` (opt-in): `traces` whose reply adapter learns the teacher's replies instead of the human
+  ones; its asi, cae and srp are the `traces` student's: do the teacher's replies pay?
 - `joint` (opt-in): the `traces` rows of all four roles in one adapter, at the four roles' summed token
   budget: is per-role LoRA worth four adapters?
 
@@ -37,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
-from distill.roles.roles import CORE_ROLES
+from distill.roles.roles import CORE_ROLES, ROLES
 from eval.adapter_runs import CPU_TRAIN_CONFIG
 from eval.systems import BertScoreSpec, CompareError, PplSpec
 from train import TOKENS_BUDGET
@@ -71,6 +73,7 @@ STUDENTS: dict[str, Student] = {
             pipeline={"direct": True, "use_cae": False, "use_srp": False},
         ),
         Student("rationale", ("asi", "srp"), borrows=("cae", "ers"), rationale_task=True),
+        Student("teacher-reply", ("ers",), borrows=("asi", "cae", "srp"), options={"ers_target": "teacher"}),
         Student("joint", (JOINT,), joint=True),
     )
 }
@@ -124,7 +127,7 @@ class CurveConfig(BaseModel):
     test_split: str = "test"
     test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
     points: list[int] = Field(min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]")
-    students: list[Literal["traces", "direct", "rationale", "joint"]] = Field(
+    students: list[Literal["traces", "direct", "rationale", "teacher-reply", "joint"]] = Field(
         default_factory=lambda: ["traces", "direct", "rationale"]
     )
     variants: list[Variant] = Field(default_factory=list, description="levers: students with other options")
@@ -155,8 +158,9 @@ class CurveConfig(BaseModel):
         clash = sorted({n for n in names if names.count(n) > 1 or n in STUDENTS})
         if clash:
             raise ValueError(f"variants: name {', '.join(clash)} is taken (a student or another variant)")
-        if self.task == "emotion" and "joint" in self.students:
-            raise ValueError("students: 'joint' trains every role in one adapter; task 'emotion' runs asi alone")
+        for name in ("joint", "teacher-reply"):
+            if self.task == "emotion" and name in self.students:
+                raise ValueError(f"students: '{name}' trains more than asi; task 'emotion' runs asi alone")
         return self
 
     def ordered_students(self) -> list[Student]:
@@ -168,10 +172,55 @@ class CurveConfig(BaseModel):
             chosen.insert(0, STUDENTS["traces"])
         return sorted(chosen, key=lambda s: s.name != "traces")
 
+    def sources(self) -> dict[str, dict[str, dict[str, str]]]:
+        """What each student's adapters learn, and from whom: `role_sources` of every chosen student."""
+        return {f"student-{s.name}": role_sources(s, self) for s in self.ordered_students()}
+
     def budget(self, n: int, student: Student) -> int:
         """Training tokens per role for `student` at a point of `n` conversations."""
         per_conversation = student.tokens_per_conversation or self.tokens_per_conversation
         return n * per_conversation if per_conversation else self.max_tokens_budget
+
+
+# --- what each student learns from whom ------------------------------------------------------------
+
+_TEACHER_TARGETS = {"cae": "teacher's triggers, cause and category", "srp": "teacher's strategy label"}
+
+
+def _target_source(role: str, options: dict[str, Any], config: CurveConfig) -> str:
+    if role == "asi":
+        if options.get("inputs") == "direct" or config.require_gold_emotion:
+            # a traces row is kept only when the teacher agreed with gold: its label IS the gold label
+            return "gold label" + ("" if options.get("inputs") == "direct" else " (rows where the teacher agreed)")
+        return "teacher's label"
+    if role == "ers":
+        return "human reply" if options.get("ers_target", "gold") == "gold" else "teacher's reply"
+    return _TEACHER_TARGETS.get(role, f"teacher's {role}")
+
+
+def _input_source(role: str, options: dict[str, Any]) -> str:
+    if options.get("inputs") == "direct":
+        return "dialogue"
+    upstream = [r for r in ROLES[role].inputs if r in CORE_ROLES]
+    return "dialogue" + (f" + teacher's {', '.join(upstream)}" if upstream else "")
+
+
+def role_sources(student: Student, config: CurveConfig) -> dict[str, dict[str, str]]:
+    """Per role: the source of the target the adapter learns and of the input it sees (the `traces`
+    student's for a borrowed role). The curve report prints this beside every figure."""
+    base = STUDENTS["traces"]
+    out = {}
+    for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or CORE_ROLES:
+        owner = base if role in student.borrows else student
+        options = {"ers_target": "gold", **owner.options}
+        row = {"target": _target_source(role, options, config), "input": _input_source(role, options)}
+        if owner.rationale_task and role in ("asi", "srp"):
+            human = options.get("rationale", config.rationale) == "situation"
+            row["target"] += "; rationale-task twin: " + ("ED's situation (human)" if human else "teacher's reasoning")
+        if role in student.borrows:
+            row["adapter"] = "student-traces's"
+        out[role] = row
+    return dict(sorted(out.items(), key=lambda kv: CORE_ROLES.index(kv[0])))
 
 
 def load_curve_config(path: str) -> CurveConfig:
@@ -224,7 +273,9 @@ def build_datasets(
     chosen = dict(student.options)
     if student.rationale_task:
         chosen = {"rationale": config.rationale, "rationale_share": config.rationale_share, **chosen}
-    options = DatasetOptions(ers_target="gold", require_gold_emotion=config.require_gold_emotion, **chosen)
+    # the human reply is every student's ers target unless the student names its own
+    chosen = {"ers_target": "gold", "require_gold_emotion": config.require_gold_emotion, **chosen}
+    options = DatasetOptions(**chosen)
     stamp = {"traces": sorted(t.key for t in traces), "options": asdict(options), "roles": list(student.trains)}
     stamp_file = out / "curve-inputs.json"
     if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:

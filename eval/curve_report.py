@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from distill.adapters.adapters import has_metadata, read_metadata
 from eval.report import fmt, interval, markdown_table, with_ci
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
@@ -25,9 +26,13 @@ QUESTIONS = (
     ("student-direct", "base", "what fine-tuning on gold labels gives over the zero-shot prompted model"),
     ("student-traces", "base", "the distilled student against the zero-shot prompted model"),
     ("student-joint", "student-traces", "one adapter for all roles against one adapter per role"),
+    ("student-teacher-reply", "student-traces", "the teacher's replies as the reply target, against the human ones"),
+    ("student-teacher-reply", "student-direct", "the teacher's replies as the target, against direct fine-tuning"),
 )
 METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"}
 PANELS = (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))
+# students of one point whose tokens seen for a role differ by more than this share are flagged in curve.md
+UNEQUAL_TOKENS = 0.15
 
 
 def _row(n: int, s: dict) -> dict[str, Any]:
@@ -83,18 +88,56 @@ def _paired(n: int, report: dict, asked: tuple[tuple[str, str, str], ...]) -> li
     return out
 
 
+def trained_tokens(n: int, point: Path) -> list[dict[str, Any]]:
+    """Per student and role trained at the point (`adapters-<student>/<role>`, borrowed links left out):
+    the budget it was given and the tokens it saw, from the adapter's own metadata."""
+    rows = []
+    for folder in sorted(point.glob("adapters-*/*")):
+        if folder.is_symlink() or not has_metadata(folder):
+            continue
+        meta = read_metadata(folder)
+        data = meta.get("tokens") or {}
+        seen = meta.get("tokens_seen")
+        rows.append(
+            {
+                "n": n,
+                "system": "student-" + folder.parent.name.removeprefix("adapters-"),
+                "role": meta.get("role", folder.name),
+                "budget": (meta.get("train_config") or {}).get("max_tokens_budget"),
+                "tokens_seen": seen,
+                "steps": meta.get("global_step"),
+                "rows": data.get("examples"),
+                "passes": round(seen / data["tokens"], 2) if seen and data.get("tokens") else None,
+            }
+        )
+    return rows
+
+
+def unequal_tokens(tokens: list[dict[str, Any]], tolerance: float = UNEQUAL_TOKENS) -> list[str]:
+    """Each (point, role) whose students saw token counts further apart than `tolerance` of the largest."""
+    found = []
+    for key in sorted({(t["n"], t["role"]) for t in tokens if t["role"] != "joint"}):
+        seen = {t["system"]: t["tokens_seen"] or 0 for t in tokens if (t["n"], t["role"]) == key}
+        if len(seen) > 1 and max(seen.values()) - min(seen.values()) > tolerance * max(seen.values()):
+            found.append(f"N = {key[0]}, {key[1]}: " + ", ".join(f"{s} {v:,}" for s, v in seen.items()))
+    return found
+
+
 def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
-    rows, paired, test, asked = [], [], None, questions(config)
+    rows, paired, tokens, test, asked = [], [], [], None, questions(config)
     for n, path in sorted(reports.items()):
         report = json.loads(path.read_text())
         test = report["test"]
         rows += [_row(n, s) for s in report["systems"]]
         paired += _paired(n, report, asked)
+        tokens += trained_tokens(n, path.parent.parent)  # the report is <point>/eval/report.json
     return {
         "points": sorted(reports),
         "test": {k: test[k] for k in ("dialogues", "split", "n")},
         "rows": rows,
         "paired": paired,
+        "tokens": tokens,
+        "sources": config.sources() if config is not None else {},
     }
 
 
@@ -118,19 +161,54 @@ def headline(curve: dict) -> list[str]:
     return lines
 
 
-def render_curve(curve: dict) -> str:
+def _results_table(curve: dict) -> list[str]:
     rows = [
         [fmt(r["n"]), r["system"], with_ci(r["i_acc"]), fmt(r["macro_f1"]), with_ci(r["bertscore"]),
          fmt(r["dist2"]), fmt(r["ead2"]), with_ci(r["ppl"])]
         for r in curve["rows"]
     ]  # fmt: skip
-    table = markdown_table(["N", "system", "I-ACC (6)", "macro-F1", "BERTScore F", "Dist-2", "EAD-2", "PPL"], rows)
+    return markdown_table(["N", "system", "I-ACC (6)", "macro-F1", "BERTScore F", "Dist-2", "EAD-2", "PPL"], rows)
+
+
+def _paired_table(curve: dict) -> list[str]:
     pairs = [
         [fmt(p["n"]), f"{p['pair'][0]} − {p['pair'][1]}", METRICS[p["metric"]],
          interval(p["diff"], p["ci_low"], p["ci_high"]), "no" if p["ci_low"] <= 0 <= p["ci_high"] else "yes"]
         for p in curve["paired"]
     ]  # fmt: skip
-    diffs = markdown_table(["N", "first − second", "metric", "difference [95% CI]", "CI excludes 0"], pairs)
+    return markdown_table(["N", "first − second", "metric", "difference [95% CI]", "CI excludes 0"], pairs)
+
+
+def render_sources(sources: dict[str, dict[str, dict[str, str]]]) -> list[str]:
+    rows = [
+        [system, role, r["target"], r["input"], r.get("adapter", "its own")]
+        for system, roles in sources.items()
+        for role, r in roles.items()
+    ]
+    if not rows:
+        return []
+    head = ["system", "role", "target learned", "training input", "adapter"]
+    return ["## What each student learns, from whom", "", *markdown_table(head, rows), ""]
+
+
+def render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
+    if not tokens:
+        return []
+    rows = [
+        [fmt(t["n"]), t["system"], t["role"], fmt(t["budget"]), fmt(t["tokens_seen"]), fmt(t["steps"]),
+         fmt(t["rows"]), fmt(t["passes"])]
+        for t in tokens
+    ]  # fmt: skip
+    head = ["N", "system", "role", "budget", "tokens seen", "steps", "rows", "passes"]
+    lines = ["## Training tokens seen per role", "", *markdown_table(head, rows), ""]
+    unequal = unequal_tokens(tokens)
+    if unequal:
+        lines += [f"**Unequal budgets** (students of one point more than {UNEQUAL_TOKENS:.0%} apart):", ""]
+        lines += [f"- {line}" for line in unequal] + [""]
+    return lines
+
+
+def render_curve(curve: dict) -> str:
     return "\n".join(
         [
             "# Does distillation pay? Learning curves",
@@ -144,12 +222,14 @@ def render_curve(curve: dict) -> str:
             "",
             "## Every system at every point",
             "",
-            *table,
+            *_results_table(curve),
             "",
             "## Paired differences",
             "",
-            *diffs,
+            *_paired_table(curve),
             "",
+            *render_sources(curve.get("sources") or {}),
+            *render_tokens(curve.get("tokens") or []),
         ]
     )
 

@@ -253,16 +253,21 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     args = _curve_on_sample(
         tmp_path,
         "points: [3, 5]\ntest_limit: 2\nmax_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\n"
-        "ppl: null\nstudents: [traces, direct, rationale, joint]\n",
+        "ppl: null\nstudents: [traces, direct, rationale, teacher-reply, joint]\n",
     )
     assert run(args) == 0
     first = capsys.readouterr().out
     curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
     assert curve["points"] == [3, 5]
+    trained = {(t["n"], t["system"], t["role"]) for t in curve["tokens"] if t["tokens_seen"] > 0}
+    assert (5, "student-teacher-reply", "ers") in trained and (5, "student-direct", "asi") in trained
+    assert (5, "student-teacher-reply", "asi") not in trained  # borrowed from traces: not trained twice
+    assert curve["sources"]["student-teacher-reply"]["ers"]["target"] == "teacher's reply"
     systems = {(r["n"], r["system"]) for r in curve["rows"]}
     for n in (3, 5):
-        for name in ("student-traces", "student-direct", "student-rationale", "student-joint", "probe"):
-            assert (n, name) in systems
+        for name in ("traces", "direct", "rationale", "teacher-reply", "joint"):
+            assert (n, f"student-{name}") in systems
+        assert (n, "probe") in systems
     asked = {(p["n"], tuple(p["pair"]), p["metric"]) for p in curve["paired"]}
     assert (5, ("student-traces", "student-direct"), "i_acc") in asked
     assert (5, ("student-rationale", "student-direct"), "bertscore_f1") in asked
@@ -306,7 +311,7 @@ def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
 def test_every_student_reads_the_registry():
     from eval.curve import STUDENTS, CurveConfig
 
-    assert set(STUDENTS) == {"traces", "direct", "rationale", "joint"}
+    assert set(STUDENTS) == {"traces", "direct", "rationale", "teacher-reply", "joint"}
     config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
     assert [s.name for s in config.ordered_students()] == ["traces", "rationale"]
     for student in STUDENTS.values():
@@ -346,7 +351,8 @@ def test_variants_are_students_with_their_own_levers():
         ({"variants": [{"name": "direct", "like": "direct"}]}, "name direct is taken"),
         ({"variants": [{"name": "a", "like": "direct"}, {"name": "a", "like": "traces"}]}, "name a is taken"),
         ({"variants": [{"name": "a", "like": "direct", "options": {"epochs": 3}}]}, "epochs"),
-        ({"task": "emotion", "students": ["joint"]}, "'joint' trains every role"),
+        ({"task": "emotion", "students": ["joint"]}, "'joint' trains more than asi"),
+        ({"task": "emotion", "students": ["teacher-reply"]}, "'teacher-reply' trains more than asi"),
     ],
 )
 def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
@@ -393,6 +399,83 @@ def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogue
     assert not SystemRun("student", fed, "generated").replies
     asi_fed = [t.model_copy(update={"config": {**t.config, "oracle": {"asi": "gold"}}}) for t in own]
     assert SystemRun("attribution", asi_fed, "generated").replies
+
+
+def test_each_student_states_what_it_learns_from_whom():
+    from eval.curve import CurveConfig
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces", "direct", "rationale", "teacher-reply"]
+    )
+    sources = config.sources()
+    assert sources["student-traces"]["ers"] == {"target": "human reply", "input": "dialogue + teacher's asi, cae, srp"}
+    assert sources["student-traces"]["asi"]["target"].startswith("gold label (rows where the teacher agreed)")
+    assert sources["student-direct"] == {
+        "asi": {"target": "gold label", "input": "dialogue"},
+        "ers": {"target": "human reply", "input": "dialogue"},
+    }
+    reply = sources["student-teacher-reply"]
+    assert reply["ers"] == {"target": "teacher's reply", "input": "dialogue + teacher's asi, cae, srp"}
+    assert {reply[r]["adapter"] for r in ("asi", "cae", "srp")} == {"student-traces's"}
+    assert "twin: ED's situation (human)" in sources["student-rationale"]["srp"]["target"]
+    ungated = CurveConfig(traces="t", dialogues="d", points=[5], require_gold_emotion=False)
+    assert ungated.sources()["student-traces"]["asi"]["target"] == "teacher's label"
+
+
+def test_teacher_reply_student_learns_the_teachers_reply_and_nothing_else(tiny_dialogues, tmp_path):
+    from datasets import load_from_disk
+
+    from eval.curve import STUDENTS, CurveConfig, build_datasets
+
+    config = CurveConfig(traces=str(tmp_path), dialogues="d", points=[3], require_gold_emotion=False)
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    build_datasets(STUDENTS["teacher-reply"], traces, tmp_path / "reply", config, None)
+    build_datasets(STUDENTS["traces"], traces, tmp_path / "traces", config, None)
+    assert sorted(p.name for p in (tmp_path / "reply").iterdir() if p.is_dir()) == ["ers"]
+    teacher = {t.dialogue.id: t.outputs["ers"]["response"] for t in traces}
+    gold = {t.dialogue.id: t.dialogue.gold_response for t in traces}
+    for folder, expected in (("reply", teacher), ("traces", gold)):
+        rows = load_from_disk(str(tmp_path / folder / "ers"))["train"]
+        for row in rows:
+            assert json.loads(row["completion"][0]["content"])["response"] == expected[row["dialogue_id"]]
+
+
+def _adapter_meta(folder, role: str, seen: int, budget: int = 1000) -> None:
+    folder.mkdir(parents=True)
+    meta = {"role": role, "tokens_seen": seen, "global_step": 3, "train_config": {"max_tokens_budget": budget}}
+    meta["tokens"] = {"examples": 10, "tokens": 500}
+    (folder / "trace_distill_adapter.json").write_text(json.dumps(meta))
+
+
+def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
+    from eval.curve import CurveConfig
+    from eval.curve_report import write_curve
+
+    point = tmp_path / "n5"
+    (point / "eval").mkdir(parents=True)
+    report = point / "eval" / "report.json"
+    systems = [{"name": "student-traces"}, {"name": "student-direct"}]
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems}))
+    _adapter_meta(point / "adapters-traces" / "asi", "asi", 1010)
+    _adapter_meta(point / "adapters-traces" / "ers", "ers", 990)
+    _adapter_meta(point / "adapters-direct" / "asi", "asi", 980)
+    _adapter_meta(point / "adapters-direct" / "ers", "ers", 600)  # a student that saw less: flagged
+    (point / "adapters-rationale").mkdir()
+    (point / "adapters-rationale" / "ers").symlink_to(point / "adapters-traces" / "ers")  # borrowed: not a row
+    curve = write_curve({5: report}, tmp_path, CurveConfig(traces="t", dialogues="d", points=[5]))
+    seen = {(t["system"], t["role"]): t["tokens_seen"] for t in curve["tokens"]}
+    assert seen == {
+        ("student-traces", "asi"): 1010,
+        ("student-traces", "ers"): 990,
+        ("student-direct", "asi"): 980,
+        ("student-direct", "ers"): 600,
+    }
+    assert {t["passes"] for t in curve["tokens"] if t["tokens_seen"] == 1010} == {2.02}
+    md = (tmp_path / "curve.md").read_text()
+    assert "## Training tokens seen per role" in md and "| 5 | student-direct | ers | 1000 | 600 |" in md
+    flagged = md.split("**Unequal budgets**")[1]
+    assert "N = 5, ers" in flagged and "N = 5, asi" not in flagged
+    assert "## What each student learns, from whom" in md
 
 
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):

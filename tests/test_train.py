@@ -414,7 +414,9 @@ def test_qlora_4bit_trains_and_loads_on_full_precision_base(role_datasets, tmp_p
     assert torch.isfinite(after).all() and not torch.allclose(before, after, atol=1e-4)
 
 
-def _launch(accelerate_config: str, role_datasets: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def _launch(
+    accelerate_config: str, role_datasets: Path, tmp_path: Path, steps: tuple[str, ...] = ("--max_steps", "2")
+) -> subprocess.CompletedProcess:
     """The README's launch form: accelerate runs the console entry, so a `train.py` in the cwd cannot shadow it."""
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -435,8 +437,7 @@ def _launch(accelerate_config: str, role_datasets: Path, tmp_path: Path) -> subp
         "asi",
         "--output_dir",
         str(tmp_path / "adapters"),
-        "--max_steps",
-        "2",
+        *steps,
         "--per_device_train_batch_size",
         "2",
         "--logging_steps",
@@ -451,6 +452,26 @@ def _launch(accelerate_config: str, role_datasets: Path, tmp_path: Path) -> subp
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
 
 
+def assert_budget_trained(meta: dict, budget: int, rows_per_step: int) -> None:
+    """The steps a budget gave, and the tokens they trained (gathered over ranks), are the budget's."""
+    mean = meta["tokens"]["mean_tokens"]
+    assert meta["global_step"] == max(1, round(budget / (mean * rows_per_step)))
+    assert meta["global_step"] > 1
+    # Rows are drawn in shuffled order, so the tokens of the steps are the budget within a step's worth.
+    longest_step = rows_per_step * meta["tokens"]["tokens"] / meta["tokens"]["examples"] * 2
+    assert abs(meta["tokens_seen"] - budget) <= longest_step
+
+
+@pytest.mark.slow
+def test_budget_trains_past_the_epoch_cap_and_sees_its_tokens(role_datasets, tmp_path):
+    """A small dataset under a budget is seen as often as the budget needs (num_train_epochs does not cap it)."""
+    cfg = tiny_config(role_datasets, tmp_path, max_steps=-1, num_train_epochs=1, max_tokens_budget=3000)
+    (meta,) = train_roles(cfg)
+    epoch_steps = -(-meta["tokens"]["examples"] // 4)
+    assert meta["global_step"] > epoch_steps  # more than the one epoch the config names
+    assert_budget_trained(meta, budget=3000, rows_per_step=4)
+
+
 def assert_rank0_saved_what_it_trained(adapters: Path, base_path: str, distributed_type: str) -> None:
     """One whole adapter, written by rank 0 alone, that plain PEFT loads with rank 0's trained weights."""
     report = check_loaded_adapter(adapters / "asi")  # what benchmarks/check_adapter.py prints
@@ -463,10 +484,12 @@ def assert_rank0_saved_what_it_trained(adapters: Path, base_path: str, distribut
 
 @pytest.mark.slow
 def test_accelerate_two_process_ddp_on_cpu(role_datasets, tmp_path, smollm_path):
-    run = _launch("cpu-ddp.yaml", role_datasets, tmp_path)
+    # Trained under a token budget, not max_steps: the steps must count both ranks' batches.
+    run = _launch("cpu-ddp.yaml", role_datasets, tmp_path, ("--max_steps", "-1", "--max_tokens_budget", "900"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "world_size 2" in run.stdout
     assert_rank0_saved_what_it_trained(tmp_path / "adapters", smollm_path, "MULTI_CPU")
+    assert_budget_trained(read_metadata(tmp_path / "adapters" / "asi"), budget=900, rows_per_step=2 * 2)
 
 
 @pytest.mark.slow

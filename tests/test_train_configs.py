@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from train.config import ConfigError, TrainConfig, config_from_dict, parse_config, read_yaml
+from train.sft import steps_for_budget
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_YAMLS = sorted((CONFIGS / "train").glob("*.yaml"))
@@ -187,3 +188,37 @@ def test_completion_head_auto_is_on_for_cpu_training_only():
     from train.config import config_from_dict
 
     assert config_from_dict({"completion_head": True}).use_completion_head() is True
+
+
+# --- what a token budget trains ----------------------------------------------------------------------
+
+
+def _budget_config(**values):
+    base = {"dataset_name": "x", "num_train_epochs": 3, "per_device_train_batch_size": 8, "max_tokens_budget": 20000}
+    return config_from_dict({**base, **values}, source="test")
+
+
+def test_budget_is_not_capped_by_epochs_on_a_small_dataset():
+    # 13 rows of 150 tokens: three epochs are 6 steps of 8 rows (~7,200 tokens); the budget asks for ~17.
+    steps = steps_for_budget(_budget_config(), n_train=13, mean_tokens=150.0, world_size=1)
+    assert steps == 17
+    assert abs(steps * 8 * 150 - 20000) <= 8 * 150 / 2  # within half a step of the budget
+
+
+def test_budget_steps_count_every_rank_and_accumulation():
+    cfg = _budget_config(gradient_accumulation_steps=2, per_device_train_batch_size=4)
+    assert steps_for_budget(cfg, n_train=1000, mean_tokens=100.0, world_size=1) == 25  # 8 rows a step
+    assert steps_for_budget(cfg, n_train=1000, mean_tokens=100.0, world_size=2) == 12  # 16 rows a step (12.5)
+
+
+def test_two_datasets_under_one_budget_train_the_same_tokens():
+    """The curve's promise: students with different row counts and lengths see the same tokens per role."""
+    cfg = _budget_config()
+    seen = [steps_for_budget(cfg, n, mean, 1) * 8 * mean for n, mean in ((13, 150.0), (26, 95.0), (400, 310.0))]
+    assert max(seen) - min(seen) <= 8 * 310.0  # at most one step of the longest rows apart
+    assert all(abs(s - 20000) <= 8 * 310.0 / 2 for s in seen)
+
+
+def test_max_steps_still_caps_a_budget_and_no_budget_means_max_steps():
+    assert steps_for_budget(_budget_config(max_steps=5), n_train=13, mean_tokens=150.0, world_size=1) == 5
+    assert steps_for_budget(_budget_config(max_tokens_budget=0, max_steps=7), 13, 150.0, 1) == 7

@@ -13,7 +13,6 @@ prompts and no gradient checkpointing; see benchmarks/train_throughput.py for th
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from pathlib import Path
@@ -134,14 +133,17 @@ def lora_config(cfg: TrainConfig):
 
 
 def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_size: int) -> int:
-    """max_steps that keeps one role's training near `max_tokens_budget` tokens (or max_steps: no cap)."""
+    """max_steps that trains one role on about `max_tokens_budget` tokens (no budget: max_steps as given).
+
+    A budget overrides `num_train_epochs`: a small dataset is seen as many times as the budget needs, so
+    students of one curve point see the same tokens whatever their row counts and lengths. `max_steps`,
+    when set, still caps it.
+    """
     sft, budget = cfg.sft, cfg.distill.max_tokens_budget
     if budget <= 0:
         return sft.max_steps
     per_batch = sft.per_device_train_batch_size * sft.gradient_accumulation_steps * world_size
-    steps = max(1, int(budget // max(1.0, mean_tokens * per_batch)))
-    epoch_steps = math.ceil(n_train / per_batch) * max(sft.num_train_epochs, 1)
-    steps = min(steps, int(epoch_steps))
+    steps = max(1, round(budget / max(1.0, mean_tokens * per_batch)))
     return steps if sft.max_steps <= 0 else min(steps, sft.max_steps)
 
 
