@@ -67,6 +67,9 @@ def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: in
             "roles": "asi",
             "per_device_train_batch_size": batch_size,
             "logging_steps": 10,
+            # one whole epoch, whatever max_tokens_budget's default: --examples 2048 at batch 16 is 128 steps
+            "num_train_epochs": 1,
+            "max_tokens_budget": 0,
             **VARIANTS[name],
         },
         source="gpu_train",
@@ -88,8 +91,8 @@ def run_variant(name: str, model: str, datasets: Path, out: Path, batch_size: in
     del plain
     return {
         "seconds": meta["train_seconds"],
-        "tokens": meta["tokens"]["tokens"],
-        "tokens_per_s": round(meta["tokens"]["tokens"] / meta["train_seconds"], 1),
+        "tokens": meta["tokens_seen"],  # what the timed steps trained on
+        "tokens_per_s": round(meta["tokens_seen"] / meta["train_seconds"], 1),
         "peak_cuda_mib": round(peak, 1),
         "loss": meta["train_loss"],
         "steps": meta["global_step"],

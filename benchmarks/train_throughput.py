@@ -29,8 +29,9 @@ each variant's model FLOP/s (4 x the base's parameters per token: a forward pass
 through the frozen weights, the LoRA weights' share being under 4%) as a fraction of that peak.
 ``--profile`` adds the top operators of one training step of the default recipe (torch.profiler).
 
-Reported per variant: seconds, samples/s and non-pad tokens/s (every token of the rows, i.e. what a
-padding-free batch computes), plus speed-ups relative to the baseline.
+Reported per variant: seconds, steps, samples/s and non-pad tokens/s, the tokens being those the timed
+steps trained on (TRL's own count), plus speed-ups relative to the baseline. Every variant trains one
+whole epoch (no token budget); a variant whose trained tokens differ from the dataset's stops the run.
 """
 
 from __future__ import annotations
@@ -97,13 +98,14 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
         train_dataset=load_from_disk(str(datasets / "asi"))["train"],
         processing_class=tokenizer,
     )
-    tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,
-        "tokens": tokens,
+        "tokens": trainer._total_train_tokens,  # non-pad tokens of the timed steps, counted as run_ours counts
+        "dataset_tokens": sum(len(ids) for ids in trainer.train_dataset["input_ids"]),
+        "steps": trainer.state.global_step,
         "examples": len(trainer.train_dataset),
         "gradient_checkpointing": bool(args.gradient_checkpointing),
         "padding_free": False,
@@ -125,13 +127,18 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
         "logging_steps": 1,
         "learning_rate": 2e-5,
         "warmup_steps": 0.0,
+        # No token budget: every variant trains exactly one epoch, as the baseline does. The figure
+        # must not depend on `max_tokens_budget`'s default, which would stop a run part-way.
+        "max_tokens_budget": 0,
         **overrides,
     }
     cfg = config_from_dict(values, source="benchmark")
     _, meta = train_role(model, tokenizer, "", cfg, "asi")
     return {
         "seconds": meta["train_seconds"],
-        "tokens": meta["tokens"]["tokens"],
+        "tokens": meta["tokens_seen"],  # what the timed steps trained on (TRL's count), not the dataset's size
+        "dataset_tokens": meta["tokens"]["tokens"],
+        "steps": meta["global_step"],
         "examples": meta["tokens"]["examples"],
         "gradient_checkpointing": cfg.sft.gradient_checkpointing,
         "padding_free": cfg.sft.padding_free or cfg.sft.packing,
@@ -177,6 +184,18 @@ def profile_step(path: str, tokenizer, datasets: Path, batch_size: int, rows: in
         }
         for e in events
     ]
+
+
+def key_of(name: str, results: dict) -> str:
+    """A variant's name, or name#k for its k-th repeat."""
+    return name if name not in results else f"{name}#{sum(k.split('#')[0] == name for k in results) + 1}"
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's bf16 and AVX-512 flags: the figures differ by an order of magnitude between these classes."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return sorted(f for f in flags if f in {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma"})
 
 
 def main(argv=None) -> int:
@@ -233,10 +252,12 @@ def main(argv=None) -> int:
                     "train_compile": {"torch_compile": True},
                 }[name]
                 row = run_ours(model, tokenizer, datasets, args.batch_size, out, extra)
+            if row["tokens"] != row["dataset_tokens"]:  # a variant that stopped early would overstate tokens/s
+                raise SystemExit(f"{key_of(name, results)}: trained {row['tokens']} of {row['dataset_tokens']} tokens")
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once
             row["samples_per_s"] = round(row["examples"] / row["seconds"], 3)
             row["tokens_per_s"] = round(row["tokens"] / row["seconds"], 1)
-            key = name if name not in results else f"{name}#{sum(k.split('#')[0] == name for k in results) + 1}"
+            key = key_of(name, results)
             results[key] = row
             print(
                 f"{key}: {row['seconds']:.1f} s, {row['samples_per_s']} samples/s, {row['tokens_per_s']} tokens/s",
@@ -262,6 +283,7 @@ def main(argv=None) -> int:
         "model": "smollm2-135m",
         "torch_threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
+        "cpu_flags": cpu_flags(),
         "variants": results,
         "speedup_vs_trl_defaults": {k: round(v["tokens_per_s"] / base["tokens_per_s"], 2) for k, v in results.items()}
         if base

@@ -18,9 +18,10 @@ import yaml
 from data_prep.dialogues import Dialogue
 from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
 from eval.cost import cost_and_speed
-from eval.diversity import diversity_metrics
+from eval.diversity import diversity_metrics, human_ratios
 from eval.metrics import reply_metrics, score_replies
 from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.paper import load_paper_reference
 from eval.run_figures import reflection_figures, retries_per_role
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
@@ -214,6 +215,10 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
+    human = human_gold(test, config, reference_lm)
+    for system in systems:
+        if system.get("diversity"):
+            system["human_ratio"] = human_ratios(system["diversity"], human["diversity"])
     return rounded(
         {
             "config_file": config_file,
@@ -235,7 +240,8 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
             },
             "systems": systems,
-            "human_gold": human_gold(test, config, reference_lm),
+            "human_gold": human,
+            "paper": load_paper_reference(config.paper_reference) if config.paper_reference else None,
             "paired": paired,
             "judge": judge_systems(config, runs, test),
         }

@@ -147,6 +147,9 @@ class CurveConfig(BaseModel):
     backend: dict[str, Any] = Field(
         default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
     )
+    paper_reference: Optional[str] = Field(
+        None, description="published rows shown beside the largest point (a shipped table, e.g. trace-table1)"
+    )
     base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
     probe: bool = Field(True, description="score a logistic-regression emotion probe at every point")
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
@@ -335,6 +338,7 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
         "systems": systems,
         "ppl": config.ppl.model_dump() if config.ppl else None,
         "bertscore": config.bertscore.model_dump() if config.bertscore else None,
+        "paper_reference": config.paper_reference,
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
-from eval.report import fmt, interval, markdown_table, with_ci
+from eval.report import fmt, interval, markdown_table, paper_table, with_ci
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
 # (first, second, what the difference says): the comparisons the question needs, first − second
@@ -125,6 +125,7 @@ def unequal_tokens(tokens: list[dict[str, Any]], tolerance: float = UNEQUAL_TOKE
 
 def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
     rows, paired, tokens, test, asked = [], [], [], None, questions(config)
+    report: dict = {}
     for n, path in sorted(reports.items()):
         report = json.loads(path.read_text())
         test = report["test"]
@@ -138,6 +139,8 @@ def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
         "paired": paired,
         "tokens": tokens,
         "sources": config.sources() if config is not None else {},
+        # the largest point's systems as shares of the human replies, beside the paper's rows when asked
+        "against_paper": {"n": max(reports), "systems": report.get("systems", []), "paper": report.get("paper")},
     }
 
 
@@ -177,6 +180,11 @@ def _paired_table(curve: dict) -> list[str]:
         for p in curve["paired"]
     ]  # fmt: skip
     return markdown_table(["N", "first − second", "metric", "difference [95% CI]", "CI excludes 0"], pairs)
+
+
+def _against_paper(against: dict) -> list[str]:
+    table = paper_table({"systems": against.get("systems", []), "paper": against.get("paper")})
+    return [table[0] + f" (N = {against['n']})", *table[1:]] if table else []
 
 
 def render_sources(sources: dict[str, dict[str, dict[str, str]]]) -> list[str]:
@@ -228,6 +236,7 @@ def render_curve(curve: dict) -> str:
             "",
             *_paired_table(curve),
             "",
+            *_against_paper(curve.get("against_paper") or {}),
             *render_sources(curve.get("sources") or {}),
             *render_tokens(curve.get("tokens") or []),
         ]

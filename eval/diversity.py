@@ -128,3 +128,13 @@ def diversity_metrics(
         if isinstance(ead_tokenizer, str)
         else getattr(ead_tokenizer, "__name__", "custom"),
     }
+
+
+# The figures a ratio to the human replies is given for: Dist-n and EAD-n fall as a corpus grows, so only
+# the ratio to the human replies of the same dialogues compares across test sets of different sizes.
+RATIO_KEYS = ("dist1", "dist2", "ead1", "ead2")
+
+
+def human_ratios(diversity: dict, human: dict) -> dict[str, Optional[float]]:
+    """Each of `RATIO_KEYS` as a share of the human replies' value (None where either is missing or 0)."""
+    return {k: (diversity[k] / human[k] if diversity.get(k) is not None and human.get(k) else None) for k in RATIO_KEYS}

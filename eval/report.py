@@ -107,6 +107,35 @@ def quality_table(report: dict) -> list[str]:
     return markdown_table(header, rows)
 
 
+def paper_table(report: dict) -> list[str]:
+    """Dist/EAD as shares of the human replies (each on its own test set) and I-ACC, every system beside
+    the published rows of `paper_reference`; no paper asked and no ratios: no table."""
+    systems = [s for s in report["systems"] if s.get("human_ratio")]
+    paper = report.get("paper") or {}
+    if not systems and not paper:
+        return []
+    keys = ("dist1", "dist2", "ead1", "ead2")
+
+    def row(name: str, ratio: dict, i_acc: str) -> list[str]:
+        return [name, *(fmt(ratio.get(k), 2) for k in keys), i_acc]
+
+    rows = [
+        row(s["name"], s["human_ratio"], with_ci((((s.get("i_acc") or {}).get("ekman6")) or {}).get("accuracy")))
+        for s in systems
+    ]
+    rows += [row(f"{r['system']} *", r["human_ratio"], fmt(r["i_acc"] / 100)) for r in paper.get("rows", [])]
+    header = ["System", "Dist-1 / human", "Dist-2 / human", "EAD-1 / human", "EAD-2 / human", "I-ACC (6)"]
+    lines = ["## Against the paper: diversity as a share of the human replies", "", *markdown_table(header, rows), ""]
+    lines.append(
+        "Dist-n and EAD-n fall as a corpus grows, so each is shown as a share of the human replies on the same "
+        "dialogues (this report's human row for the systems above; the paper's test set for its rows). PPL is left "
+        "out: the paper's reference LM differs."
+    )
+    if paper:
+        lines.append(f"\\* {paper['source']} Its ratios use the human replies on {paper['test_set']}.")
+    return [*lines, ""]
+
+
 def registered_table(report: dict) -> list[str]:
     """The registry's own reply metrics (eval.metrics), a column each; none registered: no table."""
     specs = reply_metrics()
@@ -281,6 +310,7 @@ def render_markdown(report: dict) -> str:
         "",
         *quality_table(report),
         "",
+        *paper_table(report),
         *registered_table(report),
         f"## Agreement with `{report['settings']['reference_system']}`",
         "",

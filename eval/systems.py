@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from data_prep.dialogues import Dialogue
 from distill.pipeline.store import TRACES_FILE
@@ -22,6 +22,7 @@ from distill.pipeline.trace import Trace
 from eval.cost import PeakRSS
 from eval.judge import ASPECTS
 from eval.metrics import METRICS
+from eval.paper import load_paper_reference
 from eval.perplexity import PplContext
 
 SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
@@ -109,6 +110,9 @@ class CompareConfig(BaseModel):
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
     ead: EadSpec = Field(default_factory=EadSpec)
+    paper_reference: Optional[str] = Field(
+        None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
+    )
 
     @model_validator(mode="after")
     def _names(self) -> CompareConfig:
@@ -120,6 +124,13 @@ class CompareConfig(BaseModel):
             if name and name not in names:
                 raise ValueError(f"{where}: no system named '{name}' (systems: {', '.join(names)})")
         return self
+
+    @field_validator("paper_reference")
+    @classmethod
+    def _known_paper(cls, name: Optional[str]) -> Optional[str]:
+        if name is not None:
+            load_paper_reference(name)  # fails here, before any system is generated
+        return name
 
     def reference_system(self) -> str:
         return self.reference or (self.judge.against if self.judge else self.systems[0].name)

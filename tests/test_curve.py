@@ -478,6 +478,25 @@ def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
     assert "## What each student learns, from whom" in md
 
 
+def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
+    from eval.curve_report import write_curve
+    from eval.paper import load_paper_reference
+
+    systems = [{"name": "student-traces", "human_ratio": {"dist1": 0.5, "dist2": 0.6, "ead1": 0.7, "ead2": 0.8}}]
+    test = {"dialogues": "d", "split": "test", "n": 4}
+    reports = {}
+    for n in (5, 10):
+        (tmp_path / f"n{n}" / "eval").mkdir(parents=True)
+        reports[n] = tmp_path / f"n{n}" / "eval" / "report.json"
+        paper = load_paper_reference("trace-table1") if n == 10 else None
+        reports[n].write_text(json.dumps({"test": test, "systems": systems, "paper": paper}))
+    write_curve(reports, tmp_path)
+    table = (tmp_path / "curve.md").read_text().split("## Against the paper")[1]
+    assert table.startswith(": diversity as a share of the human replies (N = 10)")
+    assert "| student-traces | 0.50 | 0.60 | 0.70 | 0.80 | – |" in table
+    assert "| GPT-4o TRACE (paper, Table 1) * | 0.91 |" in table
+
+
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
     from eval.curve import CurveConfig
     from eval.curve_report import CURVE_PNG, write_curve

@@ -112,6 +112,43 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert len(numbers) > 20 and not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
 
 
+def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
+    from eval.diversity import diversity_metrics
+
+    test = tiny_dialogues[:4]
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "paper_reference": "trace-table1",
+        "systems": [{"name": "teacher", "traces": _hand_trace_run(tmp_path / "t", test, reply="so sorry to hear")}],
+    }
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    ours = diversity_metrics([f"so sorry to hear {d.id}" for d in test])
+    human = diversity_metrics([d.gold_response for d in test])
+    ratio = report["systems"][0]["human_ratio"]
+    for key in ("dist1", "dist2", "ead1", "ead2"):
+        assert ratio[key] == pytest.approx(ours[key] / human[key], abs=1e-4)
+    assert ratio["dist1"] != pytest.approx(1.0)  # the fixture's replies differ from the human ones
+    (paper,) = report["paper"]["rows"]
+    assert paper["human_ratio"]["dist2"] == pytest.approx(48.12 / 59.2, abs=1e-4)  # the paper's, on its test set
+    md = (out / "report.md").read_text()
+    table = md.split("## Against the paper")[1].split("\n## ")[0]
+    assert f"| teacher | {ratio['dist1']:.2f} |" in table
+    assert "| GPT-4o TRACE (paper, Table 1) * | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 |" in table
+    assert "not re-run here" in table and "PPL is left out" in table
+
+
+def test_an_unknown_paper_reference_is_refused_before_anything_runs(tmp_path, capsys, tiny_dialogues):
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:2]), "paper_reference": "trace-table9"}
+    cfg["systems"] = [{"name": "t", "traces": str(tmp_path / "nowhere")}]
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "paper_reference: 'trace-table9' is neither a shipped table (trace-table1) nor a file" in err
+
+
 def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:
     """A hand-written reflection trace: iteration 0's four stages, then one audit per iteration, each
     fault (a stage name) rerunning from that stage; `final` is the iteration the pick chose."""
