@@ -37,16 +37,17 @@ def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
 
 
 def _hand_trace_run(
-    run_dir: Path, dialogues, emotion: str = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
+    run_dir: Path, dialogues, emotion: str | None = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
 ) -> str:
-    """A real trace store filled with hand-written traces (no model needed for the input checks)."""
+    """A real trace store filled with hand-written traces, stored in the order of `dialogues` (no model needed
+    for the input checks); `emotion=None` answers each dialogue's gold emotion."""
     from distill.pipeline.trace import Step
 
     store = TraceStore(run_dir)
     _claim(store, {}, split)
     for d in dialogues:
         outputs = {
-            "asi": {"reasoning": "r", "emotion": emotion},
+            "asi": {"reasoning": "r", "emotion": d.emotion if emotion is None else emotion},
             "cae": {"triggers": ["x y"], "cause": "c", "category": "Loss & Failure"},
             "srp": {"reasoning": "r", "strategy": "ER"},
             "ers": {"response": f"{reply} {d.id}"},
@@ -147,6 +148,43 @@ def test_an_unknown_paper_reference_is_refused_before_anything_runs(tmp_path, ca
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "paper_reference: 'trace-table9' is neither a shipped table (trace-table1) nor a file" in err
+
+
+def test_traces_stored_out_of_order_are_paired_by_dialogue_not_position(tmp_path, tiny_dialogues):
+    """A trace run stores traces in the order they finished (a resumed or concurrent run), not in test order.
+
+    Both systems answer every dialogue's gold emotion (the four differ), the teacher's run stored shuffled with
+    no trace in its test position: paired by position, every figure below would read 0 instead of 1."""
+    from eval.paired import per_dialogue
+    from eval.systems import SystemSpec, load_trace_system
+
+    test = tiny_dialogues[:4]
+    shuffled = [test[i] for i in (2, 0, 3, 1)]
+    assert len({d.emotion for d in test}) == 4
+    teacher = _hand_trace_run(tmp_path / "t", shuffled, emotion=None, split="test")
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "systems": [
+            {"name": "teacher", "traces": teacher},
+            {"name": "student", "traces": _hand_trace_run(tmp_path / "s", test, emotion=None, split="test")},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["test"]["ids"] == [d.id for d in test]
+    teacher_row, student_row = report["systems"]
+    assert teacher_row["i_acc"]["ekman6"]["accuracy"]["value"] == 1.0
+    assert student_row["agreement"]["emotion"]["value"] == 1.0  # each against the teacher's trace of its dialogue
+    paired = {p["metric"]: p for p in report["paired"] if p["pair"] == ["teacher", "student"]}
+    assert (paired["i_acc"]["diff"], paired["i_acc"]["ci_low"], paired["i_acc"]["ci_high"]) == (0.0, 0.0, 0.0)
+    # the per-dialogue values the paired bootstrap resamples, dialogue by dialogue
+    run = load_trace_system(SystemSpec(name="teacher", traces=teacher), test, "cmp.yaml")
+    assert [t.dialogue.id for t in run.traces] == [d.id for d in test]
+    assert [t.response for t in run.traces] == [f"oh no {d.id}" for d in test]  # each reply names its dialogue
+    assert per_dialogue(run, test, None, {})["i_acc"] == [1.0] * 4
 
 
 def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
+import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data_prep.taxonomy import EKMAN
@@ -178,6 +181,33 @@ def test_bootstrap_is_seeded_and_brackets_mean():
     assert res["ci_low"] <= res["value"] == 0.625 <= res["ci_high"] and res["n"] == 8
     assert mean_with_ci([])["value"] is None and mean_with_ci([3.0])["ci_low"] == 3.0
     assert percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)
+
+
+def _resampled(values, statistic, resamples=1000, seed=0):
+    """`statistic` of each bootstrap resample, computed by numpy over the same draws `bootstrap_ci` makes
+    (one `random.Random(seed)`, n indices per resample), so only the interval's arithmetic is compared."""
+    rng = random.Random(seed)
+    idx = [[rng.randrange(len(values)) for _ in values] for _ in range(resamples)]
+    return statistic(np.asarray(values, dtype=float)[idx], axis=1)
+
+
+def test_bootstrap_ci_honours_level_and_statistic():
+    values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1000]  # one outlier: mean 104.5, median 5.5
+    means, intervals = _resampled(values, np.mean), {}
+    for level in (0.5, 0.95, 0.99):
+        tail = 100 * (1 - level) / 2  # the percentile interval's order statistics: floor below, ceil above
+        expected = np.percentile(means, tail, method="lower"), np.percentile(means, 100 - tail, method="higher")
+        intervals[level] = bootstrap_ci(values, level=level)
+        assert intervals[level] == pytest.approx(expected), level
+    (lo50, hi50), (lo95, hi95), (lo99, hi99) = intervals.values()
+    assert lo99 < lo95 < lo50 < hi50 < hi95 < hi99  # the same resamples: a higher level only widens
+    # the median's interval, on resamples where the outlier drags the mean's far above every typical value
+    low, high = bootstrap_ci(values, statistic=statistics.median, level=0.9)
+    medians = _resampled(values, np.median)
+    assert (low, high) == pytest.approx(
+        (np.percentile(medians, 5, method="lower"), np.percentile(medians, 95, method="higher"))
+    )
+    assert 1 <= low < 5.5 < high <= 9 < hi95
 
 
 @pytest.mark.slow

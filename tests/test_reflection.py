@@ -1,5 +1,6 @@
-"""MERG's reflection rules without a model: the final pick, what a rerun sees, what the audit is asked, and
-the retry rule. The runs on the embedded model are in test_pipeline.py and test_faithfulness.py."""
+"""MERG's reflection rules without a model: what counts as a valid answer (`parse_output`), the final pick,
+what a rerun sees, what the audit is asked, and the retry rule. The loop itself on a scripted backend is in
+test_reflection_loop.py; the runs on the embedded model are in test_pipeline.py and test_faithfulness.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
-from distill.pipeline.reflection import choose_final
+from distill.pipeline.reflection import choose_final, parse_output
 from distill.roles.roles import ROLES, RoleInput
 from distill.roles.schemas import ASIOutput, ERSOutput, GRAOutput, PlanOutput, SRPOutput
 
@@ -91,3 +92,48 @@ def test_the_audit_runs_on_its_own_backend_when_the_config_names_one():
     assert paired.config.key_dict()["reflection_backend"] == reviewer  # part of every trace key
     with pytest.raises(ValueError, match="(?s)reflection_backend.*needs a 'type', one of local, openai"):
         PipelineConfig(reflection=True, reflection_backend={"model": "x"})
+
+
+def test_parse_output_rules():
+    asi, gra = ROLES["asi"], ROLES["gra"]
+    fenced = 'Sure!\n```json\n{"reasoning": "cues", "emotion": "fear"}\n```'
+    assert parse_output(asi, fenced, ["asi"]).emotion == "fear"
+    chatty = 'Here it is: {"reasoning": "cues", "emotion": "fear"} Hope that helps!'  # cut at the last '}'
+    assert parse_output(asi, chatty, ["asi"]).emotion == "fear"
+    for empty in ("   ", "```json\n```"):
+        with pytest.raises(ValueError, match="^empty output$"):
+            parse_output(asi, empty, ["asi"])
+    with pytest.raises(ValueError, match="^not JSON"):
+        parse_output(asi, "I think it is fear.", ["asi"])
+    with pytest.raises(ValueError, match="field 'emotion'"):
+        parse_output(asi, '{"reasoning": "x", "emotion": "joy"}', ["asi"])
+    with pytest.raises(ValueError, match="truncated JSON"):
+        parse_output(asi, '{"reasoning": "x", "emo', ["asi"])
+    # the audit's stage names are an enum of the run's enabled stages
+    with pytest.raises(ValueError, match="field 'checks.0.stage'"):
+        parse_output(
+            gra, '{"checks": [{"stage": "plan", "passed": false}], "earliest_failure": "plan"}', ["asi", "ers"]
+        )
+    with pytest.raises(ValueError, match="field 'earliest_failure'"):
+        parse_output(gra, '{"checks": [], "earliest_failure": "survey"}', ["asi", "ers"])
+    audit = parse_output(
+        gra, '{"checks": [{"stage": "asi", "passed": true}], "earliest_failure": null}', ["asi", "ers"]
+    )
+    assert audit.earliest_failure is None
+    schema = gra.schema_for("teacher", ["asi", "ers"]).model_json_schema()
+    stage_enum = schema["$defs"][schema["properties"]["checks"]["items"]["$ref"].split("/")[-1]]["properties"]
+    assert stage_enum["stage"]["enum"] == ["asi", "ers"]
+
+
+def test_student_answers_the_decision_alone_and_traces_keep_one_schema():
+    asi = ROLES["asi"]
+    # a student answers with the decision; the trace holds the role's full schema, rationale empty
+    lifted = parse_output(asi, '{"emotion": "fear"}', ["asi"], style="student")
+    assert isinstance(lifted, asi.schema) and lifted.model_dump() == {"reasoning": "", "emotion": "fear"}
+    with pytest.raises(ValueError, match="reasoning"):
+        parse_output(asi, '{"emotion": "fear"}', ["asi"])  # the teacher must still reason
+    with pytest.raises(ValueError):
+        parse_output(asi, '{"reasoning": "x", "emotion": "fear"}', ["asi"], style="student")  # extra key
+    assert asi.student_target(asi.schema(reasoning="cues", emotion="fear")).model_dump() == {"emotion": "fear"}
+    cae = ROLES["cae"]  # roles without a student schema answer the same in both styles
+    assert cae.schema_for("student") is cae.schema_for("teacher") is cae.schema

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
+from data_prep.dialogues import Dialogue, Turn
+from distill.backends import make_backend
 from distill.pipeline.config import PipelineConfig
+from distill.pipeline.pipeline import Pipeline
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
-from distill.pipeline.trace import Step, Trace
+from distill.pipeline.trace import Step, Trace, trace_key
 
 
 def _trace(dialogue, key: str) -> Trace:
@@ -115,3 +118,34 @@ def test_trace_runs_made_before_new_pipeline_fields_keep_their_key():
     assert PipelineConfig(gold_emotion=True, max_attempts=2, retry_temperature=None).key_dict() != _OLDER_RUN_PIPELINE
     reflecting = PipelineConfig(gold_emotion=True, max_attempts=2, reflection=True).key_dict()
     assert "later_iteration_penalty" not in reflecting  # MERG's final pick changed: no resuming those
+
+
+# Written here, not taken from a fixture, so that only a change to `Dialogue` or to the key recipe moves the
+# pins below. The non-ASCII 'café' pins how the key's JSON is encoded too.
+_PINNED_DIALOGUE = Dialogue(
+    id="pinned:0#1",
+    conv_id="pinned:0",
+    turns=[
+        Turn(speaker="seeker", text="I ran my first marathon today, in the rain!"),
+        Turn(speaker="responder", text="Wow, how did it feel?"),
+        Turn(speaker="seeker", text="Like flying. My friends at the café cheered at the finish."),
+    ],
+    situation="I ran my first marathon.",
+    emotion="happiness",
+    emotion_fine="proud",
+    gold_response="That is huge, congratulations on finishing!",
+)
+
+
+def test_trace_keys_are_pinned_across_versions():
+    """A stored run's traces are found again by key, so a key that moves (a field added to `Dialogue`, the
+    recipe changed) makes every existing run regenerate every dialogue, and an API teacher be paid again.
+    These values are what trace-distill 0.1.0 computes; change them only on purpose (a new prompt version
+    does move the second), and say in the CHANGELOG that older runs will not resume."""
+    assert trace_key(_PINNED_DIALOGUE, _OLDER_RUN_PIPELINE, "local", "smollm2-135m", "v2") == (
+        "ac203dcfa50a78bd868779c154fb81e7"
+    )
+    # the pipeline's own key: the config's key_dict, the backend's name and model, the teacher prompt version
+    backend = make_backend({"type": "openai", "model": "gpt-4o", "base_url": "http://127.0.0.1:9/v1"})
+    pipeline = Pipeline(PipelineConfig(gold_emotion=True, max_attempts=2), backend)
+    assert pipeline.key(_PINNED_DIALOGUE) == "bf541c39e71b67c6094bc6f74efbed6e"
