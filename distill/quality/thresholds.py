@@ -69,8 +69,9 @@ class QualityThresholds(BaseModel):
     )
     non_reply_min_words: int = Field(1, ge=1, description="non_reply: words (letters only) a reply needs")
     # near_duplicate
+    # one changed word costs up to three trigrams: a 12-word reply with one word changed has Jaccard 0.54
     near_duplicate_jaccard: float = Field(
-        0.8, gt=0, le=1, description="near_duplicate: word-trigram Jaccard at which two replies are the same"
+        0.5, gt=0, le=1, description="near_duplicate: word-trigram Jaccard at which two replies count as the same"
     )
     near_duplicate_min_dialogues: int = Field(
         5, ge=2, description="near_duplicate: a reply the same as replies to this many different dialogues"
