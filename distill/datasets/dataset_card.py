@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from distill import __version__
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
+from distill.quality.report import QUALITY_FILE
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def read_run(run_dir: Path) -> tuple[list[Trace], Optional[RunInfo], list[str]]:
     if not store.path.is_file():
         raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
     for entry in sorted(run_dir.iterdir()):
-        if entry.name not in (store.run_path.name, store.path.name) and not entry.name.startswith("."):
+        if entry.name not in (store.run_path.name, store.path.name, QUALITY_FILE) and not entry.name.startswith("."):
             problems.append(f"{entry}: not part of a trace run; ignored")
     traces, store_problems = store.read()
     problems += store_problems

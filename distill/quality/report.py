@@ -114,7 +114,7 @@ class QualityReport:
         for role, by_check in self.counts().items():
             for check, n in by_check.items():
                 example = examples.get((role, check))
-                why = f"{example.dialogue_id}: {example.reason}" if example else ""
+                why = f"{example.dialogue_id}: {example.reason} <- {_clip(example.text)}" if example else ""
                 rows.append((role, check, f"{n}/{self.checked[role]}", f"{n / max(self.checked[role], 1):.1%}", why))
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         return [" ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
@@ -135,6 +135,10 @@ class QualityReport:
         tmp.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         tmp.replace(path)  # a reader sees the old file or the new one, never half of one
         return path
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return repr(text if len(text) <= width else text[: width - 1] + "\u2026")
 
 
 def read_quality(run_dir: Path) -> Optional[dict[str, Any]]:
