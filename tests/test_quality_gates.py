@@ -4,15 +4,17 @@ included), so the expected counts are exact and no model loads."""
 
 from __future__ import annotations
 
+from datasets import load_from_disk
 from test_datasets import write_run
 from test_quality import EXEMPLAR
 
 from data_prep.dialogues import Dialogue
 from distill.__main__ import main as distill_main
+from distill.datasets.dataset_card import read_build_record
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.trace import Step, Trace, trace_key
 from distill.quality import QUALITY_FILE, read_quality
-from distill.roles.roles import PROMPT_VERSION, ROLES, build_role_input
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION, ROLES, build_role_input
 
 COPIED = f"{EXEMPLAR.situation} {EXEMPLAR.response}"
 
@@ -98,3 +100,67 @@ def test_inspect_thresholds_and_bad_input(tiny_dialogues, tmp_path, capsys):
     loose.write_text("loop_word_repeats: many\n", encoding="utf-8")
     assert distill_main(["inspect", str(run_dir), "--thresholds", str(loose)]) == 2
     assert f"{loose}: field 'loop_word_repeats'" in capsys.readouterr().err
+
+
+def build(run_dir, out, *flags) -> dict[str, dict]:
+    """`distill datasets` over the run; each role's build record."""
+    assert distill_main(["datasets", "--traces", str(run_dir), "--out", str(out), "--eval-fraction", "0", *flags]) == 0
+    return {role: read_build_record(out / role) for role in CORE_ROLES}
+
+
+def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    traces = quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft")
+    counts = {role: r["counts"] for role, r in records.items()}
+    assert {role: c["kept"] for role, c in counts.items()} == {"asi": 7, "cae": 7, "srp": 8, "ers": 6}
+    assert counts["ers"]["dropped"] == {"failed a quality check": 2}
+    assert counts["ers"]["quality"] == {"mode": "filter", "failed": {"echo": 1, "exemplar_copy": 1}}
+    assert counts["cae"]["quality"]["failed"] == {"loop": 1, "ungrounded_trigger": 1}  # one row, two checks
+    assert counts["asi"]["quality"]["failed"] == {"parroted_rationale": 1}
+    assert records["ers"]["quality_thresholds"]["echo_share"] == 0.8
+    kept = {row["key"] for row in load_from_disk(str(tmp_path / "sft" / "ers"))["train"]}
+    assert kept == {t.key for t in traces} - {traces[5].key, traces[7].key}
+    card = (tmp_path / "sft" / "ers" / "README.md").read_text(encoding="utf-8")
+    assert "Mode `filter`: rows whose own `ers` output failed a check were dropped." in card
+    assert "| `exemplar_copy` | 1 |" in card and "| `near_duplicate` | 0 |" in card
+    assert "| failed a quality check | 2 |" in card
+    err = capsys.readouterr().err
+    assert "ers: read 8, dropped [failed a quality check 2], kept 6 (train 6, validation 0); " in err
+    assert "quality filter [echo 1, exemplar_copy 1]" in err
+
+
+def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft", "--quality", "report")
+    assert all(r["counts"]["kept"] == 8 and r["counts"]["dropped"] == {} for r in records.values())
+    assert records["ers"]["counts"]["quality"] == {"mode": "report", "failed": {"echo": 1, "exemplar_copy": 1}}
+    card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    assert "Mode `report`: rows whose own `cae` output failed a check were kept and counted." in card
+    assert "| `loop` | 1 |" in card
+    assert "quality report [loop 1, ungrounded_trigger 1]" in capsys.readouterr().err
+
+
+def test_datasets_quality_off_runs_no_check(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft", "--quality", "off")
+    assert all(r["counts"]["kept"] == 8 for r in records.values())
+    assert all(r["counts"]["quality"] == {"mode": "off", "failed": {}} for r in records.values())
+    assert "Not run: `--quality off`" in (tmp_path / "sft" / "asi" / "README.md").read_text(encoding="utf-8")
+    assert "quality off" in capsys.readouterr().err
+
+
+def test_datasets_quality_leaves_a_gold_ers_target_alone_and_reads_a_thresholds_file(tiny_dialogues, tmp_path):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    loose = tmp_path / "loose.yaml"
+    # a field set to its default is no change: the options record only exemplar_copy_share
+    loose.write_text("rationale_min_own_words: 1\nexemplar_copy_share: 1.0\n", encoding="utf-8")
+    records = build(run_dir, tmp_path / "sft", "--ers-target", "gold", "--quality-thresholds", str(loose))
+    # the human reply is the target: the teacher's copied and echoed replies are not in the rows
+    assert records["ers"]["counts"]["kept"] == 8 and records["ers"]["counts"]["quality"]["mode"] == "off"
+    assert records["asi"]["counts"]["quality"]["failed"] == {"parroted_rationale": 1}
+    assert records["asi"]["options"]["quality_thresholds"] == {"exemplar_copy_share": 1.0}
+    assert records["asi"]["quality_thresholds"]["exemplar_copy_share"] == 1.0
