@@ -3,6 +3,8 @@ thresholds move the verdicts, and on the shared ED file each check's false-posit
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from data_prep.dialogues import Dialogue, Turn
@@ -40,7 +42,7 @@ HUMAN_REPLIES = [
     "That sounds like a lot to take in.",
     "Yeah yeah yeah, I know the feeling, it happened to me last week too.",
     "Haha, that's great! How old is he now?",
-    "I'm so so sorry. Losing a pet after 12 years is really hard.",
+    "I'm so so sorry. Losing a pet after nine years is really hard.",
     "I hope it all works out. $1,000,000 would be nice though!",
 ]
 
@@ -212,3 +214,11 @@ def test_false_positive_rates_on_real_ed_human_text(shared_ed_csv):
     assert rates["echo"]["texts"] == rates["non_reply"]["texts"] == 1263
     too_high = {check: r for check, r in rates.items() if r["rate"] > 0.01}
     assert not too_high, too_high
+
+
+def test_docs_list_every_check_and_every_threshold_with_its_default():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "quality.md").read_text(encoding="utf-8")
+    for name in CHECKS:
+        assert f"| `{name}` |" in text, name
+    for name, spec in QualityThresholds.model_fields.items():
+        assert f"| `{name}` | {spec.default} |" in text, name

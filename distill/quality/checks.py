@@ -23,6 +23,10 @@ _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case i
 _IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
 _SENTENCE_END = re.compile(r"[.!?]+")
 _URL = re.compile(r"\b(?:https?://|www\.)\S+|\b\S+@\S+\.\w+", re.I)
+# Copies of the seeker are matched on word trigrams; of the prompt's instructions on 4-grams, so that a
+# reasoning sharing a common three-word phrase with the instructions ("the seeker's word") keeps it as its own.
+_COPY_NGRAM = 3
+_PROMPT_NGRAM = 4
 # A whole reply that is one of these is a slot the model never filled, not a reply.
 _PLACEHOLDERS = {"null", "none", "nan", "n/a", "na", "undefined", "todo", "tbd", "response", "reply", "string", "text"}
 
@@ -199,7 +203,7 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
         return None
     if len(ws) < 3:
         return "the reply is the seeker's last turn" if ws == seeker else None
-    share = sum(copied(ws, [seeker], 3)) / len(ws)
+    share = sum(copied(ws, [seeker], _COPY_NGRAM)) / len(ws)
     if share >= t.echo_share:
         return f"{share:.0%} of the reply's words repeat the seeker's last turn"
     return None
@@ -215,10 +219,8 @@ def non_reply(reply: str, t: QualityThresholds) -> Optional[str]:
     return None
 
 
-def parroted_rationale(
-    reasoning: str, instructions: str, dialogue: Sequence[str], t: QualityThresholds
-) -> Optional[str]:
-    """A reasoning that copies the dialogue, or says nothing beyond the label and the prompt's own wording.
+def parroted_rationale(reasoning: str, instructions: str, seeker: Sequence[str], t: QualityThresholds) -> Optional[str]:
+    """A reasoning that copies the seeker's turns, or says nothing beyond the label and the prompt's own wording.
 
     `instructions` is what the role was told (its prompt without the dialogue), so "Judge from the context,
     the seeker's true emotion is X" counts as the prompt's words plus a label: no cue of its own. An empty
@@ -227,11 +229,10 @@ def parroted_rationale(
     ws = words(reasoning)
     if not ws:
         return None
-    from_dialogue = copied(ws, [words(turn) for turn in dialogue], 3)
-    share = sum(from_dialogue) / len(ws)
+    share = sum(copied(ws, [words(turn) for turn in seeker], _COPY_NGRAM)) / len(ws)
     if len(ws) >= t.rationale_copy_min_words and share >= t.rationale_copy_share:
-        return f"copies the dialogue: {share:.0%} of its words are the seeker's turn"
-    from_prompt = copied(ws, [words(instructions)], 4)
+        return f"copies the seeker: {share:.0%} of its words are the seeker's own"
+    from_prompt = copied(ws, [words(instructions)], _PROMPT_NGRAM)
     own = [
         w
         for w, prompt in zip(ws, from_prompt)

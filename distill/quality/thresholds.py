@@ -58,7 +58,7 @@ class QualityThresholds(BaseModel):
         "the prompt's instructions",
     )
     rationale_copy_share: float = Field(
-        0.8, gt=0, le=1, description="parroted_rationale: share of a reasoning's words copied from the dialogue"
+        0.8, gt=0, le=1, description="parroted_rationale: share of a reasoning's words copied from the seeker's turns"
     )
     rationale_copy_min_words: int = Field(
         5, ge=1, description="parroted_rationale: the copy rule only for reasonings of at least this many words"
