@@ -1,4 +1,4 @@
-"""`python -m distill <command>`: generate traces, respond, build datasets, serve.
+"""`python -m distill <command>`: generate traces, respond, inspect their quality, build datasets, serve.
 
 Each command lives in its own module; `data_prep.commands.dispatch` runs it.
 """
@@ -12,6 +12,7 @@ from data_prep.commands import package_main
 COMMANDS = {
     "generate": ("distill.pipeline.cli_generate", "run the pipeline over a dialogue split and write traces"),
     "respond": ("distill.pipeline.cli_respond", "run the pipeline on one dialogue and print every stage"),
+    "inspect": ("distill.quality.cli_inspect", "run the quality checks over a trace run and write its quality.json"),
     "datasets": ("distill.datasets.cli_datasets", "turn a trace run into one SFT dataset per role"),
     "serve": ("distill.serving.cli_serve", "OpenAI-compatible server over the local backend and role adapters"),
     "batch": ("distill.batch.cli_batch", "generate traces through OpenAI's Batch API (submit / poll / collect)"),

@@ -26,7 +26,7 @@ def teacher_outputs(d) -> dict:
         "asi": {"emotion": to_ekman(d.emotion), "reasoning": TEACHER_REASONING},
         "cae": {"triggers": [d.turns[-1].text[:60]], "cause": "teacher cause summary", "category": CAUSE_CATEGORIES[0]},
         "srp": {"reasoning": "Plan: reflect the feeling.", "strategy": "ER"},
-        "ers": {"response": "teacher reply"},
+        "ers": {"response": f"teacher reply to {d.situation.lower()}"},  # one per dialogue: not a near_duplicate
     }
 
 

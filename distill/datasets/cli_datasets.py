@@ -53,6 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also write <out>/joint: every built role's rows in one dataset, for one adapter that serves all "
         "roles (train --roles joint)",
     )
+    parser.add_argument(
+        "--quality",
+        choices=("filter", "report", "off"),
+        default="filter",
+        help="the trace quality checks (docs/quality.md) on each row's own role output: filter drops a row that "
+        "fails one, report keeps it and counts, off runs none",
+    )
+    parser.add_argument(
+        "--quality-thresholds", default=None, help="YAML of QualityThresholds fields to change (docs/quality.md)"
+    )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
     parser.add_argument(
         "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
@@ -92,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         inputs=args.inputs,
         rationale=args.rationale,
         rationale_share=args.rationale_share,
+        quality=args.quality,
+        quality_thresholds=_changed_thresholds(args.quality_thresholds),
     )
     report = BuildReport(problems=list(problems))
     built = build_role_datasets(traces, roles, options, report, info)
@@ -108,6 +120,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({role: str(out / role) for role in built}))
     return push_hub_dataset(out, list(built), args) if args.push_to_hub else 0
+
+
+def _changed_thresholds(path: str | None) -> dict:
+    """The QualityThresholds fields a file changes (checked here, so a bad file fails before any work)."""
+    from distill.quality.thresholds import QualityThresholds
+
+    return QualityThresholds.from_file(path).model_dump(exclude_defaults=True)
 
 
 def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> int:

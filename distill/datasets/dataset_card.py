@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, Optional
 from distill import __version__
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
+from distill.quality.checks import CHECKS
+from distill.quality.report import QUALITY_FILE
+from distill.quality.thresholds import QualityThresholds
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ def read_run(run_dir: Path) -> tuple[list[Trace], Optional[RunInfo], list[str]]:
     if not store.path.is_file():
         raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
     for entry in sorted(run_dir.iterdir()):
-        if entry.name not in (store.run_path.name, store.path.name) and not entry.name.startswith("."):
+        if entry.name not in (store.run_path.name, store.path.name, QUALITY_FILE) and not entry.name.startswith("."):
             problems.append(f"{entry}: not part of a trace run; ignored")
     traces, store_problems = store.read()
     problems += store_problems
@@ -134,12 +137,31 @@ Traces read: {counts["read"]}; kept: {counts["kept"]}.
 |---|---|
 {drops}
 
+## Quality checks
+
+{quality_section(role, counts["quality"])}
+
 ## Splits (by conversation: no `conv_id` is in both)
 
 | split | rows | fingerprint |
 |---|---|---|
 {splits}
 """
+
+
+def quality_section(role: str, quality: dict[str, Any]) -> str:
+    """What the trace quality checks (distill.quality, docs/quality.md) found in this role's rows, per check."""
+    mode, failed = quality["mode"], quality["failed"]
+    if mode == "off":
+        return "Not run: `--quality off`, or the rows' targets are the data's answers, not the teacher's."
+    done = "dropped" if mode == "filter" else "kept and counted"
+    rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name, c in CHECKS.items() if role in c.roles)
+    return f"""Mode `{mode}`: rows whose own `{role}` output failed a check were {done}. A row can fail more than \
+one check.
+
+| check | rows that failed it |
+|---|---|
+{rows}"""
 
 
 def label_section(schema: type) -> str:
@@ -175,6 +197,7 @@ def build_record(
         "trace_run": str(run_dir),
         "options": asdict(options),
         "counts": counts.as_dict(),
+        "quality_thresholds": QualityThresholds(**options.quality_thresholds).model_dump(),
         "rows": {split: dd[split].num_rows for split in dd},
         "trace_distill_version": __version__,
     }

@@ -1,4 +1,4 @@
-"""How a role dataset is built (`DatasetOptions`) and what each role's build kept and dropped (`RoleCounts`).
+"""How a role dataset is built (`DatasetOptions`) and what each role's build kept, dropped and flagged (`RoleCounts`).
 
 Both the builder (sft_data) and the dataset card read these, so they live apart from either.
 """
@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from distill.datasets.sft_tasks import RationaleSource
+
+QualityMode = Literal["filter", "report", "off"]
+QUALITY_DROP = "failed a quality check"  # the one drop reason; which checks failed is in RoleCounts.quality
 
 
 @dataclass
@@ -30,6 +33,11 @@ class DatasetOptions:
     # or from ED's situation text; `rationale_share` of the label rows get one (seeded)
     rationale: Optional[RationaleSource] = None
     rationale_share: float = 1.0
+    # the trace quality checks (distill.quality) on each row's own role output: "filter" drops a row that
+    # fails one, "report" keeps it and counts, "off" runs none. Direct rows and a gold ers target are human
+    # answers, not the teacher's, so no check reads them.
+    quality: QualityMode = "filter"
+    quality_thresholds: dict[str, Any] = field(default_factory=dict)  # QualityThresholds fields to change
 
 
 @dataclass
@@ -38,6 +46,22 @@ class RoleCounts:
     dropped: Counter = field(default_factory=Counter)
     kept: int = 0
     rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
+    quality: Counter = field(default_factory=Counter)  # check -> rows whose own output failed it
+    quality_mode: QualityMode = "off"  # what was done with those rows (`quality_mode`)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "dropped": dict(sorted(self.dropped.items())), "kept": self.kept, "rows": self.rows}
+        return {
+            "read": self.read,
+            "dropped": dict(sorted(self.dropped.items())),
+            "kept": self.kept,
+            "rows": self.rows,
+            "quality": {"mode": self.quality_mode, "failed": dict(sorted(self.quality.items()))},
+        }
+
+
+def quality_mode(role: str, options: DatasetOptions) -> QualityMode:
+    """The quality mode that holds for `role`'s rows: "off" where the row's target is not the teacher's answer
+    (direct rows; a gold ers target), since the checks judge what the teacher wrote."""
+    if options.inputs == "direct" or (role == "ers" and options.ers_target == "gold"):
+        return "off"
+    return options.quality

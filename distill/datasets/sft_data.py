@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
 
 from data_prep.taxonomy import to_ekman
-from distill.datasets.options import DatasetOptions, RoleCounts
+from distill.datasets.options import QUALITY_DROP, DatasetOptions, RoleCounts, quality_mode
 from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo
@@ -49,7 +49,9 @@ class BuildReport:
         for role, c in self.counts.items():
             drops = ", ".join(f"{why} {n}" for why, n in sorted(c.dropped.items())) or "none"
             rows = ", ".join(f"{s} {n}" for s, n in c.rows.items())
-            out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows})")
+            flagged = ", ".join(f"{check} {n}" for check, n in sorted(c.quality.items())) or "none failed"
+            quality = f"quality {c.quality_mode} [{flagged}]" if c.quality_mode != "off" else "quality off"
+            out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows}); {quality}")
         out += [f"{role}: no dataset ({why})" for role, why in self.skipped_roles.items()]
         return out
 
@@ -199,9 +201,10 @@ def build_role_datasets(
     run_roles = enabled_roles(traces)
     wanted = _wanted_roles(roles, run_roles, options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
+    failing = quality_failures(traces, options)
     result: dict[str, DatasetDict] = {}
     for role in wanted:
-        rows, counts = _collect(role, traces, set(run_roles), options)
+        rows, counts = _collect(role, traces, set(run_roles), options, failing)
         report.counts[role] = counts
         if not rows:
             report.skipped_roles[role] = "no rows kept"
@@ -274,14 +277,35 @@ def _only_split(traces: Sequence[Trace], split: str, run: Optional[RunInfo], rep
     return kept
 
 
+def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[tuple[str, str], set[str]]:
+    """(trace key, role) -> the quality checks that role's output failed; empty when the checks are off.
+
+    Run once over all the traces, not per role: near_duplicate compares replies across the run.
+    """
+    if options.quality == "off" or options.inputs == "direct":  # direct rows hold the data's answers only
+        return {}
+    from distill.quality import QualityThresholds, check_traces
+
+    thresholds = QualityThresholds(**options.quality_thresholds)
+    return check_traces(traces, thresholds).failing()
+
+
 def _collect(
-    role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions
+    role: str,
+    traces: Sequence[Trace],
+    run_roles: set[str],
+    options: DatasetOptions,
+    failing: Optional[dict[tuple[str, str], set[str]]] = None,
 ) -> tuple[list[dict], RoleCounts]:
-    counts, rows, seen = RoleCounts(), [], set()
+    counts, rows, seen = RoleCounts(quality_mode=quality_mode(role, options)), [], set()
+    failing = failing if counts.quality_mode != "off" else None
     for trace in tqdm(traces, desc=f"{role} rows", unit="trace", leave=False):
         counts.read += 1
         row, why = role_row(role, trace, run_roles, options)
-        if row is not None and options.dedup:
+        if row is not None and failing and (failed := failing.get((trace.key, role))):
+            counts.quality.update(failed)
+            why = QUALITY_DROP if counts.quality_mode == "filter" else None
+        if row is not None and why is None and options.dedup:
             pair = json.dumps([row["prompt"], row["completion"]], ensure_ascii=False)
             why = "duplicate" if pair in seen else None
             seen.add(pair)

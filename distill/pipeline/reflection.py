@@ -68,22 +68,55 @@ def parse_output(spec: RoleSpec, text: str, stages: Sequence[str], style: Prompt
     return spec.from_student(parsed)
 
 
-def trigger_warnings(out: BaseModel, dialogue: Dialogue) -> list[str]:
-    """CAE trigger spans that are not verbatim (case- and space-insensitive) in the seeker's turns.
+# A trigger counts as quoted when this share of its words sits in word pairs of the seeker's turns:
+# teachers and small students quote with a dropped apostrophe or one changed word, not with new sentences.
+TRIGGER_MIN_MATCH = 0.8
 
-    Recorded as warnings, not rejections: teachers and small students often quote with a changed
-    word or punctuation, the GRA already audits whether the cause is grounded, and rejecting would
-    spend retries and drop whole dialogues over a soft quality signal. Dataset builders can filter
-    on the warning (event text starts with 'warning: cae trigger').
+
+def trigger_warnings(out: BaseModel, dialogue: Dialogue, min_match: float = TRIGGER_MIN_MATCH) -> list[str]:
+    """One warning per CAE trigger span that is not a span of the seeker's turns (`ungrounded_triggers`).
+
+    Recorded as warnings, not rejections: the GRA already audits whether the cause is grounded, and
+    rejecting would spend retries and drop whole dialogues over a soft quality signal. The
+    `ungrounded_trigger` quality check (distill.quality) reads the same rule, and `distill datasets`
+    filters on it.
     """
     if not isinstance(out, CAEOutput):
         return []
-    seeker = _squash(dialogue.seeker_text())
     return [
-        f"warning: cae trigger {span!r} is not a verbatim span of the seeker's turns"
-        for span in out.triggers
-        if _squash(span) not in seeker
+        f"warning: cae trigger {span!r} is not a span of the seeker's turns"
+        for span in ungrounded_triggers(out.triggers, dialogue, min_match)
     ]
+
+
+def ungrounded_triggers(triggers: Sequence[str], dialogue: Dialogue, min_match: float = TRIGGER_MIN_MATCH) -> list[str]:
+    """The trigger spans whose `span_match` with the seeker's turns is under `min_match`."""
+    text = dialogue.seeker_text()
+    return [span for span in triggers if span_match(span, text) < min_match]
+
+
+def span_match(span: str, text: str) -> float:
+    """Share of the span's words that sit in a word pair the text also has (a one-word span: in the text).
+
+    Normalised (lower case; punctuation, apostrophes and spacing ignored) and fuzzy: a changed word costs
+    the two pairs around it, while a made-up span shares almost no pairs with the seeker's words. A span
+    without words (an emoticon, "...") can only be matched verbatim: 1.0 or 0.0.
+    """
+    span_words, text_words = _span_words(span), _span_words(text)
+    if not span_words:
+        return float(bool(_squash(span)) and _squash(span) in _squash(text))
+    if len(span_words) == 1:
+        return float(span_words[0] in text_words)
+    pairs = set(zip(text_words, text_words[1:]))
+    covered = [False] * len(span_words)
+    for i, pair in enumerate(zip(span_words, span_words[1:])):
+        if pair in pairs:
+            covered[i] = covered[i + 1] = True
+    return sum(covered) / len(span_words)
+
+
+def _span_words(text: str) -> list[str]:
+    return re.findall(r"[^\W_]+", text.lower().replace("'", "").replace("\u2019", ""))
 
 
 def _squash(text: str) -> str:

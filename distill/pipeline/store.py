@@ -5,6 +5,7 @@ Layout of a run directory:
     run.json       what produced the traces (`RunInfo`: pipeline config, backend, prompt version, split,
                    source), written once; a later run with a different config is refused
     traces.jsonl   one `Trace` per line, appended, flushed and fsynced one at a time
+    quality.json   what `distill inspect` found (written and read by distill.quality.report, not by the store)
 
 A crash (even `kill -9`) can at worst leave a partial last line: the reader skips and reports it,
 and the next writer cuts it off before appending, so no record is ever corrupt and at most the

@@ -8,6 +8,7 @@ so the prompt a student is trained on is byte-for-byte the prompt it sees at inf
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
@@ -134,9 +135,29 @@ def _upstream_lines(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
     return lines
 
 
+_EXEMPLAR_HEADER = "Retrieved cases: how human listeners replied in similar situations:\n"
+_EXEMPLAR_ROW = re.compile(r"^- situation: (.*)\n  emotion: .*\n  listener reply: (.*)$", re.M)
+
+
 def _exemplar_block(exemplars: list[Exemplar]) -> str:
     rows = [f"- situation: {e.situation}\n  emotion: {e.emotion}\n  listener reply: {e.response}" for e in exemplars]
-    return "Retrieved cases: how human listeners replied in similar situations:\n" + "\n".join(rows)
+    return _EXEMPLAR_HEADER + "\n".join(rows)
+
+
+def exemplar_texts(messages: Messages) -> list[str]:
+    """The situations and listener replies of the exemplars a rendered teacher prompt carried.
+
+    The inverse of `_exemplar_block`, kept beside it so the format has one owner: a trace records the
+    prompt, not the retrieval, and the `exemplar_copy` check (distill.quality) reads the exemplars back.
+    """
+    texts = []
+    for message in messages:
+        content = message.get("content", "")
+        at = content.find(_EXEMPLAR_HEADER)
+        if at >= 0:
+            block = content[at + len(_EXEMPLAR_HEADER) :].split("\n\n", 1)[0]
+            texts += [text for row in _EXEMPLAR_ROW.findall(block) for text in row]
+    return texts
 
 
 def _schema_hint(schema: type[BaseModel]) -> str:

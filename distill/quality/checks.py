@@ -1,0 +1,243 @@
+"""The text-level quality checks: each takes the text (and what it is compared with) and returns the one-line
+reason it fails, or None when it passes.
+
+These are the rules alone, with no knowledge of traces: distill.quality.audit decides which role's field goes
+to which check, and near_duplicate (a run-level check) lives in distill.quality.duplicates. Every rule reads
+text through `words`, so "stress_relief_relief" and "Stress relief, relief" are the same three words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from data_prep.taxonomy import ED_EMOTIONS, EKMAN, STRATEGIES
+from distill.quality.thresholds import QualityThresholds
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case identifier reads as its parts
+_IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
+_SENTENCE_END = re.compile(r"[.!?]+")
+_URL = re.compile(r"\b(?:https?://|www\.)\S+|\b\S+@\S+\.\w+", re.I)
+# Copies of the seeker are matched on word trigrams; of the prompt's instructions on 4-grams, so that a
+# reasoning sharing a common three-word phrase with the instructions ("the seeker's word") keeps it as its own.
+_COPY_NGRAM = 3
+_PROMPT_NGRAM = 4
+# A whole reply that is one of these is a slot the model never filled, not a reply.
+_PLACEHOLDERS = {"null", "none", "nan", "n/a", "na", "undefined", "todo", "tbd", "response", "reply", "string", "text"}
+
+# Words a reasoning may use without saying anything about this seeker: function words, and the stock words of
+# an emotion or strategy verdict. Kept short on purpose: a word listed here can never count as a cue.
+FUNCTION_WORDS = set(
+    """a about above after again all also am an and any are as at be because been being but by can could did do
+    does doing for from had has have having he her here him his how i i'm if in into is it it's its just me more
+    most my no not of on or our out over own so some such than that that's the their them then there these they
+    this those to too under up very was we were what when where which while who whom why will with would you your
+    she he's she's they're their's being""".split()
+)
+_STOCK_WORDS = set(
+    """seeker seeker's seekers speaker speaker's user user's person person's emotion emotions emotional feel feels
+    feeling feelings felt true truly judge judging judged context dialogue conversation text statement message
+    messages express expresses expressed expressing expression dominant primary main overall clearly clear likely
+    label class category identified identify identifies indicates indicate indicating suggests suggest shows show
+    showing based therefore thus hence answer reasoning reason strategy best appropriate suitable choose chosen
+    choice use used response reply cue cues word words flow tone sentiment state given seems seem""".split()
+)
+_EMOTION_WORDS = (
+    set(EKMAN)
+    | set(ED_EMOTIONS)
+    | set("happy joy sad angry mad upset scared fearful frightened worried disgusting shocked surprising".split())
+)
+_STRATEGY_WORDS = {s.lower() for s in STRATEGIES} | {"reaction", "interpretation", "exploration"}
+LABEL_WORDS = frozenset(_EMOTION_WORDS | _STRATEGY_WORDS)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named check: the roles whose outputs it reads, which fields, and why it exists (one line)."""
+
+    name: str
+    roles: tuple[str, ...]
+    fields: str
+    why: str
+
+
+# The registry, in report order. `loop` reads every text field of every role that writes text.
+CHECKS: dict[str, Check] = {
+    c.name: c
+    for c in (
+        Check("loop", ("asi", "cae", "caef", "perspective", "srp", "ers", "gra"), "every text field",
+              "degenerate repetition: a unit repeated in a row, a sentence said over and over, a character run, "
+              "or text that compresses like a loop"),
+        Check("exemplar_copy", ("srp", "ers"), "srp reasoning, ers response",
+              "reproduces the retrieved exemplars its own prompt carried instead of answering this seeker"),
+        Check("ungrounded_trigger", ("cae",), "cae triggers",
+              "a trigger that is not a span of the seeker's turns, which TRACE's cause agent is asked to quote"),
+        Check("parroted_rationale", ("asi", "caef", "srp"), "reasoning",
+              "a reasoning that copies the seeker's turn or says nothing beyond the label and the prompt"),
+        Check("echo", ("ers",), "response", "a reply that says back the seeker's last turn"),
+        Check("non_reply", ("ers",), "response", "a reply with no words: a timestamp, a number, a URL, a placeholder"),
+        Check("near_duplicate", ("ers",), "response",
+              "the same reply, or nearly the same, given to many different dialogues (run-level)"),
+    )
+}  # fmt: skip
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words and numbers; typographic apostrophes folded, underscores and punctuation split."""
+    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
+    return _WORD.findall(text.lower())
+
+
+def copied(text: Sequence[str], source: Iterable[Sequence[str]], n: int) -> list[bool]:
+    """For each word of `text`: does it sit inside a word n-gram that one of the `source` texts also has?"""
+    grams = {tuple(s[i : i + n]) for s in source for i in range(len(s) - n + 1)}
+    covered = [False] * len(text)
+    for i in range(len(text) - n + 1):
+        if tuple(text[i : i + n]) in grams:
+            covered[i : i + n] = [True] * n
+    return covered
+
+
+# --- loop ---------------------------------------------------------------------------------------
+
+
+def loop(text: str, t: QualityThresholds) -> Optional[str]:
+    """Degenerate repetition: a unit repeated in a row, a sentence said over and over, a character run, or
+    text that compresses far better than prose does."""
+    for match in _IDENTIFIER.finditer(text):
+        parts = [p for p in match.group(0).lower().split("_") if p]
+        count, unit = _longest_run(parts, 1, len(parts) // 2)
+        if count >= t.loop_identifier_repeats:
+            return f"{'_'.join(unit)!r} repeated {count} times in a row inside the identifier {_clip(match.group(0))}"
+    ws = words(text)
+    count, unit = _longest_run(ws, 1, 1)
+    if count >= t.loop_word_repeats:
+        return f"the word {unit[0]!r} repeated {count} times in a row"
+    count, unit = _longest_run(ws, 2, len(ws) // 2)
+    if count >= t.loop_phrase_repeats:
+        return f"{_clip(' '.join(unit))} repeated {count} times in a row"
+    if hit := _repeated_sentence(text, t.loop_phrase_repeats):
+        return hit
+    if hit := _character_run(text, t.loop_char_repeats, t.loop_chunk_repeats):
+        return hit
+    raw = text.encode("utf-8")
+    if len(raw) >= t.loop_compression_min_chars:
+        ratio = len(raw) / len(zlib.compress(raw, 9))
+        if ratio >= t.loop_compression_ratio:
+            return f"compresses {ratio:.1f}x with zlib (prose: under {t.loop_compression_ratio})"
+    return None
+
+
+def _longest_run(tokens: Sequence[str], shortest: int, longest: int) -> tuple[int, tuple[str, ...]]:
+    """The most times a unit of `shortest`..`longest` tokens repeats back to back, and that unit.
+
+    A unit must hold a letter: "5 5 5 5" in a seeker's turn is a number written out, not a loop (the
+    character rule catches a runaway "1000000000").
+    """
+    best: tuple[int, tuple[str, ...]] = (1, ())
+    n = len(tokens)
+    for size in range(shortest, longest + 1):
+        for start in range(n - 2 * size + 1):
+            unit = list(tokens[start : start + size])
+            count = 1
+            while list(tokens[start + count * size : start + (count + 1) * size]) == unit:
+                count += 1
+            if count > best[0] and any(ch.isalpha() for tok in unit for ch in tok):
+                best = (count, tuple(unit))
+    return best
+
+
+def _repeated_sentence(text: str, repeats: int) -> Optional[str]:
+    """A sentence of 3+ words said `repeats` times anywhere in the text (a loop with other text between)."""
+    seen: dict[tuple[str, ...], int] = {}
+    for sentence in _SENTENCE_END.split(text):
+        key = tuple(words(sentence))
+        if len(key) >= 3:
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] >= repeats:
+                return f"the sentence {_clip(' '.join(key))} said {seen[key]} times"
+    return None
+
+
+@lru_cache(maxsize=16)
+def _run_patterns(chars: int, chunks: int) -> tuple[re.Pattern, re.Pattern]:
+    return re.compile(rf"(\S)\1{{{chars - 1},}}"), re.compile(rf"(\S{{2,4}}?)\1{{{chunks - 1},}}")
+
+
+def _character_run(text: str, chars: int, chunks: int) -> Optional[str]:
+    single, chunk = _run_patterns(chars, chunks)
+    if m := single.search(text):
+        return f"{m.group(1)!r} repeated {len(m.group(0))} times in a row"
+    if m := chunk.search(text):
+        return f"{m.group(1)!r} repeated {len(m.group(0)) // len(m.group(1))} times in a row"
+    return None
+
+
+def _clip(text: str, width: int = 48) -> str:
+    return repr(text if len(text) <= width else text[: width - 1] + "\u2026")
+
+
+# --- copies: of an exemplar, of the seeker ------------------------------------------------------
+
+
+def exemplar_copy(text: str, exemplars: Sequence[str], t: QualityThresholds) -> Optional[str]:
+    """The text reproduces the retrieved exemplars it was shown (their situations or replies)."""
+    ws = words(text)
+    if not ws or not exemplars:
+        return None
+    hits = sum(copied(ws, [words(e) for e in exemplars], t.exemplar_ngram))
+    if hits >= t.exemplar_copy_min_words and hits / len(ws) >= t.exemplar_copy_share:
+        return f"{hits} of its {len(ws)} words are copied from a retrieved exemplar"
+    return None
+
+
+def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[str]:
+    """The reply says back the seeker's last turn instead of answering it."""
+    ws, seeker = words(reply), words(seeker_last_turn)
+    if not ws or not seeker:
+        return None
+    if len(ws) < 3:
+        return "the reply is the seeker's last turn" if ws == seeker else None
+    share = sum(copied(ws, [seeker], _COPY_NGRAM)) / len(ws)
+    if share >= t.echo_share:
+        return f"{share:.0%} of the reply's words repeat the seeker's last turn"
+    return None
+
+
+def non_reply(reply: str, t: QualityThresholds) -> Optional[str]:
+    """No words to read: a timestamp, a number, a URL, punctuation, or a placeholder."""
+    lexical = [w for w in words(_URL.sub(" ", reply)) if w.replace("'", "").isalpha()]
+    if len(lexical) < t.non_reply_min_words:
+        return f"no words: {_clip(reply.strip()) if reply.strip() else 'empty'}"
+    if reply.strip().strip(".!?\"'").lower() in _PLACEHOLDERS:
+        return f"a placeholder, not a reply: {_clip(reply.strip())}"
+    return None
+
+
+def parroted_rationale(reasoning: str, instructions: str, seeker: Sequence[str], t: QualityThresholds) -> Optional[str]:
+    """A reasoning that copies the seeker's turns, or says nothing beyond the label and the prompt's own wording.
+
+    `instructions` is what the role was told (its prompt without the dialogue), so "Judge from the context,
+    the seeker's true emotion is X" counts as the prompt's words plus a label: no cue of its own. An empty
+    reasoning passes: a student answers with the decision alone.
+    """
+    ws = words(reasoning)
+    if not ws:
+        return None
+    share = sum(copied(ws, [words(turn) for turn in seeker], _COPY_NGRAM)) / len(ws)
+    if len(ws) >= t.rationale_copy_min_words and share >= t.rationale_copy_share:
+        return f"copies the seeker: {share:.0%} of its words are the seeker's own"
+    from_prompt = copied(ws, [words(instructions)], _PROMPT_NGRAM)
+    own = [
+        w
+        for w, prompt in zip(ws, from_prompt)
+        if not prompt and w not in FUNCTION_WORDS and w not in _STOCK_WORDS and w not in LABEL_WORDS
+    ]
+    if len(own) < t.rationale_min_own_words:
+        return f"only restates the label or the prompt ({len(own)} word(s) of its own)"
+    return None

@@ -1,0 +1,166 @@
+"""The quality gates on a trace run: `distill inspect` writes quality.json, and `distill datasets --quality`
+filters, reports or skips. The run is built by hand from the registry's own teacher prompts (exemplars
+included), so the expected counts are exact and no model loads."""
+
+from __future__ import annotations
+
+from datasets import load_from_disk
+from test_datasets import write_run
+from test_quality import EXEMPLAR
+
+from data_prep.dialogues import Dialogue
+from distill.__main__ import main as distill_main
+from distill.datasets.dataset_card import read_build_record
+from distill.pipeline.config import PipelineConfig
+from distill.pipeline.trace import Step, Trace, trace_key
+from distill.quality import QUALITY_FILE, read_quality
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION, ROLES, build_role_input
+
+COPIED = f"{EXEMPLAR.situation} {EXEMPLAR.response}"
+
+
+def clean_outputs(d: Dialogue) -> dict[str, dict]:
+    seeker = d.turns[-1].text
+    return {
+        "asi": {"reasoning": f"What happened: {d.situation}", "emotion": d.emotion},
+        "cae": {"triggers": [" ".join(seeker.split()[:5])], "cause": d.situation, "category": "Loss & Failure"},
+        "srp": {"reasoning": "They need warmth before anything else.", "strategy": "ER"},
+        "ers": {"response": f"Oh, {d.situation.lower().rstrip('.')}? How are you holding up?"},
+    }
+
+
+def teacher_trace(d: Dialogue, outputs: dict[str, dict]) -> Trace:
+    """A trace whose steps carry the registry's teacher prompts, with one retrieved exemplar for srp and ers."""
+    config = PipelineConfig().model_dump()
+    steps = []
+    for role, out in outputs.items():
+        spec = ROLES[role]
+        inp = build_role_input(spec, d, outputs, exemplars=[EXEMPLAR] if spec.uses_exemplars else None)
+        steps.append(Step(role=role, messages=spec.render(inp, "teacher"), parsed=out))
+    return Trace(
+        key=trace_key(d, config, "local", "tiny", PROMPT_VERSION), dialogue=d, backend="local", model="tiny",
+        prompt_version=PROMPT_VERSION, prompt_style="teacher", config=config, steps=steps, outputs=outputs,
+    )  # fmt: skip
+
+
+def quality_run(tiny_dialogues, run_dir) -> list[Trace]:
+    """Eight traces: four clean, then a looping cae trigger, a copied exemplar, a parroted asi reasoning and an
+    ers reply that echoes the seeker."""
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    outputs[4]["cae"]["triggers"] = ["stress_relief_relief_relief_relief"]
+    outputs[5]["ers"]["response"] = COPIED
+    outputs[6]["asi"]["reasoning"] = (
+        f"Judge from the context, the seeker's true emotion is {tiny_dialogues[6].emotion}."
+    )
+    outputs[7]["ers"]["response"] = tiny_dialogues[7].turns[-1].text
+    traces = [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)]
+    write_run(run_dir, traces)
+    return traces
+
+
+def test_inspect_writes_quality_json_with_counts_rates_and_an_example(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    assert distill_main(["inspect", str(run_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert "quality checks" in err  # the progress bar over traces
+    assert f"wrote {run_dir / QUALITY_FILE}" in err
+    assert out.splitlines()[0].split() == ["role", "check", "failed", "rate", "example"]
+    assert "quality (8 traces): asi parroted_rationale 1/8 (12.5%); cae loop 1/8 (12.5%);" in out
+    report = read_quality(run_dir)
+    roles = report["roles"]
+    assert {role: r["failed"] for role, r in roles.items()} == {"asi": 1, "cae": 1, "srp": 0, "ers": 2}
+    loop = roles["cae"]["checks"]["loop"]
+    assert (loop["count"], loop["rate"]) == (1, 0.125)
+    assert loop["example"]["dialogue_id"] == tiny_dialogues[4].id and loop["example"]["field"] == "triggers[0]"
+    assert roles["cae"]["checks"]["ungrounded_trigger"]["count"] == 1
+    assert roles["ers"]["checks"]["exemplar_copy"]["example"]["text"] == COPIED
+    assert roles["ers"]["checks"]["echo"]["example"]["dialogue_id"] == tiny_dialogues[7].id
+    assert roles["srp"]["checks"]["loop"] == {"count": 0, "rate": 0.0, "example": None}
+    assert report["thresholds"]["loop_word_repeats"] == 4 and "why" in report["checks"]["loop"]
+
+    # quality.json is part of the run: the dataset builder does not report it as a stray file
+    assert distill_main(["datasets", "--traces", str(run_dir), "--out", str(tmp_path / "sft")]) == 0
+    assert "not part of a trace run" not in capsys.readouterr().err
+
+
+def test_inspect_thresholds_and_bad_input(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    loose = tmp_path / "loose.yaml"
+    loose.write_text("loop_identifier_repeats: 5\nloop_word_repeats: 5\n", encoding="utf-8")
+    assert distill_main(["inspect", str(run_dir), "--thresholds", str(loose), "--no-write"]) == 0
+    assert "cae loop" not in capsys.readouterr().out and not (run_dir / QUALITY_FILE).exists()
+
+    missing = tmp_path / "nope"
+    assert distill_main(["inspect", str(missing)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"python -m distill inspect: error: {missing}: no traces.jsonl; is this a trace run directory?"
+    )
+    loose.write_text("loop_word_repeats: many\n", encoding="utf-8")
+    assert distill_main(["inspect", str(run_dir), "--thresholds", str(loose)]) == 2
+    assert f"{loose}: field 'loop_word_repeats'" in capsys.readouterr().err
+
+
+def build(run_dir, out, *flags) -> dict[str, dict]:
+    """`distill datasets` over the run; each role's build record."""
+    assert distill_main(["datasets", "--traces", str(run_dir), "--out", str(out), "--eval-fraction", "0", *flags]) == 0
+    return {role: read_build_record(out / role) for role in CORE_ROLES}
+
+
+def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    traces = quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft")
+    counts = {role: r["counts"] for role, r in records.items()}
+    assert {role: c["kept"] for role, c in counts.items()} == {"asi": 7, "cae": 7, "srp": 8, "ers": 6}
+    assert counts["ers"]["dropped"] == {"failed a quality check": 2}
+    assert counts["ers"]["quality"] == {"mode": "filter", "failed": {"echo": 1, "exemplar_copy": 1}}
+    assert counts["cae"]["quality"]["failed"] == {"loop": 1, "ungrounded_trigger": 1}  # one row, two checks
+    assert counts["asi"]["quality"]["failed"] == {"parroted_rationale": 1}
+    assert records["ers"]["quality_thresholds"]["echo_share"] == 0.8
+    kept = {row["key"] for row in load_from_disk(str(tmp_path / "sft" / "ers"))["train"]}
+    assert kept == {t.key for t in traces} - {traces[5].key, traces[7].key}
+    card = (tmp_path / "sft" / "ers" / "README.md").read_text(encoding="utf-8")
+    assert "Mode `filter`: rows whose own `ers` output failed a check were dropped." in card
+    assert "| `exemplar_copy` | 1 |" in card and "| `near_duplicate` | 0 |" in card
+    assert "| failed a quality check | 2 |" in card
+    err = capsys.readouterr().err
+    assert "ers: read 8, dropped [failed a quality check 2], kept 6 (train 6, validation 0); " in err
+    assert "quality filter [echo 1, exemplar_copy 1]" in err
+
+
+def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft", "--quality", "report")
+    assert all(r["counts"]["kept"] == 8 and r["counts"]["dropped"] == {} for r in records.values())
+    assert records["ers"]["counts"]["quality"] == {"mode": "report", "failed": {"echo": 1, "exemplar_copy": 1}}
+    card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    assert "Mode `report`: rows whose own `cae` output failed a check were kept and counted." in card
+    assert "| `loop` | 1 |" in card
+    assert "quality report [loop 1, ungrounded_trigger 1]" in capsys.readouterr().err
+
+
+def test_datasets_quality_off_runs_no_check(tiny_dialogues, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    records = build(run_dir, tmp_path / "sft", "--quality", "off")
+    assert all(r["counts"]["kept"] == 8 for r in records.values())
+    assert all(r["counts"]["quality"] == {"mode": "off", "failed": {}} for r in records.values())
+    assert "Not run: `--quality off`" in (tmp_path / "sft" / "asi" / "README.md").read_text(encoding="utf-8")
+    assert "quality off" in capsys.readouterr().err
+
+
+def test_datasets_quality_leaves_a_gold_ers_target_alone_and_reads_a_thresholds_file(tiny_dialogues, tmp_path):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    loose = tmp_path / "loose.yaml"
+    # a field set to its default is no change: the options record only exemplar_copy_share
+    loose.write_text("rationale_min_own_words: 1\nexemplar_copy_share: 1.0\n", encoding="utf-8")
+    records = build(run_dir, tmp_path / "sft", "--ers-target", "gold", "--quality-thresholds", str(loose))
+    # the human reply is the target: the teacher's copied and echoed replies are not in the rows
+    assert records["ers"]["counts"]["kept"] == 8 and records["ers"]["counts"]["quality"]["mode"] == "off"
+    assert records["asi"]["counts"]["quality"]["failed"] == {"parroted_rationale": 1}
+    assert records["asi"]["options"]["quality_thresholds"] == {"exemplar_copy_share": 1.0}
+    assert records["asi"]["quality_thresholds"]["exemplar_copy_share"] == 1.0
