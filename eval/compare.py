@@ -22,7 +22,7 @@ from eval.diversity import diversity_metrics, human_ratios
 from eval.metrics import reply_metrics, score_replies
 from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
 from eval.paper import load_paper_reference
-from eval.run_figures import reflection_figures, retries_per_role
+from eval.run_figures import reflection_figures, retries_per_role, trace_quality
 from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
@@ -109,6 +109,7 @@ def score_system(
     result["cost"] = _cost(run)
     result["retries"] = retries_per_role(run.traces)
     result["reflection"] = reflection_figures(run.traces)
+    result["quality"] = trace_quality(run.traces, run.replies)
     return result, per_dialogue(run, test, reference, extras)
 
 

@@ -20,6 +20,7 @@ from eval.accuracy import ekman_or_invalid
 from eval.diversity import diversity_metrics
 from eval.metrics import paired_metrics, reply_metrics, score_replies
 from eval.perplexity import corpus_ppl
+from eval.run_figures import reply_quality
 from eval.stats import DEFAULT_RESAMPLES, holm, mean_with_ci, paired_bootstrap
 
 ALPHA = 0.05  # the family-wise error rate the paired table is corrected to
@@ -88,6 +89,7 @@ def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]
         "n": len(test),
         "diversity": diversity_metrics(replies, config.ead.tokenizer, config.ead.vocab_size),
         "length_words": mean_with_ci([len(r.split()) for r in replies]),
+        "quality": reply_quality(replies, test),
     }
     if config.ppl is not None:
         row["ppl"], _ = score_ppl(replies, test, config, reference_lm)

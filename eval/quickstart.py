@@ -185,6 +185,8 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
         argv = ["generate", "--config", str(CONFIGS / "teacher" / "local.yaml"), "--dialogues", str(out / "dialogues")]
         argv += ["--split", split, "--limit", str(limit), "--index", str(out / "index")]
         _run_cli("distill", [*argv, "--out", str(out / f"teacher-{split}"), *gold], f"generate {split}")
+    # the quality checks over the traces the students learn from (the datasets filter on them)
+    _run_cli("distill", ["inspect", str(out / "teacher-train")], "inspect")
 
 
 def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
@@ -250,7 +252,16 @@ def run(args: argparse.Namespace) -> int:
     print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     print(f"report: {report_md}")
     print(headline(out / "eval" / "report.json"))
+    print(teacher_quality(out / "teacher-train"))
     return 0
+
+
+def teacher_quality(run: Path) -> str:
+    """The teacher run's quality line (`distill inspect`), which the datasets filtered on."""
+    from distill.quality import read_quality, summary_line
+
+    data = read_quality(run)
+    return f"teacher {summary_line(data)} (details: {run / 'quality.json'})" if data else "teacher quality: not checked"
 
 
 def _cards_with_eval(out: Path) -> None:

@@ -136,6 +136,27 @@ def paper_table(report: dict) -> list[str]:
     return [*lines, ""]
 
 
+def checks_table(report: dict) -> list[str]:
+    """Per system and role, the share of its outputs failing each quality check (distill.quality), the human
+    replies last; a check that does not apply to a role shows a dash."""
+    from distill.quality import CHECKS
+
+    rows = []
+    for s in [*report["systems"], report.get("human_gold") or {}]:
+        for role, q in (s.get("quality") or {}).items():
+            rates = q["rates"]
+            rows.append([s["name"], role, fmt(q["checked"]), *(fmt(rates.get(c), 3) for c in CHECKS)])
+    if not rows:
+        return []
+    header = ["System", "role", "outputs", *CHECKS]
+    return [
+        "## Trace quality (share of outputs failing each check; `distill inspect`, docs/quality.md)",
+        "",
+        *markdown_table(header, rows),
+        "",
+    ]
+
+
 def registered_table(report: dict) -> list[str]:
     """The registry's own reply metrics (eval.metrics), a column each; none registered: no table."""
     specs = reply_metrics()
@@ -311,6 +332,7 @@ def render_markdown(report: dict) -> str:
         *quality_table(report),
         "",
         *paper_table(report),
+        *checks_table(report),
         *registered_table(report),
         f"## Agreement with `{report['settings']['reference_system']}`",
         "",

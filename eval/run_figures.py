@@ -1,4 +1,5 @@
-"""What a system's traces say about how they were made: retries per role, and the reflection figures.
+"""What a system's traces say about how they were made: retries per role, the reflection figures, and the
+quality checks (`distill.quality`: loops, copied exemplars, parroted rationales, echoes, non-replies).
 
 Retries show how far a run strays from its configured temperatures (a retry may sample warmer, see
 `retry_temperature`). The reflection figures say whether the audit did anything: how often it led to
@@ -13,8 +14,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import restart_stage
 from distill.pipeline.trace import Trace
+from distill.quality import QualityReport, check_replies, check_traces
 from distill.roles.roles import STAGE_ORDER
 from distill.roles.schemas import GRAOutput
 from eval.stats import mean_with_ci
@@ -69,3 +72,25 @@ def reflection_figures(traces: Sequence[Trace]) -> Optional[dict[str, Any]]:
         "mean_selected_iteration": mean_with_ci(selected),
         "reply_changed_by_pick": mean_with_ci(changed),
     }
+
+
+def quality_rates(report: QualityReport, roles: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """role -> outputs checked and the share failing each check (`roles`: only these)."""
+    rates = report.rates()
+    return {
+        role: {"checked": report.checked[role], "rates": rates[role]}
+        for role in rates
+        if roles is None or role in roles
+    }
+
+
+def trace_quality(traces: Sequence[Trace], own_reply: bool) -> dict[str, Any]:
+    """The quality checks on a system's own outputs: the teacher's and the students' alike, so a reader sees
+    a student's loop rate beside its teacher's. A reply fed from the data (`own_reply` False) is left out."""
+    report = check_traces(traces, progress=False)
+    return quality_rates(report, None if own_reply else [r for r in report.checked if r != "ers"])
+
+
+def reply_quality(replies: Sequence[str], dialogues: Sequence[Dialogue]) -> dict[str, Any]:
+    """The reply checks that need no prompt, on bare replies (the human row)."""
+    return quality_rates(check_replies(replies, dialogues))

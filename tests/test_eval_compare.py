@@ -142,6 +142,30 @@ def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_pa
     assert "not re-run here" in table and "PPL is left out" in table
 
 
+def test_report_runs_the_quality_checks_on_every_system_and_the_human_replies(tmp_path, tiny_dialogues):
+    test = tiny_dialogues[:4]
+    loop = "I'm not sure what's going on here. " * 5
+    cfg = {
+        "dialogues": _dataset(tmp_path, "ds", test),
+        "ppl": None,
+        "bertscore": None,
+        "systems": [
+            {"name": "teacher", "traces": _hand_trace_run(tmp_path / "t", test, reply="that sounds so hard, how are")},
+            {"name": "student", "traces": _hand_trace_run(tmp_path / "s", test, reply=loop)},
+        ],
+    }
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    teacher, student = (s["quality"]["ers"] for s in report["systems"])
+    assert (teacher["checked"], teacher["rates"]["loop"]) == (4, 0.0)
+    assert (student["checked"], student["rates"]["loop"]) == (4, 1.0)
+    assert report["human_gold"]["quality"]["ers"]["rates"]["loop"] == 0.0
+    md = (out / "report.md").read_text()
+    table = md.split("## Trace quality")[1].split("\n## ")[0]
+    assert "| student | ers | 4 | 1.000 |" in table and "| human (gold replies) | ers | 4 | 0.000 |" in table
+
+
 def test_an_unknown_paper_reference_is_refused_before_anything_runs(tmp_path, capsys, tiny_dialogues):
     cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:2]), "paper_reference": "trace-table9"}
     cfg["systems"] = [{"name": "t", "traces": str(tmp_path / "nowhere")}]

@@ -113,7 +113,8 @@ def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dial
     traces = quality_run(tiny_dialogues, run_dir)
     records = build(run_dir, tmp_path / "sft")
     counts = {role: r["counts"] for role, r in records.items()}
-    assert {role: c["kept"] for role, c in counts.items()} == {"asi": 7, "cae": 7, "srp": 8, "ers": 6}
+    # asi's parroted reasoning is counted, not dropped: its student learns the label alone
+    assert {role: c["kept"] for role, c in counts.items()} == {"asi": 8, "cae": 7, "srp": 8, "ers": 6}
     assert counts["ers"]["dropped"] == {"failed a quality check": 2}
     assert counts["ers"]["quality"] == {"mode": "filter", "failed": {"echo": 1, "exemplar_copy": 1}}
     assert counts["cae"]["quality"]["failed"] == {"loop": 1, "ungrounded_trigger": 1}  # one row, two checks
@@ -128,6 +129,14 @@ def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dial
     err = capsys.readouterr().err
     assert "ers: read 8, dropped [failed a quality check 2], kept 6 (train 6, validation 0); " in err
     assert "quality filter [echo 1, exemplar_copy 1]" in err
+
+
+def test_a_parroted_reasoning_drops_its_row_only_when_the_student_learns_the_reasoning(tiny_dialogues, tmp_path):
+    run_dir = tmp_path / "run"
+    quality_run(tiny_dialogues, run_dir)
+    asi = build(run_dir, tmp_path / "sft", "--roles", "asi", "--rationale", "teacher")["asi"]["counts"]
+    assert asi["quality"]["failed"] == {"parroted_rationale": 1}
+    assert asi["dropped"]["failed a quality check"] == 1  # its reasoning is the rationale twin's target
 
 
 def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):

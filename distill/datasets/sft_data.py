@@ -277,17 +277,34 @@ def _only_split(traces: Sequence[Trace], split: str, run: Optional[RunInfo], rep
     return kept
 
 
-def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[tuple[str, str], set[str]]:
-    """(trace key, role) -> the quality checks that role's output failed; empty when the checks are off.
+def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[tuple[str, str], dict[str, bool]]:
+    """(trace key, role) -> each quality check that role's output failed, and whether it failed in a field the
+    student learns; empty when the checks are off.
 
-    Run once over all the traces, not per role: near_duplicate compares replies across the run.
+    Run once over all the traces, not per role: near_duplicate compares replies across the run. Every failure
+    is counted, but only one in a learned field drops the row: asi's and srp's students answer the label alone
+    (their reasoning is learned only as the rationale task's target), and a parroted reasoning's label may be right.
     """
     if options.quality == "off" or options.inputs == "direct":  # direct rows hold the data's answers only
         return {}
     from distill.quality import QualityThresholds, check_traces
 
     thresholds = QualityThresholds(**options.quality_thresholds)
-    return check_traces(traces, thresholds).failing()
+    failing: dict[tuple[str, str], dict[str, bool]] = {}
+    for f in check_traces(traces, thresholds).findings:
+        checks = failing.setdefault((f.key, f.role), {})
+        checks[f.check] = checks.get(f.check, False) or f.field.split("[")[0] in learned_fields(f.role, options)
+    return failing
+
+
+def learned_fields(role: str, options: DatasetOptions) -> set[str]:
+    """The output fields of `role` that reach a student: its student target's, plus the teacher's reasoning
+    when it is the rationale task's target."""
+    spec = ROLES[role]
+    fields = set((spec.student_schema or spec.schema).model_fields)
+    if options.rationale == "teacher" and "reasoning" in spec.schema.model_fields:
+        fields.add("reasoning")
+    return fields
 
 
 def _collect(
@@ -295,7 +312,7 @@ def _collect(
     traces: Sequence[Trace],
     run_roles: set[str],
     options: DatasetOptions,
-    failing: Optional[dict[tuple[str, str], set[str]]] = None,
+    failing: Optional[dict[tuple[str, str], dict[str, bool]]] = None,
 ) -> tuple[list[dict], RoleCounts]:
     counts, rows, seen = RoleCounts(quality_mode=quality_mode(role, options)), [], set()
     failing = failing if counts.quality_mode != "off" else None
@@ -303,8 +320,8 @@ def _collect(
         counts.read += 1
         row, why = role_row(role, trace, run_roles, options)
         if row is not None and failing and (failed := failing.get((trace.key, role))):
-            counts.quality.update(failed)
-            why = QUALITY_DROP if counts.quality_mode == "filter" else None
+            counts.quality.update(failed.keys())
+            why = QUALITY_DROP if counts.quality_mode == "filter" and any(failed.values()) else None
         if row is not None and why is None and options.dedup:
             pair = json.dumps([row["prompt"], row["completion"]], ensure_ascii=False)
             why = "duplicate" if pair in seen else None

@@ -11,7 +11,7 @@ The checks and why each exists: `CHECKS` (distill.quality.checks); their thresho
 
 from distill.quality.audit import check_replies, check_trace, check_traces
 from distill.quality.checks import CHECKS
-from distill.quality.report import QUALITY_FILE, Finding, QualityReport, read_quality
+from distill.quality.report import QUALITY_FILE, Finding, QualityReport, read_quality, summary_line
 from distill.quality.thresholds import QualityThresholds
 
 __all__ = [
@@ -24,4 +24,5 @@ __all__ = [
     "check_trace",
     "check_traces",
     "read_quality",
+    "summary_line",
 ]

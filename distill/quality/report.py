@@ -121,13 +121,7 @@ class QualityReport:
 
     def summary(self) -> str:
         """One line: every check that fired, with its count and rate, or that none did."""
-        fired = [
-            f"{role} {check} {n}/{self.checked[role]} ({n / self.checked[role]:.1%})"
-            for role, by_check in self.counts().items()
-            for check, n in by_check.items()
-            if n
-        ]
-        return f"quality ({self.traces} traces): " + ("; ".join(fired) if fired else "no check failed")
+        return summary_line(self.to_json())
 
     def write(self, run_dir: Path) -> Path:
         path = Path(run_dir) / QUALITY_FILE
@@ -139,6 +133,17 @@ class QualityReport:
 
 def _clip(text: str, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[: width - 1] + "\u2026")
+
+
+def summary_line(data: dict[str, Any]) -> str:
+    """`QualityReport.summary` from a quality.json's content (what a later reader of the run has)."""
+    fired = [
+        f"{role} {check} {c['count']}/{r['checked']} ({c['count'] / r['checked']:.1%})"
+        for role, r in data["roles"].items()
+        for check, c in r["checks"].items()
+        if c["count"]
+    ]
+    return f"quality ({data['traces']} traces): " + ("; ".join(fired) if fired else "no check failed")
 
 
 def read_quality(run_dir: Path) -> Optional[dict[str, Any]]:
