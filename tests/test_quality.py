@@ -166,16 +166,16 @@ def test_thresholds_move_the_verdicts_and_a_bad_file_names_the_field(tmp_path):
         QualityThresholds.from_file(path)
 
 
-def trace_with_prompts(d: Dialogue, outputs: dict[str, dict], key: str) -> Trace:
-    """A teacher trace whose steps carry the prompts the registry renders (exemplars for srp and ers)."""
+def trace_with_prompts(d: Dialogue, outputs: dict[str, dict], key: str, config: dict | None = None) -> Trace:
+    """A teacher trace whose steps carry the prompts the registry renders (one exemplar for srp and ers)."""
     steps = []
     for role, out in outputs.items():
         spec = ROLES[role]
         inp = build_role_input(spec, d, outputs, exemplars=[EXEMPLAR] if spec.uses_exemplars else None)
         steps.append(Step(role=role, messages=spec.render(inp, "teacher"), parsed=out))
     return Trace(
-        key=key, dialogue=d, backend="b", model="m", prompt_version="v2", prompt_style="teacher", config={},
-        steps=steps, outputs=outputs,
+        key=key, dialogue=d, backend="b", model="m", prompt_version="v2", prompt_style="teacher",
+        config=config or {}, steps=steps, outputs=outputs,
     )  # fmt: skip
 
 

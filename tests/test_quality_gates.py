@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from datasets import load_from_disk
 from test_datasets import write_run
-from test_quality import EXEMPLAR
+from test_quality import EXEMPLAR, trace_with_prompts
 
 from data_prep.dialogues import Dialogue
 from distill.__main__ import main as distill_main
 from distill.datasets.dataset_card import read_build_record
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.trace import Step, Trace, trace_key
+from distill.pipeline.trace import Trace, trace_key
 from distill.quality import QUALITY_FILE, read_quality
-from distill.roles.roles import CORE_ROLES, PROMPT_VERSION, ROLES, build_role_input
+from distill.roles.roles import CORE_ROLES, PROMPT_VERSION
 
 COPIED = f"{EXEMPLAR.situation} {EXEMPLAR.response}"
 
@@ -30,17 +30,9 @@ def clean_outputs(d: Dialogue) -> dict[str, dict]:
 
 
 def teacher_trace(d: Dialogue, outputs: dict[str, dict]) -> Trace:
-    """A trace whose steps carry the registry's teacher prompts, with one retrieved exemplar for srp and ers."""
+    """A trace whose steps carry the registry's teacher prompts, keyed as `distill generate` keys it."""
     config = PipelineConfig().model_dump()
-    steps = []
-    for role, out in outputs.items():
-        spec = ROLES[role]
-        inp = build_role_input(spec, d, outputs, exemplars=[EXEMPLAR] if spec.uses_exemplars else None)
-        steps.append(Step(role=role, messages=spec.render(inp, "teacher"), parsed=out))
-    return Trace(
-        key=trace_key(d, config, "local", "tiny", PROMPT_VERSION), dialogue=d, backend="local", model="tiny",
-        prompt_version=PROMPT_VERSION, prompt_style="teacher", config=config, steps=steps, outputs=outputs,
-    )  # fmt: skip
+    return trace_with_prompts(d, outputs, trace_key(d, config, "local", "tiny", PROMPT_VERSION), config)
 
 
 def quality_run(tiny_dialogues, run_dir) -> list[Trace]:
