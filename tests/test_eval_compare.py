@@ -114,7 +114,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 
 
 def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
-    from eval.diversity import diversity_metrics
+    from eval.metrics.diversity import diversity_metrics
 
     test = tiny_dialogues[:4]
     cfg = {
@@ -179,8 +179,8 @@ def test_traces_stored_out_of_order_are_paired_by_dialogue_not_position(tmp_path
 
     Both systems answer every dialogue's gold emotion (the four differ), the teacher's run stored shuffled with
     no trace in its test position: paired by position, every figure below would read 0 instead of 1."""
-    from eval.paired import per_dialogue
-    from eval.systems import SystemSpec, load_trace_system
+    from eval.compare.paired import per_dialogue
+    from eval.compare.systems import SystemSpec, load_trace_system
 
     test = tiny_dialogues[:4]
     shuffled = [test[i] for i in (2, 0, 3, 1)]
@@ -318,7 +318,7 @@ def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
 
 def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogues):
     from data_prep.retrieval import ExemplarIndex, build_index
-    from eval.systems import check_index_disjoint
+    from eval.compare.systems import check_index_disjoint
 
     load_index = ExemplarIndex.load
     build_index(tiny_dialogues[:2]).save(tmp_path / "leaky-index")
@@ -375,7 +375,7 @@ def _numbers_in_tables(markdown: str) -> list[str]:
 
 
 def test_report_rounds_to_meaningful_digits():
-    from eval.report import fmt, interval, with_ci
+    from eval.compare.report import fmt, interval, with_ci
 
     assert interval(9.7725, 6.9847, 19.5992) == "9.8 [7.0, 19.6]"
     assert with_ci({"value": 0.61, "ci_low": 0.51, "ci_high": 0.71}) == "0.61 [0.51, 0.71]"
@@ -409,7 +409,7 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from eval.report_plots import _bars
+    from eval.compare.report_plots import _bars
 
     fig, (corpus, mean) = plt.subplots(1, 2)
     _bars(corpus, [("student", {"value": 0.6}, False), ("human", {"value": 0.9}, True)])  # Dist-2: corpus-level
