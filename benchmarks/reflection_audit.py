@@ -6,7 +6,7 @@
 Runs the teacher pipeline (TRACE's four roles plus MERG's forecast and plan, reflection on, no exemplars)
 with the embedded model on the first `--n` dialogues of the shared ED file, the audit on its own backend
 (`reflection_backend`) decoding at `--reviewer-temperature` (0: greedy, the registry's), and writes the
-figures `eval compare` reports (`eval.run_figures`) with the blamed stage of every audit.
+figures `eval compare` reports (`eval.compare.run_figures`) with the blamed stage of every audit.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     from distill.backends.local import LocalBackend
     from distill.pipeline.config import PipelineConfig
     from distill.pipeline.pipeline import Pipeline
-    from eval.run_figures import reflection_figures
+    from eval.compare.run_figures import reflection_figures
 
     dialogues = load_dialogues(args.data).splits["all"][: args.n]
     config = PipelineConfig(

@@ -1,1 +1,2 @@
-"""Evaluation: metrics, the pairwise judge, and the `score` / `compare` commands (`python -m eval`)."""
+"""Evaluation (`python -m eval`), in rooms by job: `metrics/` (each metric, its registry entry, `eval score`),
+`compare/` (`eval compare` and its report), `curve/` (`eval curve`); the quickstart and the console on top."""

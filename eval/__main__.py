@@ -14,13 +14,16 @@ import sys
 from data_prep.commands import package_main
 
 COMMANDS = {
-    "score": ("eval.score", "automatic metrics (Dist, EAD, I-ACC, BERTScore, PPL) for a CSV/JSONL of responses"),
+    "score": (
+        "eval.metrics.score",
+        "automatic metrics (Dist, EAD, I-ACC, BERTScore, PPL) for a CSV/JSONL of responses",
+    ),
     "compare": (
-        "eval.cli_compare",
+        "eval.compare.cli_compare",
         "run/read every system of a config on one test split and write report.json/.md + plots",
     ),
     "curve": (
-        "eval.cli_curve",
+        "eval.curve.cli_curve",
         "learning curves: distilled, direct and rationale-task students at N train conversations, paired",
     ),
 }

@@ -206,7 +206,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 
 
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
-    from eval.adapter_runs import train_stale
+    from eval.curve.adapter_runs import train_stale
 
     if not train_stale(out / "datasets", out / "adapters", CORE_ROLES, args.max_tokens_budget):
         print(f"reusing {out / 'adapters'}")
@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
 def _cards_with_eval(out: Path) -> None:
     """The adapters' model cards gain the student's figures from this run's report."""
     from distill.adapters.adapters import find_adapters
-    from eval.report import system_figures
+    from eval.compare.report import system_figures
     from train.adapter_card import write_adapter_card
 
     figures = system_figures(json.loads((out / "eval" / "report.json").read_text()), "student")

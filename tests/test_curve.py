@@ -196,8 +196,8 @@ def _sample_dialogues(tmp_path):
 
 @pytest.mark.slow  # trains the probe over the embedder
 def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
-    from eval.cli_compare import run
-    from eval.report import render_markdown
+    from eval.compare.cli_compare import run
+    from eval.compare.report import render_markdown
 
     config = tmp_path / "probe.yaml"
     dialogues = _sample_dialogues(tmp_path)
@@ -218,7 +218,7 @@ def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
 def test_probe_separates_classes_it_can_see():
     import numpy as np
 
-    from eval.probe import EmotionProbe
+    from eval.compare.probe import EmotionProbe
 
     rng = np.random.default_rng(0)
     centres = {"anger": np.eye(4)[0], "fear": np.eye(4)[1], "sadness": np.eye(4)[2]}
@@ -248,7 +248,7 @@ def _curve_on_sample(tmp_path, settings: str):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path, capsys):
-    from eval.cli_curve import run
+    from eval.curve.cli_curve import run
 
     args = _curve_on_sample(
         tmp_path,
@@ -309,7 +309,7 @@ def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
 
 
 def test_every_student_reads_the_registry():
-    from eval.curve import STUDENTS, CurveConfig
+    from eval.curve.curve import STUDENTS, CurveConfig
 
     assert set(STUDENTS) == {"traces", "direct", "rationale", "teacher-reply", "joint"}
     config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
@@ -320,7 +320,7 @@ def test_every_student_reads_the_registry():
 
 
 def test_variants_are_students_with_their_own_levers():
-    from eval.curve import EMOTION_ONLY, CurveConfig
+    from eval.curve.curve import EMOTION_ONLY, CurveConfig
     from train import TOKENS_BUDGET
 
     variants = [
@@ -358,8 +358,8 @@ def test_variants_are_students_with_their_own_levers():
 def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
     import yaml
 
-    from eval.curve import load_curve_config
-    from eval.systems import CompareError
+    from eval.compare.systems import CompareError
+    from eval.curve.curve import load_curve_config
 
     path = tmp_path / "curve.yaml"
     path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5], **fields}))
@@ -368,7 +368,7 @@ def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
 
 
 def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
-    from eval.curve import CurveConfig, build_datasets
+    from eval.curve.curve import CurveConfig, build_datasets
 
     traces = [handmade_trace(d) for d in tiny_dialogues]
     config = CurveConfig(
@@ -391,7 +391,7 @@ def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
 
 
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
-    from eval.systems import SystemRun
+    from eval.compare.systems import SystemRun
 
     own = [handmade_trace(d) for d in tiny_dialogues]
     fed = [t.model_copy(update={"config": {**t.config, "oracle": {"ers": "gold"}}}) for t in own]
@@ -402,7 +402,7 @@ def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogue
 
 
 def test_each_student_states_what_it_learns_from_whom():
-    from eval.curve import CurveConfig
+    from eval.curve.curve import CurveConfig
 
     config = CurveConfig(
         traces="t", dialogues="d", points=[5], students=["traces", "direct", "rationale", "teacher-reply"]
@@ -425,7 +425,7 @@ def test_each_student_states_what_it_learns_from_whom():
 def test_teacher_reply_student_learns_the_teachers_reply_and_nothing_else(tiny_dialogues, tmp_path):
     from datasets import load_from_disk
 
-    from eval.curve import STUDENTS, CurveConfig, build_datasets
+    from eval.curve.curve import STUDENTS, CurveConfig, build_datasets
 
     config = CurveConfig(traces=str(tmp_path), dialogues="d", points=[3], require_gold_emotion=False)
     traces = [handmade_trace(d) for d in tiny_dialogues]
@@ -448,8 +448,8 @@ def _adapter_meta(folder, role: str, seen: int, budget: int = 1000) -> None:
 
 
 def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
-    from eval.curve import CurveConfig
-    from eval.curve_report import write_curve
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import write_curve
 
     point = tmp_path / "n5"
     (point / "eval").mkdir(parents=True)
@@ -479,7 +479,7 @@ def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
 
 
 def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
-    from eval.curve_report import write_curve
+    from eval.curve.curve_report import write_curve
     from eval.paper import load_paper_reference
 
     systems = [{"name": "student-traces", "human_ratio": {"dist1": 0.5, "dist2": 0.6, "ead1": 0.7, "ead2": 0.8}}]
@@ -498,8 +498,8 @@ def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
 
 
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
-    from eval.curve import CurveConfig
-    from eval.curve_report import CURVE_PNG, write_curve
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import CURVE_PNG, write_curve
 
     config = CurveConfig(traces="t", dialogues="d", points=[5], variants=[{"name": "bal", "like": "direct"}])
     systems = [
@@ -525,7 +525,7 @@ def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
-    from eval.cli_curve import run
+    from eval.curve.cli_curve import run
 
     args = _curve_on_sample(
         tmp_path,

@@ -113,7 +113,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 
 
 def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
-    from eval.diversity import diversity_metrics
+    from eval.metrics.diversity import diversity_metrics
 
     test = tiny_dialogues[:4]
     cfg = {
@@ -256,7 +256,7 @@ def test_config_errors_name_the_field(tmp_path, capsys, tiny_dialogues):
 
 def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogues):
     from data_prep.retrieval import ExemplarIndex, build_index
-    from eval.systems import check_index_disjoint
+    from eval.compare.systems import check_index_disjoint
 
     load_index = ExemplarIndex.load
     build_index(tiny_dialogues[:2]).save(tmp_path / "leaky-index")
@@ -313,7 +313,7 @@ def _numbers_in_tables(markdown: str) -> list[str]:
 
 
 def test_report_rounds_to_meaningful_digits():
-    from eval.report import fmt, interval, with_ci
+    from eval.compare.report import fmt, interval, with_ci
 
     assert interval(9.7725, 6.9847, 19.5992) == "9.8 [7.0, 19.6]"
     assert with_ci({"value": 0.61, "ci_low": 0.51, "ci_high": 0.71}) == "0.61 [0.51, 0.71]"
@@ -347,7 +347,7 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from eval.report_plots import _bars
+    from eval.compare.report_plots import _bars
 
     fig, (corpus, mean) = plt.subplots(1, 2)
     _bars(corpus, [("student", {"value": 0.6}, False), ("human", {"value": 0.9}, True)])  # Dist-2: corpus-level

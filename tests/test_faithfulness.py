@@ -21,7 +21,7 @@ from answer_override import AnswerOverride
 from data_prep import taxonomy
 from distill.roles import schemas
 from distill.roles.roles import ROLES, RoleInput
-from eval.diversity import ead_n
+from eval.metrics.diversity import ead_n
 
 # Agent1.py `get_emotion_definitions`, entry by entry; `prepared` is absent from TRACE's map.
 TRACE_MAP = {
@@ -204,7 +204,7 @@ def _nll(lm, ids: list[int], scored_from: int) -> tuple[float, int]:
 
 
 def test_perplexity_traces_rule_skips_the_first_token_and_adds_no_start():
-    from eval.perplexity import perplexity
+    from eval.metrics.perplexity import perplexity
 
     lm, tok = _toy_lm()
     responses = ["a b c", "b", "  c   a "]

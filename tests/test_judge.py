@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import pytest
 
 from distill.backends.base import Backend, GenerationRequest, GenerationResult
-from eval.judge import combine_orders, judge_pairs, parse_verdict, verdict_schema
-from eval.stats import sign_test
+from eval.metrics.judge import combine_orders, judge_pairs, parse_verdict, verdict_schema
+from eval.metrics.stats import sign_test
 
 
 class ScriptedJudge:

@@ -11,8 +11,8 @@ import pytest
 from test_eval_compare import _dataset, _hand_trace_run, _write_config
 
 from eval.__main__ import main
-from eval.metrics import METRICS, MetricSpec
-from eval.stats import mean_with_ci
+from eval.metrics.registry import METRICS, MetricSpec
+from eval.metrics.stats import mean_with_ci
 
 
 def exclaim(replies, gold, contexts, mark: str = "!") -> dict:

@@ -9,18 +9,18 @@ import pytest
 
 from data_prep.taxonomy import EKMAN
 from distill.pipeline.trace import Step, Trace
-from eval.accuracy import (
+from eval.compare.cost import cost_and_speed
+from eval.metrics.accuracy import (
     classification_report,
     emotion_accuracy,
     schema_valid_rate,
     teacher_agreement,
     token_f1,
 )
-from eval.cost import cost_and_speed
-from eval.diversity import distinct_n, ead_n, ngrams, whitespace_tokens
-from eval.stats import bootstrap_ci, mean_with_ci, percentile, sign_test
+from eval.metrics.diversity import distinct_n, ead_n, ngrams, whitespace_tokens
+from eval.metrics.stats import bootstrap_ci, mean_with_ci, percentile, sign_test
 
-MODULES = Path(__file__).resolve().parents[1] / "eval" / "modules"
+MODULES = Path(__file__).resolve().parents[1] / "eval" / "metrics" / "modules"
 
 
 def test_dist_by_hand():
@@ -185,7 +185,7 @@ def test_perplexity_by_hand(smollm_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.perplexity import perplexity
+    from eval.metrics.perplexity import perplexity
 
     lm = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(smollm_path)
@@ -209,7 +209,7 @@ def test_perplexity_by_hand(smollm_path):
 
 @pytest.mark.slow
 def test_bertscore_local_encoder():
-    from eval.bertscore import bertscore
+    from eval.metrics.bertscore import bertscore
 
     out = bertscore(["the cat sat on the mat", "hello", ""], ["the cat sat on the mat", None, "a reply"])
     assert out["f1"]["n"] == 2 and out["empty_candidates"] == 1
@@ -218,7 +218,7 @@ def test_bertscore_local_encoder():
 
 
 def test_paired_bootstrap_by_hand():
-    from eval.stats import paired_bootstrap
+    from eval.metrics.stats import paired_bootstrap
 
     # a constant shift: every resample gives the same difference
     shift = paired_bootstrap([3, 5, 9], [1, 3, 7])
@@ -236,7 +236,7 @@ def test_paired_bootstrap_by_hand():
 def test_paired_bootstrap_p_value_by_hand():
     import random
 
-    from eval.stats import paired_bootstrap
+    from eval.metrics.stats import paired_bootstrap
 
     # every resampled difference is 2: none at or below 0, so p = 2 (0 + 1) / (1000 + 1)
     assert paired_bootstrap([3, 5, 9], [1, 3, 7])["p_value"] == pytest.approx(2 / 1001)
@@ -250,7 +250,7 @@ def test_paired_bootstrap_p_value_by_hand():
 
 
 def test_paired_table_is_corrected_by_holm_over_the_whole_family():
-    from eval.paired import paired_comparisons, paired_resamples
+    from eval.compare.paired import paired_comparisons, paired_resamples
 
     # three systems, one metric: A − B and B − C are the same constant shift, A − C is no difference
     rows = paired_comparisons({"A": {"i_acc": [1.0] * 4}, "B": {"i_acc": [0.0] * 4}, "C": {"i_acc": [1.0] * 4}})
@@ -270,7 +270,7 @@ def test_paired_table_is_corrected_by_holm_over_the_whole_family():
 
 
 def test_holm_by_hand():
-    from eval.stats import holm
+    from eval.metrics.stats import holm
 
     # sorted: a 0.01*3 = 0.03; c 0.03*2 = 0.06; b 0.04*1 = 0.04, raised to 0.06 to stay monotone
     assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})

@@ -8,7 +8,7 @@ import pytest
 
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
-from eval.adapter_runs import stale_reason
+from eval.curve.adapter_runs import stale_reason
 from eval.quickstart import headline, main
 
 SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge"]

@@ -176,7 +176,7 @@ def test_shipped_student_openai_config_runs_against_distill_serve(smollm_path, t
     from distill.backends.openai_backend import OpenAIBackend
     from distill.pipeline.config import PipelineConfig
     from distill.pipeline.pipeline import Pipeline
-    from eval.compare import load_config
+    from eval.compare.compare import load_config
 
     base = make_tiny_model(smollm_path, tmp_path / "tiny")
     roles = ("asi", "cae", "srp", "ers")

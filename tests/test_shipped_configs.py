@@ -51,8 +51,8 @@ def _check_backend(backend: dict) -> None:
 @pytest.mark.parametrize("path", _shipped("eval"), ids=lambda p: p.name)
 def test_eval_configs_parse(path):
     from distill.pipeline.config import PipelineConfig
-    from eval.compare import load_config
-    from eval.curve import load_curve_config
+    from eval.compare.compare import load_config
+    from eval.curve.curve import load_curve_config
 
     if "points" in yaml.safe_load(path.read_text(encoding="utf-8")):  # a learning curve, `eval curve`
         config = load_curve_config(str(path))
@@ -70,7 +70,7 @@ def test_eval_configs_parse(path):
 
 def test_external_adapters_config_documents_every_key():
     """Its header is the reference for an eval YAML: every key of the schema, and every key it sets."""
-    from eval.systems import CompareConfig, SystemSpec
+    from eval.compare.systems import CompareConfig, SystemSpec
 
     text = (CONFIGS / "eval" / "external-adapters.yaml").read_text(encoding="utf-8")
     header = "\n".join(line for line in text.splitlines() if line.startswith("#"))

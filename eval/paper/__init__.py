@@ -1,7 +1,7 @@
 """Published results to hold a report against, shipped as JSON beside this file (`trace-table1.json`).
 
 Each file carries the paper's rows as printed and the human replies' figures on the paper's own test set,
-so a row's Dist/EAD can be read as a share of the human replies (`eval.diversity.human_ratios`): the one
+so a row's Dist/EAD can be read as a share of the human replies (`eval.metrics.diversity.human_ratios`): the one
 form of those corpus-level figures that compares across test sets of different sizes. The rows are the
 paper's numbers, never re-run here, and every report that shows them says so.
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.diversity import human_ratios
+from eval.metrics.diversity import human_ratios
 
 SHIPPED = {p.stem: p for p in Path(__file__).parent.glob("*.json")}
 

@@ -1,13 +1,13 @@
-"""EAD-1/2 as an `evaluate` module, loadable offline: `evaluate.load("<repo>/eval/modules/ead")`.
+"""EAD-1/2 as an `evaluate` module, loadable offline: `evaluate.load("<repo>/eval/metrics/modules/ead")`.
 
-The computation is `eval.diversity.ead_n` (Liu et al. 2022; default cl100k_base ids of the
+The computation is `eval.metrics.diversity.ead_n` (Liu et al. 2022; default cl100k_base ids of the
 concatenated predictions, V = its vocabulary size); this file only adapts it to evaluate's interface.
 """
 
 import datasets
 import evaluate
 
-from eval.diversity import DEFAULT_EAD_ENCODING, ead_n
+from eval.metrics.diversity import DEFAULT_EAD_ENCODING, ead_n
 
 _CITATION = """@inproceedings{liu2022rethinking, title={Rethinking and Refining the Distinct Metric},
 author={Liu, Siyang and Sabour, Sahand and Zheng, Yinhe and Ke, Pei and Zhu, Xiaoyan and Huang, Minlie}, booktitle={ACL}, year={2022}}"""

@@ -6,7 +6,7 @@
 
 Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
 when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
-skipped and the flag that turns it on. Every reply metric of the registry (eval.metrics) runs too. The
+skipped and the flag that turns it on. Every reply metric of the registry (eval.metrics.registry) runs too. The
 metrics JSON goes to stdout (and ``--out``); a missing file or column is one line on stderr and exit code 2.
 """
 
@@ -21,10 +21,10 @@ from typing import Any, Optional
 from data_prep.commands import not_a_directory
 from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
-from eval.bertscore import DEFAULT_BERTSCORE_MODEL
-from eval.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
-from eval.metrics import reply_metrics, score_replies
-from eval.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
+from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL
+from eval.metrics.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
+from eval.metrics.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
+from eval.metrics.registry import reply_metrics, score_replies
 
 
 class ScoreInputError(ValueError):
@@ -98,7 +98,7 @@ def column(
 
 
 def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
-    from eval.accuracy import emotion_accuracy
+    from eval.metrics.accuracy import emotion_accuracy
 
     responses = [r or "" for r in column(rows, args.column, args.responses)]
     out: dict[str, Any] = {
@@ -122,13 +122,13 @@ def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace)
             column(rows, args.emotion_column, args.responses, required=False, label=True), gold, gold_fine
         )
     if args.gold_column:
-        from eval.bertscore import bertscore
+        from eval.metrics.bertscore import bertscore
 
         out["bertscore"] = bertscore(
             responses, column(rows, args.gold_column, args.responses, required=False), args.bertscore_model
         )
     if args.ppl_model:
-        from eval.perplexity import perplexity
+        from eval.metrics.perplexity import perplexity
 
         out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context, _ppl_contexts(rows, args))
     out.update(_registered(rows, responses, args))
@@ -136,7 +136,7 @@ def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace)
 
 
 def _registered(rows: list[tuple[str, dict[str, Any]]], responses: list[str], args: argparse.Namespace) -> dict:
-    """The registry's own reply metrics (eval.metrics), given the gold and context columns when named."""
+    """The registry's own reply metrics (eval.metrics.registry), given the gold and context columns when named."""
     gold = column(rows, args.gold_column, args.responses, required=False) if args.gold_column else None
     contexts = column(rows, args.context_column, args.responses) if args.context_column else None
     return {spec.name: score_replies(spec, responses, gold, contexts)[0] for spec in reply_metrics()}

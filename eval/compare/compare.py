@@ -1,9 +1,9 @@
-"""Score systems side by side on one test split: what `python -m eval compare` runs (`eval.cli_compare`).
+"""Score systems side by side on one test split: what `python -m eval compare` runs (`eval.compare.cli_compare`).
 
 The recipe: load the test split (and the exemplar index, checked to hold no test conversation),
-get every system's traces on exactly those dialogues (`eval.systems`), compute the same metrics for
+get every system's traces on exactly those dialogues (`eval.compare.systems`), compute the same metrics for
 each (`score_system`), judge each system against one reference, write ``report.json``, then render
-``report.md`` and the plots from that JSON alone (`eval.report`), so every printed number is a
+``report.md`` and the plots from that JSON alone (`eval.compare.report`), so every printed number is a
 stored one.
 """
 
@@ -16,15 +16,15 @@ from typing import Any, Optional
 import yaml
 
 from data_prep.dialogues import Dialogue
-from eval.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
-from eval.cost import cost_and_speed
-from eval.diversity import diversity_metrics, human_ratios
-from eval.metrics import reply_metrics, score_replies
-from eval.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.compare.cost import cost_and_speed
+from eval.compare.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.compare.run_figures import reflection_figures, retries_per_role
+from eval.compare.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
+from eval.metrics.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
+from eval.metrics.diversity import diversity_metrics, human_ratios
+from eval.metrics.registry import reply_metrics, score_replies
+from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
 from eval.paper import load_paper_reference
-from eval.run_figures import reflection_figures, retries_per_role
-from eval.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
-from eval.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
 
 REPORT_JSON = "report.json"
 DECIMALS = 4
@@ -114,7 +114,7 @@ def score_system(
 
 def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue], config: CompareConfig, reference_lm):
     """The reply metrics into `result`; returns the per-dialogue values the paired comparisons need."""
-    from eval.bertscore import bertscore
+    from eval.metrics.bertscore import bertscore
 
     result["empty_responses"] = sum(not r.strip() for r in responses)
     result["length_words"] = mean_with_ci([len(r.split()) for r in responses])
@@ -128,7 +128,7 @@ def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue],
         extras["bertscore_f1"] = score.pop("items")
         result["bertscore"] = score
     contexts, gold = [d.render_context() for d in test], [d.gold_response for d in test]
-    for spec in reply_metrics():  # the registry's own reply metrics (eval.metrics)
+    for spec in reply_metrics():  # the registry's own reply metrics (eval.metrics.registry)
         result[spec.name], items = score_replies(spec, responses, gold, contexts)
         if spec.paired and items is not None:
             extras[spec.name] = items
@@ -147,7 +147,7 @@ def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[D
     if config.judge is None:
         return None
     from distill.backends import make_backend
-    from eval.judge import judge_pairs
+    from eval.metrics.judge import judge_pairs
 
     backend = make_backend(dict(config.judge.backend))
     against = next(r for r in runs if r.name == config.judge.against)
@@ -208,7 +208,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     reference = next(r for r in runs if r.name == config.reference_system())
     reference_lm = None
     if config.ppl is not None:
-        from eval.perplexity import load_reference_lm
+        from eval.metrics.perplexity import load_reference_lm
 
         reference_lm = load_reference_lm(config.ppl.model)
     scored = [score_system(run, test, config, reference, reference_lm) for run in runs]

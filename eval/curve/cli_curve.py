@@ -1,13 +1,13 @@
-"""`python -m eval curve --config configs/eval/curve.yaml --out <dir>`: the command; `eval.curve` does the work."""
+"""`python -m eval curve --config configs/eval/curve.yaml --out <dir>`: the command; `curve.py` does the work."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from eval.curve import load_curve_config, run_curve
-from eval.curve_report import CURVE_MD, headline
-from eval.systems import CompareError
+from eval.compare.systems import CompareError
+from eval.curve.curve import load_curve_config, run_curve
+from eval.curve.curve_report import CURVE_MD, headline
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

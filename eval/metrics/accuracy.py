@@ -1,6 +1,6 @@
 """Metrics read off pipeline traces: emotion accuracy (I-ACC), agreement with the teacher, schema validity.
 
-Mean-type numbers carry a seeded bootstrap 95% CI and n (`eval.stats.mean_with_ci`). Labels come
+Mean-type numbers carry a seeded bootstrap 95% CI and n (`eval.metrics.stats.mean_with_ci`). Labels come
 from `data_prep.taxonomy` only: 6-class (Ekman) and 32-class (ED) accuracy are separate results,
 never mixed.
 """
@@ -13,7 +13,7 @@ from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
 from distill.pipeline.trace import Trace
-from eval.stats import mean_with_ci
+from eval.metrics.stats import mean_with_ci
 
 INVALID = "(invalid)"  # a prediction missing or outside the label set: wrong in the strict figure
 

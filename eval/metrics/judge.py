@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError, create_model
 
 from data_prep.dialogues import Dialogue
 from distill.backends.base import Backend, GenerationRequest
-from eval.stats import sign_test
+from eval.metrics.stats import sign_test
 
 ASPECTS: dict[str, str] = {
     "empathy": "Which reply better understands and responds to the seeker's feelings?",

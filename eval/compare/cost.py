@@ -11,7 +11,7 @@ from typing import Optional
 
 from distill.backends.pricing import estimate_cost
 from distill.pipeline.trace import Trace
-from eval.stats import mean_with_ci, percentile
+from eval.metrics.stats import mean_with_ci, percentile
 
 
 def cost_and_speed(

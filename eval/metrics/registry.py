@@ -8,7 +8,7 @@ get a row, and its settings, each with its one default.
 The built-in metrics keep their own scorers in compare (they need traces, the reference LM or the
 gold labels). A new reply metric is its module plus one `register(MetricSpec(..., score=fn))`: `fn`
 takes the replies, the gold replies (None where there are none) and the dialogues' contexts (None in
-`eval score` without them), plus its settings, and returns a statistic dict (`eval.stats.mean_with_ci`'s
+`eval score` without them), plus its settings, and returns a statistic dict (`eval.metrics.stats.mean_with_ci`'s
 shape), with an `items` list of per-dialogue values when the metric is paired.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from eval.bertscore import DEFAULT_BERTSCORE_MODEL
-from eval.diversity import DEFAULT_EAD_ENCODING
-from eval.perplexity import DEFAULT_PPL_CONTEXT, DEFAULT_PPL_MODEL
+from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL
+from eval.metrics.diversity import DEFAULT_EAD_ENCODING
+from eval.metrics.perplexity import DEFAULT_PPL_CONTEXT, DEFAULT_PPL_MODEL
 
 ReplyScorer = Callable[..., dict]
 

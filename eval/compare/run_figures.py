@@ -4,7 +4,7 @@ Retries show how far a run strays from its configured temperatures (a retry may 
 `retry_temperature`). The reflection figures say whether the audit did anything: how often it led to
 a rerun, which stage it blamed (the stage a rerun restarts from, counted per audit, as the issue
 describes MERG's Fig. 4), the mean selected iteration (MERG's Table 3) and how often the pick changed
-the reply. `eval.compare` stores both in report.json and `eval.report` renders them.
+the reply. `eval.compare.compare` stores both in report.json and `eval.compare.report` renders them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from distill.pipeline.reflection import restart_stage
 from distill.pipeline.trace import Trace
 from distill.roles.roles import STAGE_ORDER
 from distill.roles.schemas import GRAOutput
-from eval.stats import mean_with_ci
+from eval.metrics.stats import mean_with_ci
 
 
 def retries_per_role(traces: Sequence[Trace]) -> dict[str, Any]:

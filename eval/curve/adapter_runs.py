@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
 
 

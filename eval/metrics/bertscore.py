@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from eval.stats import mean_with_ci
+from eval.metrics.stats import mean_with_ci
 
 DEFAULT_BERTSCORE_MODEL = "minilm"
 

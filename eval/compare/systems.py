@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from data_prep.dialogues import Dialogue
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
-from eval.cost import PeakRSS
-from eval.judge import ASPECTS
-from eval.metrics import METRICS
+from eval.compare.cost import PeakRSS
+from eval.metrics.judge import ASPECTS
+from eval.metrics.perplexity import PplContext
+from eval.metrics.registry import METRICS
 from eval.paper import load_paper_reference
-from eval.perplexity import PplContext
 
 SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's --out
 
@@ -33,7 +33,7 @@ class CompareError(ValueError):
 
 
 class ProbeSpec(BaseModel):
-    """The classical emotion anchor (`eval.probe`): trained on the compare's own dialogues."""
+    """The classical emotion anchor (`eval.compare.probe`): trained on the compare's own dialogues."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -72,7 +72,7 @@ class JudgeSpec(BaseModel):
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics)
+    model: str = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics.registry)
     context: PplContext = METRICS["ppl"].settings["context"]
     batch_size: int = METRICS["ppl"].settings["batch_size"]
 
@@ -316,7 +316,7 @@ def collect_systems(
 def probe_system(spec: SystemSpec, config: CompareConfig, test: Sequence[Dialogue], config_file: str) -> SystemRun:
     """Fit the emotion probe on the compare's own train dialogues (never the test ones) and answer the test."""
     from data_prep.loaders import load_split
-    from eval.probe import probe_traces
+    from eval.compare.probe import probe_traces
 
     try:
         train = load_split(config.dialogues, spec.probe.split)

@@ -21,7 +21,7 @@ balance, the rationale's share or source, more passes). `task: emotion` trains a
 alone, every system's reply being the human one (`oracle: {ers: gold}`, not scored): the I-ACC question
 at all N for a fraction of the cost.
 
-A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve_report`
+A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
 """
 
@@ -40,8 +40,8 @@ from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES, ROLES
-from eval.adapter_runs import CPU_TRAIN_CONFIG
-from eval.systems import BertScoreSpec, CompareError, PplSpec
+from eval.compare.systems import BertScoreSpec, CompareError, PplSpec
+from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
 from train import TOKENS_BUDGET
 
 BASE = "base"
@@ -298,7 +298,7 @@ def build_datasets(
 
 def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
     """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
-    from eval.adapter_runs import train_stale
+    from eval.curve.adapter_runs import train_stale
 
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
@@ -346,8 +346,8 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     """The point's report, computed unless a report of this very config is there already."""
     import argparse
 
-    from eval.cli_compare import run as compare_run
-    from eval.compare import REPORT_JSON
+    from eval.compare.cli_compare import run as compare_run
+    from eval.compare.compare import REPORT_JSON
 
     path, report = point / "compare.yaml", point / "eval" / REPORT_JSON
     text = yaml.safe_dump(compare, sort_keys=False)
@@ -388,8 +388,8 @@ def _adapter_stamps(adapters: Path, roles: Sequence[str]) -> dict[str, Optional[
 
 def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
     """The prompted base, generated once for every point (a rerun reuses its stored traces)."""
-    from eval.compare import load_index, load_test_dialogues
-    from eval.systems import CompareConfig, SystemSpec, generate_system
+    from eval.compare.compare import load_index, load_test_dialogues
+    from eval.compare.systems import CompareConfig, SystemSpec, generate_system
 
     compare = CompareConfig.model_validate(point_compare(out, [base_system(config)], config))
     test = load_test_dialogues(compare, config_file)
@@ -408,7 +408,7 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
     from tqdm.auto import tqdm
 
     from distill.pipeline.store import TraceStore
-    from eval.curve_report import write_curve
+    from eval.curve.curve_report import write_curve
 
     store = TraceStore(config.traces)
     traces, _ = store.read()

@@ -1,6 +1,6 @@
 """The PNG plots of a comparison's report.json: metric bars with CI whiskers, emotion confusion matrices.
 
-Like `eval.report`, they read nothing but report.json and compute no number.
+Like `eval.compare.report`, they read nothing but report.json and compute no number.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.metrics import reply_metrics
+from eval.metrics.registry import reply_metrics
 
 DASH = "–"
 
@@ -48,7 +48,7 @@ def interval(value: Any, low: Any, high: Any) -> str:
 
 
 def with_ci(stat: Optional[dict]) -> str:
-    """``value [ci_low, ci_high]`` for a mean-type statistic dict from `eval.stats.mean_with_ci`."""
+    """``value [ci_low, ci_high]`` for a mean-type statistic dict from `eval.metrics.stats.mean_with_ci`."""
     if not stat:
         return DASH
     return interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"))
@@ -137,7 +137,7 @@ def paper_table(report: dict) -> list[str]:
 
 
 def registered_table(report: dict) -> list[str]:
-    """The registry's own reply metrics (eval.metrics), a column each; none registered: no table."""
+    """The registry's own reply metrics (eval.metrics.registry), a column each; none registered: no table."""
     specs = reply_metrics()
     if not specs:
         return []
@@ -358,7 +358,7 @@ def render_markdown(report: dict) -> str:
 
 def write_report_files(report_json: Path, out: Path) -> list[Path]:
     """report.md and the PNGs in ``out``, all from ``report_json``."""
-    from eval.report_plots import plot_confusions, plot_metrics
+    from eval.compare.report_plots import plot_confusions, plot_metrics
 
     report = json.loads(Path(report_json).read_text(encoding="utf-8"))
     md = out / "report.md"

@@ -16,11 +16,11 @@ from typing import Any, Optional
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
-from eval.accuracy import ekman_or_invalid
-from eval.diversity import diversity_metrics
-from eval.metrics import paired_metrics, reply_metrics, score_replies
-from eval.perplexity import corpus_ppl
-from eval.stats import DEFAULT_RESAMPLES, holm, mean_with_ci, paired_bootstrap
+from eval.metrics.accuracy import ekman_or_invalid
+from eval.metrics.diversity import diversity_metrics
+from eval.metrics.perplexity import corpus_ppl
+from eval.metrics.registry import paired_metrics, reply_metrics, score_replies
+from eval.metrics.stats import DEFAULT_RESAMPLES, holm, mean_with_ci, paired_bootstrap
 
 ALPHA = 0.05  # the family-wise error rate the paired table is corrected to
 
@@ -99,7 +99,7 @@ def human_gold(test: Sequence[Dialogue], config, reference_lm) -> dict[str, Any]
 
 def score_ppl(responses: Sequence[str], test: Sequence[Dialogue], config, reference_lm) -> tuple[dict, list]:
     """PPL of `responses` as the config asks, named by its reference LM, and the per-dialogue items."""
-    from eval.perplexity import perplexity
+    from eval.metrics.perplexity import perplexity
 
     contexts = [d.render_context() for d in test]
     ppl = perplexity(responses, reference_lm, config.ppl.context, contexts, config.ppl.batch_size, keep_items=True)

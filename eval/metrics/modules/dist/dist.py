@@ -1,13 +1,13 @@
-"""Dist-1/2 as an `evaluate` module, loadable offline: `evaluate.load("<repo>/eval/modules/dist")`.
+"""Dist-1/2 as an `evaluate` module, loadable offline: `evaluate.load("<repo>/eval/metrics/modules/dist")`.
 
-The computation is `eval.diversity.distinct_n` (TRACE's definition: lowercased whitespace tokens,
+The computation is `eval.metrics.diversity.distinct_n` (TRACE's definition: lowercased whitespace tokens,
 distinct / total n-grams over the corpus); this file only adapts it to evaluate's interface.
 """
 
 import datasets
 import evaluate
 
-from eval.diversity import distinct_n
+from eval.metrics.diversity import distinct_n
 
 _CITATION = """@inproceedings{li2016diversity, title={A Diversity-Promoting Objective Function for Neural Conversation Models},
 author={Li, Jiwei and Galley, Michel and Brockett, Chris and Gao, Jianfeng and Dolan, Bill}, booktitle={NAACL}, year={2016}}"""

@@ -13,8 +13,8 @@ from typing import Any, Literal, Optional, Union
 
 from tqdm.auto import tqdm
 
-from eval.diversity import normalize_response
-from eval.stats import bootstrap_ci
+from eval.metrics.diversity import normalize_response
+from eval.metrics.stats import bootstrap_ci
 
 # What a response is conditioned on. "response": nothing, TRACE's evaluation.py `compute_ppl` (no start token
 # is added and the first token, predicted from nothing, is not scored). "document_start": the LM's

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
-from eval.report import fmt, interval, markdown_table, paper_table, with_ci
+from eval.compare.report import fmt, interval, markdown_table, paper_table, with_ci
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
 # (first, second, what the difference says): the comparisons the question needs, first − second

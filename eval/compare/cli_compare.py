@@ -1,4 +1,4 @@
-"""`python -m eval compare --config configs/eval/<name>.yaml --out <dir>`: the command; `eval.compare` does the work."""
+"""`python -m eval compare --config configs/eval/<name>.yaml --out <dir>`: the command; `compare.py` does the work."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from eval.compare import REPORT_JSON, build_report, load_config
-from eval.systems import CompareError
+from eval.compare.compare import REPORT_JSON, build_report, load_config
+from eval.compare.systems import CompareError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,7 @@ USER_ERRORS = (CompareError,)  # one line, exit 2 (data_prep.commands)
 
 
 def run(args: argparse.Namespace) -> int:
-    from eval.report import write_report_files
+    from eval.compare.report import write_report_files
 
     report = build_report(load_config(args.config), args.config, Path(args.out))
     out = Path(args.out)

@@ -1,0 +1,1 @@
+"""`eval compare`: every system of a config on one test split, its metrics, paired differences and report."""

@@ -1,0 +1,1 @@
+"""`eval curve`: students trained at N conversations, each point an `eval compare`, and the curve's report."""
