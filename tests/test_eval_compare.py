@@ -179,7 +179,8 @@ def test_traces_stored_out_of_order_are_paired_by_dialogue_not_position(tmp_path
 
     Both systems answer every dialogue's gold emotion (the four differ), the teacher's run stored shuffled with
     no trace in its test position: paired by position, every figure below would read 0 instead of 1."""
-    from eval.compare.paired import per_dialogue
+    from eval.compare.compare import system_sample
+    from eval.metrics.registry import score_sample
     from eval.compare.systems import SystemSpec, load_trace_system
 
     test = tiny_dialogues[:4]
@@ -208,7 +209,7 @@ def test_traces_stored_out_of_order_are_paired_by_dialogue_not_position(tmp_path
     run = load_trace_system(SystemSpec(name="teacher", traces=teacher), test, "cmp.yaml")
     assert [t.dialogue.id for t in run.traces] == [d.id for d in test]
     assert [t.response for t in run.traces] == [f"oh no {d.id}" for d in test]  # each reply names its dialogue
-    assert per_dialogue(run, test, None, {})["i_acc"] == [1.0] * 4
+    assert score_sample(system_sample(run, test, None), {"i_acc": {}})[1]["i_acc"] == [1.0] * 4
 
 
 def _reflection_trace(d, audits: list[str | None], final: int) -> Trace:

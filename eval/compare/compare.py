@@ -17,13 +17,13 @@ import yaml
 
 from data_prep.dialogues import Dialogue
 from eval.compare.cost import cost_and_speed
-from eval.compare.paired import ALPHA, human_gold, paired_comparisons, per_dialogue, score_ppl
+from eval.compare.paired import ALPHA, human_gold, paired_comparisons
 from eval.compare.run_figures import reflection_figures, retries_per_role, trace_quality
 from eval.compare.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
-from eval.metrics.accuracy import emotion_accuracy, schema_valid_rate, teacher_agreement
-from eval.metrics.diversity import diversity_metrics, human_ratios
-from eval.metrics.registry import reply_metrics, score_replies
-from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm, mean_with_ci
+from eval.metrics.accuracy import schema_valid_rate, teacher_agreement
+from eval.metrics.diversity import human_ratios
+from eval.metrics.registry import METRICS, Sample, score_sample
+from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm
 from eval.paper import load_paper_reference
 
 REPORT_JSON = "report.json"
@@ -80,10 +80,39 @@ def load_index(config: CompareConfig, test: Sequence[Dialogue], config_file: str
     return index
 
 
+def metric_settings(config: CompareConfig) -> dict[str, dict]:
+    """The registry's metrics this compare scores, each with its settings: a metric whose config section
+    (`ppl:`, `bertscore:`, `ead:`) is null is off; one without a section runs with its defaults."""
+    settings = {}
+    for name, spec in METRICS.items():
+        if spec.config is None:
+            settings[name] = dict(spec.settings)
+        elif (section := getattr(config, spec.config)) is not None:
+            settings[name] = section.model_dump()
+    return settings
+
+
+def system_sample(run: SystemRun, test: Sequence[Dialogue], reference: Optional[SystemRun]) -> Sample:
+    """What one system answered on the test dialogues (its traces are in test order), as the metrics read it."""
+    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
+    return Sample(
+        replies=[t.response or "" for t in run.traces] if run.replies else None,
+        gold_replies=[d.gold_response for d in test],
+        contexts=[d.render_context() for d in test],
+        # ASI answers Ekman's six, so there is no 32-class figure here (see `emotion_accuracy`)
+        emotions=[t.emotion for t in run.traces] if ran_asi else None,
+        gold_emotions=[d.emotion for d in test],
+        reference_emotions=[t.emotion for t in reference.traces]
+        if reference is not None and reference.name != run.name
+        else None,
+        latencies=[sum(s.latency_s for s in t.steps) for t in run.traces],
+    )
+
+
 def score_system(
-    run: SystemRun, test: Sequence[Dialogue], config: CompareConfig, reference: Optional[SystemRun], reference_lm
+    run: SystemRun, test: Sequence[Dialogue], settings: dict[str, dict], reference: Optional[SystemRun]
 ) -> tuple[dict[str, Any], dict[str, list]]:
-    """Every metric for one system on the test dialogues (its traces are in test order), and the
+    """Every metric for one system on the test dialogues (a metric it cannot have is null), and the
     per-dialogue values the paired comparisons resample."""
     result: dict[str, Any] = {
         "name": run.name,
@@ -93,13 +122,10 @@ def score_system(
         "failed_traces": sum(t.status == "failed" for t in run.traces),
         "replies": run.replies,
     }
-    extras: dict[str, list] = {}
     if run.replies:
-        extras = _score_replies(result, [t.response or "" for t in run.traces], test, config, reference_lm)
-    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
-    # ASI answers Ekman's six, so there is no 32-class figure to list here (see `emotion_accuracy`)
-    predicted = [t.emotion for t in run.traces]
-    result["i_acc"] = {"ekman6": emotion_accuracy(predicted, [d.emotion for d in test])["ekman6"]} if ran_asi else None
+        result["empty_responses"] = sum(not (t.response or "").strip() for t in run.traces)
+    stats, items = score_sample(system_sample(run, test, reference), settings)
+    result.update({METRICS[name].row_key: None for name in settings if METRICS[name].row_key}, **stats)
     result["agreement"] = (
         teacher_agreement(run.traces, reference.traces)
         if reference is not None and reference.name != run.name
@@ -110,30 +136,16 @@ def score_system(
     result["retries"] = retries_per_role(run.traces)
     result["reflection"] = reflection_figures(run.traces)
     result["quality"] = trace_quality(run.traces, run.replies)
-    return result, per_dialogue(run, test, reference, extras)
+    return result, items
 
 
-def _score_replies(result: dict, responses: list[str], test: Sequence[Dialogue], config: CompareConfig, reference_lm):
-    """The reply metrics into `result`; returns the per-dialogue values the paired comparisons need."""
-    from eval.metrics.bertscore import bertscore
-
-    result["empty_responses"] = sum(not r.strip() for r in responses)
-    result["length_words"] = mean_with_ci([len(r.split()) for r in responses])
-    result["diversity"] = diversity_metrics(responses, config.ead.tokenizer, config.ead.vocab_size)
-    extras: dict[str, list] = {}
-    if config.ppl is not None:
-        result["ppl"], extras["ppl"] = score_ppl(responses, test, config, reference_lm)
-    if config.bertscore is not None:
-        b = config.bertscore
-        score = bertscore(responses, [d.gold_response for d in test], b.model, b.num_layers, b.batch_size, True)
-        extras["bertscore_f1"] = score.pop("items")
-        result["bertscore"] = score
-    contexts, gold = [d.render_context() for d in test], [d.gold_response for d in test]
-    for spec in reply_metrics():  # the registry's own reply metrics (eval.metrics.registry)
-        result[spec.name], items = score_replies(spec, responses, gold, contexts)
-        if spec.paired and items is not None:
-            extras[spec.name] = items
-    return extras
+def _versus_human(system: dict, human: dict) -> Optional[dict]:
+    """The figures the registry gives as shares of the human replies (Dist/EAD); None when there are none."""
+    ratios = {}
+    for spec in METRICS.values():
+        if spec.versus_human and system.get(spec.row_key) and human.get(spec.row_key):
+            ratios.update(human_ratios(system[spec.row_key], human[spec.row_key], spec.versus_human))
+    return ratios or None
 
 
 def _cost(run: SystemRun) -> dict[str, Any]:
@@ -207,19 +219,18 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     index = load_index(config, test, config_file)
     runs = collect_systems(config, test, index, config_file, out)
     reference = next(r for r in runs if r.name == config.reference_system())
-    reference_lm = None
-    if config.ppl is not None:
-        from eval.metrics.perplexity import load_reference_lm
-
-        reference_lm = load_reference_lm(config.ppl.model)
-    scored = [score_system(run, test, config, reference, reference_lm) for run in runs]
+    settings = metric_settings(config)
+    loaded = {name: {**s, **METRICS[name].prepare(s)} if METRICS[name].prepare else s for name, s in settings.items()}
+    scored = [score_system(run, test, loaded, reference) for run in runs]
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
-    human = human_gold(test, config, reference_lm)
+    human = human_gold(test, loaded)
     for system in systems:
-        if system.get("diversity"):
-            system["human_ratio"] = human_ratios(system["diversity"], human["diversity"])
+        if ratios := _versus_human(system, human):
+            system["human_ratio"] = ratios
+    sections = {spec.config: None for spec in METRICS.values() if spec.config}
+    sections.update({METRICS[name].config: s for name, s in settings.items() if METRICS[name].config})
     return rounded(
         {
             "config_file": config_file,
@@ -233,10 +244,8 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
             },
             "settings": {
                 "reference_system": reference.name,
-                "ppl": config.ppl.model_dump() if config.ppl else None,
-                "bertscore": config.bertscore.model_dump() if config.bertscore else None,
-                "ead": config.ead.model_dump(),
-                "registered_metrics": {spec.name: spec.settings for spec in reply_metrics()},
+                **sections,
+                "registered_metrics": settings,
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
                 "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
             },

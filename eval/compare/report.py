@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.metrics.registry import reply_metrics
+from eval.compare.report_plots import confusions
+from eval.metrics.registry import METRICS, Figure
 
 DASH = "–"
 
@@ -54,83 +55,61 @@ def with_ci(stat: Optional[dict]) -> str:
     return interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"))
 
 
+def cell(row: dict, figure: Figure) -> str:
+    """One figure of a report row as report.md prints it: a statistic with its interval, or a number."""
+    value = figure.read(row)
+    return with_ci(value) if isinstance(value, dict) else fmt(value, figure.decimals)
+
+
 def system_figures(report: dict, name: str) -> dict[str, str]:
-    """One system's headline figures as report.md prints them, for an adapter's model card."""
+    """One system's headline figures (the registry's), as report.md prints them, for an adapter's model card."""
     s = next((s for s in report["systems"] if s["name"] == name), None)
     if s is None:
         return {}
-    acc = (s.get("i_acc") or {}).get("ekman6") or {}
-    div = s.get("diversity") or {}
-    return {
-        "test dialogues": fmt(s["n"]),
-        "emotion accuracy (I-ACC, 6 classes) [95% CI]": with_ci(acc.get("accuracy")),
-        "macro-F1 (6)": fmt(acc.get("macro_f1")),
-        "Dist-2 / EAD-2": f"{fmt(div.get('dist2'))} / {fmt(div.get('ead2'))}",
-        "PPL [95% CI]": with_ci(s.get("ppl")),
-        "BERTScore F vs the gold reply [95% CI]": with_ci((s.get("bertscore") or {}).get("f1")),
-        "test split": f"`{report['test']['split']}` of `{report['test']['dialogues']}`",
-    }
+    figures = {"test dialogues": fmt(s["n"])}
+    for figure in (f for spec in METRICS.values() for f in spec.headline):
+        value = figure.read(s)
+        if value is not None:
+            figures[figure.header + (" [95% CI]" if isinstance(value, dict) else "")] = cell(s, figure)
+    figures["test split"] = f"`{report['test']['split']}` of `{report['test']['dialogues']}`"
+    return figures
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _quality_row(s: dict) -> list[str]:
-    div, ppl = s.get("diversity") or {}, s.get("ppl") or {}
-    acc = (s.get("i_acc") or {}).get("ekman6") or {}
-    name = s["name"] + (f" (the same outputs as {s['same_outputs_as']})" if s.get("same_outputs_as") else "")
-    return [
-        name,
-        fmt(s["n"]),
-        with_ci(ppl) if ppl else DASH,
-        fmt(div.get("dist1")),
-        fmt(div.get("dist2")),
-        fmt(div.get("ead1")),
-        fmt(div.get("ead2")),
-        with_ci(s.get("length_words")),
-        with_ci(acc.get("accuracy")),
-        with_ci(acc.get("accuracy_invalid_dropped")),
-        fmt(acc.get("n_invalid")),
-        fmt(acc.get("macro_f1")),
-        with_ci((s.get("bertscore") or {}).get("f1")),
-    ]
-
-
 def quality_table(report: dict) -> list[str]:
-    """TRACE Table 1/3 layout: one row per system, automatic metrics, and the human replies for scale."""
-    rows = [_quality_row(s) for s in report["systems"]]
-    if report.get("human_gold"):
-        rows.append(_quality_row(report["human_gold"]))
-    header = ["System", "n", "PPL ↓", "Dist-1", "Dist-2", "EAD-1", "EAD-2", "length (words)", "I-ACC (6, strict)"]
-    header += ["I-ACC (6, TRACE: invalid dropped)", "invalid (dropped)", "macro-F1 (6)", "BERTScore F"]
-    return markdown_table(header, rows)
+    """TRACE Table 1/3 layout: one row per system, a column per figure of each registered metric, and the
+    human replies for scale."""
+    figures = [f for spec in METRICS.values() for f in spec.shown]
+    rows = [*report["systems"], *([report["human_gold"]] if report.get("human_gold") else [])]
+    body = [[_name(s), fmt(s["n"]), *(cell(s, f) for f in figures)] for s in rows]
+    return markdown_table(["System", "n", *(f.header for f in figures)], body)
+
+
+def _name(s: dict) -> str:
+    return s["name"] + (f" (the same outputs as {s['same_outputs_as']})" if s.get("same_outputs_as") else "")
 
 
 def paper_table(report: dict) -> list[str]:
-    """Dist/EAD as shares of the human replies (each on its own test set) and I-ACC, every system beside
-    the published rows of `paper_reference`; no paper asked and no ratios: no table."""
+    """The registry's figures that compare with a paper (Dist/EAD as shares of the human replies, each on
+    its own test set, and I-ACC), every system beside the published rows of `paper_reference`; no paper
+    asked and no ratios: no table."""
     systems = [s for s in report["systems"] if s.get("human_ratio")]
     paper = report.get("paper") or {}
     if not systems and not paper:
         return []
-    keys = ("dist1", "dist2", "ead1", "ead2")
-
-    def row(name: str, ratio: dict, i_acc: str) -> list[str]:
-        return [name, *(fmt(ratio.get(k), 2) for k in keys), i_acc]
-
-    rows = [
-        row(s["name"], s["human_ratio"], with_ci((((s.get("i_acc") or {}).get("ekman6")) or {}).get("accuracy")))
-        for s in systems
-    ]
-    rows += [row(f"{r['system']} *", r["human_ratio"], fmt(r["i_acc"] / 100)) for r in paper.get("rows", [])]
-    header = ["System", "Dist-1 / human", "Dist-2 / human", "EAD-1 / human", "EAD-2 / human", "I-ACC (6)"]
-    lines = ["## Against the paper: diversity as a share of the human replies", "", *markdown_table(header, rows), ""]
-    lines.append(
-        "Dist-n and EAD-n fall as a corpus grows, so each is shown as a share of the human replies on the same "
-        "dialogues (this report's human row for the systems above; the paper's test set for its rows). PPL is left "
-        "out: the paper's reference LM differs."
-    )
+    figures = [f for spec in METRICS.values() for f in spec.paper]
+    rows = [[s["name"], *(cell(s, f) for f in figures)] for s in systems]
+    rows += [[f"{r['system']} *", *(fmt(f.read_paper(r), f.decimals) for f in figures)] for r in paper.get("rows", [])]
+    header = ["System", *(f.header for f in figures)]
+    shares = " and ".join(name for name, spec in METRICS.items() if spec.versus_human)
+    title = "## Against the paper" + (f": {shares} as a share of the human replies" if shares else "")
+    lines = [title, "", *markdown_table(header, rows), ""]
+    shown_first = sorted(METRICS.values(), key=lambda spec: not spec.paper)  # then why the others are not
+    notes = " ".join(spec.paper_note for spec in shown_first if spec.paper_note)
+    lines += [notes] if notes else []
     if paper:
         lines.append(f"\\* {paper['source']} Its ratios use the human replies on {paper['test_set']}.")
     return [*lines, ""]
@@ -155,18 +134,6 @@ def checks_table(report: dict) -> list[str]:
         *markdown_table(header, rows),
         "",
     ]
-
-
-def registered_table(report: dict) -> list[str]:
-    """The registry's own reply metrics (eval.metrics.registry), a column each; none registered: no table."""
-    specs = reply_metrics()
-    if not specs:
-        return []
-    rows = [s for s in report["systems"] if s.get("replies", True)]
-    rows += [report["human_gold"]] if report.get("human_gold") else []
-    header = ["System", *(f"{spec.label} {'↑' if spec.direction == 'higher' else '↓'}" for spec in specs)]
-    body = [[s["name"], *(with_ci(s.get(spec.name)) for spec in specs)] for s in rows]
-    return ["## Other metrics (the metric registry)", "", *markdown_table(header, body), ""]
 
 
 def paired_table(report: dict) -> list[str]:
@@ -291,29 +258,21 @@ def judge_table(judge: dict) -> list[str]:
 
 
 def _notes(report: dict) -> list[str]:
-    st = report["settings"]
-    ppl, bert, boot = st.get("ppl"), st.get("bertscore"), st["bootstrap"]
+    st, boot = report["settings"], report["settings"]["bootstrap"]
     notes = [
         f"Test set: split `{report['test']['split']}` of `{report['test']['dialogues']}`, "
         f"n = {report['test']['n']} dialogues; exemplar index `{report['test']['index']}`.",
         f"Mean-type metrics show value [bootstrap {boot['level_percent']}% CI] "
-        f"({boot['resamples']} resamples, seed {boot['seed']}); Dist/EAD are corpus-level (no CI). Figures "
-        "with an interval keep two significant digits of its half-width, others three; report.json has four decimals.",
+        f"({boot['resamples']} resamples, seed {boot['seed']}). Figures with an interval keep two significant "
+        "digits of its half-width, others three; report.json has four decimals.",
     ]
-    if ppl:
-        notes.append(
-            f"PPL: reference LM `{ppl['model']}`, context `{ppl['context']}` "
-            "(token-weighted exp(total NLL / total response tokens))."
-        )
-    if bert:
-        notes.append(
-            f"BERTScore: encoder `{bert['model']}`, vs the gold reply (neither TRACE's code nor MERG's text "
-            "names an encoder; bert-score's English default is roberta-large)."
-        )
-    notes.append(
-        f"EAD tokenizer `{st['ead']['tokenizer']}`. Agreement is with `{st['reference_system']}` on the same "
-        "dialogue ids. Latency is the sum of a dialogue's step latencies."
-    )
+    scored = st.get("registered_metrics") or {}
+    for name, spec in METRICS.items():
+        # a report written before the built-ins joined the registry keeps their settings in their sections
+        settings = scored[name] if name in scored else st.get(spec.config) if spec.config else None
+        if spec.note and settings is not None:
+            notes.append(spec.note.format(**settings))
+    notes.append(f"Agreement is with `{st['reference_system']}` on the same dialogue ids.")
     methods = {s["cost"].get("memory_method") for s in report["systems"]} - {None}
     if methods:
         notes.append("Peak memory: " + "; ".join(sorted(methods)) + ".")
@@ -333,7 +292,6 @@ def render_markdown(report: dict) -> str:
         "",
         *paper_table(report),
         *checks_table(report),
-        *registered_table(report),
         f"## Agreement with `{report['settings']['reference_system']}`",
         "",
         *agreement_table(report),
@@ -341,7 +299,7 @@ def render_markdown(report: dict) -> str:
         "## Paired differences (same dialogues, bootstrap over dialogues)",
         "",
         "Each row resamples the test dialogues and takes both systems' values on the same draw, so the "
-        "interval is for the difference itself. PPL's is the corpus statistic on each draw. The family is "
+        "interval is for the difference itself; a corpus statistic (PPL) is recomputed on each draw. The family is "
         f"every row of this table ({fam.get('rows', DASH)}); Holm's adjustment holds its family-wise error rate "
         f"at {fam.get('alpha', DASH)}, and only a row that survives it is a finding.",
         "",
@@ -360,7 +318,7 @@ def render_markdown(report: dict) -> str:
         "![metrics per system](metrics.png)",
         "",
     ]
-    if any((s.get("i_acc") or {}).get("ekman6") for s in report["systems"]):
+    if confusions(report):
         lines += ["![emotion confusion matrices](confusion.png)", ""]
     reflection = reflection_table(report)
     if reflection:

@@ -98,6 +98,24 @@ def emotion_accuracy(
     return result
 
 
+def i_acc(
+    emotions: Sequence[Optional[str]], gold_emotions: Sequence[str], gold_fine: Optional[Sequence[Optional[str]]] = None
+) -> dict:
+    """The registry's I-ACC: `emotion_accuracy`, and each dialogue's strict 6-class hit (an invalid answer
+    is a miss) as ``items`` for the paired table."""
+    items = [float(ekman_or_invalid(p) == to_ekman(g)) for p, g in zip(emotions, gold_emotions)]
+    return {**emotion_accuracy(emotions, gold_emotions, gold_fine), "items": items}
+
+
+def emotion_agreement(emotions: Sequence[Optional[str]], reference_emotions: Sequence[Optional[str]]) -> dict:
+    """Per dialogue, 1 when a system names the same valid Ekman emotion as the reference system does."""
+    items = [
+        float(mine is not None and mine == ekman_or_invalid(theirs))
+        for mine, theirs in zip(map(ekman_or_invalid, emotions), reference_emotions)
+    ]
+    return {**mean_with_ci(items), "items": items}
+
+
 def token_f1(predicted: str, reference: str) -> float:
     """SQuAD token F1 (Rajpurkar et al. 2016) on lowercased whitespace tokens; both empty → 1.0."""
     p, r = predicted.lower().split(), reference.lower().split()

@@ -113,20 +113,19 @@ def ead_n(
 
 def diversity_metrics(
     responses: Sequence[str],
-    ead_tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
-    ead_vocab_size: Optional[int] = None,
+    tokenizer: Union[str, Tokenizer] = DEFAULT_EAD_ENCODING,
+    vocab_size: Optional[int] = None,
 ) -> dict:
-    """Dist-1/2 and EAD-1/2 for one system, with n (responses) and the EAD tokenizer named."""
+    """Dist-1/2 and EAD-1/2 for one system, with n (responses) and the EAD tokenizer named: the
+    registry's Dist / EAD, whose settings are EAD's `tokenizer` and `vocab_size`."""
     return {
         "dist1": distinct_n(responses, 1),
         "dist2": distinct_n(responses, 2),
-        "ead1": ead_n(responses, 1, ead_tokenizer, ead_vocab_size),
-        "ead2": ead_n(responses, 2, ead_tokenizer, ead_vocab_size),
+        "ead1": ead_n(responses, 1, tokenizer, vocab_size),
+        "ead2": ead_n(responses, 2, tokenizer, vocab_size),
         "n": len(responses),
         "n_nonblank": len(normalized_corpus(responses)),
-        "ead_tokenizer": ead_tokenizer
-        if isinstance(ead_tokenizer, str)
-        else getattr(ead_tokenizer, "__name__", "custom"),
+        "ead_tokenizer": tokenizer if isinstance(tokenizer, str) else getattr(tokenizer, "__name__", "custom"),
     }
 
 
@@ -135,6 +134,6 @@ def diversity_metrics(
 RATIO_KEYS = ("dist1", "dist2", "ead1", "ead2")
 
 
-def human_ratios(diversity: dict, human: dict) -> dict[str, Optional[float]]:
-    """Each of `RATIO_KEYS` as a share of the human replies' value (None where either is missing or 0)."""
-    return {k: (diversity[k] / human[k] if diversity.get(k) is not None and human.get(k) else None) for k in RATIO_KEYS}
+def human_ratios(stat: dict, human: dict, keys: Sequence[str] = RATIO_KEYS) -> dict[str, Optional[float]]:
+    """Each of `keys` as a share of the human replies' value (None where either is missing or 0)."""
+    return {k: (stat[k] / human[k] if stat.get(k) is not None and human.get(k) else None) for k in keys}

@@ -150,3 +150,27 @@ def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
     """exp(total NLL / total scored tokens) over (summed NLL, scored tokens) items."""
     tokens = sum(t for _, t in items)
     return math.exp(sum(n for n, _ in items) / tokens) if tokens else float("nan")
+
+
+def ppl_inputs(settings: dict) -> tuple[str, ...]:
+    """What PPL needs besides its settings: the replies, and with context `dialogue` the dialogues too."""
+    return ("replies", "contexts") if settings.get("context") == "dialogue" else ("replies",)
+
+
+def load_ppl(settings: dict) -> dict:
+    """The reference LM, loaded once for every system of a comparison: `score_ppl`'s ``lm``."""
+    return {"lm": load_reference_lm(settings["model"])}
+
+
+def score_ppl(
+    replies: Sequence[str],
+    contexts: Optional[Sequence[str]],
+    model: str = DEFAULT_PPL_MODEL,
+    context: PplContext = DEFAULT_PPL_CONTEXT,
+    batch_size: int = 8,
+    lm: Optional[tuple[Any, Any]] = None,
+) -> dict:
+    """The registry's PPL: `perplexity` under `model` (or `lm`, that model already loaded), named by
+    `model`, with each reply's (summed NLL, scored tokens) as ``items`` for the paired table."""
+    result = perplexity(replies, lm or model, context, contexts, batch_size, keep_items=True)
+    return {**result, "model": model}

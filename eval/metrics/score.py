@@ -1,13 +1,15 @@
-"""`python -m eval score`: the automatic metrics for responses from any source (a CSV or JSONL file).
+"""`python -m eval score`: the registry's metrics for responses from any source (a CSV or JSONL file).
 
     python -m eval score --responses out.csv --column response [--gold-column gold_response]
         [--emotion-column emotion --gold-emotion-column gold_emotion] [--ppl-model smollm2-135m]
         [--bertscore-model minilm] [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
 
-Dist/EAD always run (seconds, no model). I-ACC runs when both emotion columns are given, BERTScore
-when a gold column is given, PPL only with ``--ppl-model``; one warning line on stderr names each metric
-skipped and the flag that turns it on. Every reply metric of the registry (eval.metrics.registry) runs too. The
-metrics JSON goes to stdout (and ``--out``); a missing file or column is one line on stderr and exit code 2.
+Every metric of the registry (eval.metrics.registry) runs that the file has the columns for: Dist/EAD
+always (seconds, no model), I-ACC when both emotion columns are given, BERTScore when a gold column is
+given; a metric that loads a model on request alone (PPL) runs only when its first setting is given
+(``--ppl-model``). Each setting of a metric is a flag, ``--<metric>-<setting>``. One warning line on stderr
+names each metric skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``);
+a missing file or column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -21,10 +23,17 @@ from typing import Any, Optional
 from data_prep.commands import not_a_directory
 from data_prep.ed_formats import read_csv_rows, undecodable
 from data_prep.taxonomy import ED_TO_EKMAN, to_ekman
-from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL
-from eval.metrics.diversity import DEFAULT_EAD_ENCODING, diversity_metrics
-from eval.metrics.perplexity import DEFAULT_PPL_CONTEXT, PPL_CONTEXTS
-from eval.metrics.registry import reply_metrics, score_replies
+from eval.metrics.registry import METRICS, MetricSpec, Sample, score_sample
+
+# The inputs a metric may need that a file can hold, and the flags that name their columns. A metric that
+# needs anything else (the latency of a run, a reference system) is not one `eval score` can run.
+EMOTION_FLAGS = "--emotion-column and --gold-emotion-column"
+INPUT_FLAGS = {
+    "gold_replies": "--gold-column",
+    "contexts": "--context-column",
+    "emotions": EMOTION_FLAGS,
+    "gold_emotions": EMOTION_FLAGS,
+}
 
 
 class ScoreInputError(ValueError):
@@ -97,91 +106,85 @@ def column(
     return values
 
 
-def score_rows(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
-    from eval.metrics.accuracy import emotion_accuracy
-
-    responses = [r or "" for r in column(rows, args.column, args.responses)]
-    out: dict[str, Any] = {
-        "file": args.responses,
-        "column": args.column,
-        "n": len(responses),
-        "diversity": diversity_metrics(responses, args.ead_tokenizer),
-    }
+def read_sample(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> Sample:
+    """The file's responses and whatever else its named columns hold, as the metrics read them."""
+    path = args.responses
+    sample: dict[str, Any] = {"replies": [r or "" for r in column(rows, args.column, path)]}
+    if args.gold_column:
+        sample["gold_replies"] = column(rows, args.gold_column, path, required=False)
+    if args.context_column:
+        sample["contexts"] = [c or "" for c in column(rows, args.context_column, path)]
     if args.emotion_column or args.gold_emotion_column:
         if not (args.emotion_column and args.gold_emotion_column):
-            raise ScoreInputError("I-ACC needs both --emotion-column and --gold-emotion-column")
-        gold = column(rows, args.gold_emotion_column, args.responses, label=True)
+            raise ScoreInputError(f"{EMOTION_FLAGS} go together: the predicted and the gold emotion")
+        gold = column(rows, args.gold_emotion_column, path, label=True)
         for (where, _), value in zip(rows, gold):
             try:
                 to_ekman(value)
             except ValueError as err:
-                raise ScoreInputError(f"{args.responses} {where}: field '{args.gold_emotion_column}': {err}") from None
+                raise ScoreInputError(f"{path} {where}: field '{args.gold_emotion_column}': {err}") from None
+        sample["emotions"] = column(rows, args.emotion_column, path, required=False, label=True)
+        sample["gold_emotions"] = gold
         # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
-        gold_fine = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
-        out["i_acc"] = emotion_accuracy(
-            column(rows, args.emotion_column, args.responses, required=False, label=True), gold, gold_fine
-        )
-    if args.gold_column:
-        from eval.metrics.bertscore import bertscore
-
-        out["bertscore"] = bertscore(
-            responses, column(rows, args.gold_column, args.responses, required=False), args.bertscore_model
-        )
-    if args.ppl_model:
-        from eval.metrics.perplexity import perplexity
-
-        out["ppl"] = perplexity(responses, args.ppl_model, args.ppl_context, _ppl_contexts(rows, args))
-    out.update(_registered(rows, responses, args))
-    return out
+        sample["gold_fine"] = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
+    return Sample(**sample)
 
 
-def _registered(rows: list[tuple[str, dict[str, Any]]], responses: list[str], args: argparse.Namespace) -> dict:
-    """The registry's own reply metrics (eval.metrics.registry), given the gold and context columns when named."""
-    gold = column(rows, args.gold_column, args.responses, required=False) if args.gold_column else None
-    contexts = column(rows, args.context_column, args.responses) if args.context_column else None
-    return {spec.name: score_replies(spec, responses, gold, contexts)[0] for spec in reply_metrics()}
+def _flag(spec: MetricSpec, setting: str) -> str:
+    return f"--{spec.prefix()}-{setting.replace('_', '-')}"
 
 
-def _ppl_contexts(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> Optional[list[str]]:
-    """The dialogue before each response, for `--ppl-context dialogue` (from `--context-column`)."""
-    if args.ppl_context != "dialogue":
-        return None
-    if not args.context_column:
-        raise ScoreInputError("--ppl-context dialogue needs --context-column (the dialogue before each response)")
-    return [c or "" for c in column(rows, args.context_column, args.responses)]
+def _given(spec: MetricSpec, args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of `spec` given on the command line."""
+    dests = {k: _flag(spec, k)[2:].replace("-", "_") for k in spec.settings}
+    return {k: value for k, dest in dests.items() if (value := getattr(args, dest, None)) is not None}
 
 
-def skipped_metrics(args: argparse.Namespace) -> list[str]:
-    """The metrics this run leaves out for want of a flag, each with the flag that turns it on."""
-    wants = {
-        "I-ACC (--emotion-column and --gold-emotion-column)": args.emotion_column or args.gold_emotion_column,
-        "BERTScore (--gold-column)": args.gold_column,
-        "PPL (--ppl-model, e.g. smollm2-135m)": args.ppl_model,
-    }
-    return [metric for metric, flag in wants.items() if not flag]
+def metric_settings(args: argparse.Namespace, sample: Sample) -> tuple[dict[str, dict], list[str]]:
+    """The metrics this run scores, each with its settings (the defaults, overridden by the flags given),
+    and the ones it skips for want of a flag, each with the flag that turns it on. A metric asked for by
+    its flags that the file cannot feed is an error, not a skip."""
+    settings, lacking, off = {}, [], []
+    for name, spec in METRICS.items():
+        given = _given(spec, args)
+        first = next(iter(spec.settings), None)
+        if spec.opt_in and first not in given:
+            off.append(f"{spec.label} ({_flag(spec, first)}, e.g. {spec.settings[first]})")
+            continue
+        merged = {**spec.settings, **given}
+        missing = [i for i in spec.needed(merged) if getattr(sample, i) is None]
+        if not missing:
+            settings[name] = merged
+        elif all(i in INPUT_FLAGS for i in missing):
+            flags = " and ".join(dict.fromkeys(INPUT_FLAGS[i] for i in missing))
+            if spec.opt_in:
+                asked = " ".join(f"{_flag(spec, k)} {v}" for k, v in given.items())
+                raise ScoreInputError(f"{spec.label} with {asked} needs {flags}")
+            lacking.append(f"{spec.label} ({flags})")
+    return settings, lacking + off
+
+
+def _enables(needed: str) -> str:
+    """': enables <the metrics that need this input>', for a column flag's help."""
+    runs_here = (s for s in METRICS.values() if set(s.needed(s.settings)) <= {"replies", *INPUT_FLAGS})
+    labels = [spec.label for spec in runs_here if needed in spec.needed(spec.settings)]
+    return f": enables {', '.join(labels)}" if labels else ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses", required=True, help="a .csv (with header) or .jsonl file of responses")
     parser.add_argument("--column", required=True, help="the column holding the responses to score")
-    parser.add_argument("--gold-column", help="gold reply column: enables BERTScore")
-    parser.add_argument("--emotion-column", help="predicted emotion column (Ekman or ED labels): enables I-ACC")
+    parser.add_argument("--gold-column", help="gold reply column" + _enables("gold_replies"))
+    parser.add_argument("--emotion-column", help="predicted emotion column (Ekman or ED labels)" + _enables("emotions"))
     parser.add_argument(
         "--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)"
     )
-    parser.add_argument("--ppl-model", help="reference LM alias/path for PPL (e.g. smollm2-135m); off when not given")
-    parser.add_argument(
-        "--ppl-context",
-        default=DEFAULT_PPL_CONTEXT,
-        choices=PPL_CONTEXTS,
-        help="response: TRACE's PPL (no start token, first token unscored); document_start: every token "
-        "scored after the LM's document-start token; dialogue: the response scored after --context-column",
-    )
     parser.add_argument("--context-column", help="the dialogue before each response (for --ppl-context dialogue)")
-    parser.add_argument(
-        "--bertscore-model", default=DEFAULT_BERTSCORE_MODEL, help="BERTScore encoder alias or local dir"
-    )
-    parser.add_argument("--ead-tokenizer", default=DEFAULT_EAD_ENCODING, help="EAD tokenizer (TRACE's by default)")
+    for spec in METRICS.values():  # each metric's settings, as --<metric>-<setting>
+        for setting, default in spec.settings.items():
+            options = {"type": type(default) if default is not None else str, **spec.options.get(setting, {})}
+            options.setdefault("help", f"{spec.label}: {setting.replace('_', ' ')} (default: {default})")
+            parser.add_argument(_flag(spec, setting), default=None, **options)
     parser.add_argument("--out", help="also write the metrics JSON here")
 
 
@@ -193,10 +196,13 @@ def run(args: argparse.Namespace) -> int:
         raise ScoreInputError(f"{args.out}: --out is a directory; give a file path for the metrics JSON")
     if args.out and (problem := not_a_directory(Path(args.out).parent)):
         raise ScoreInputError(f"{args.out}: cannot write the metrics JSON there: {problem}")
-    metrics = score_rows(read_rows(args.responses), args)
-    skipped = skipped_metrics(args)
+    rows = read_rows(args.responses)
+    sample = read_sample(rows, args)
+    settings, skipped = metric_settings(args, sample)
     if skipped:  # a metric that is silently absent reads as "not applicable", not "not asked for"
         print(f"warning: skipped {', '.join(skipped)}", file=sys.stderr)
+    stats, _ = score_sample(sample, settings)
+    metrics = {"file": args.responses, "column": args.column, "n": len(sample.replies), **stats}
     text = json.dumps(metrics, indent=2, ensure_ascii=False)
     print(text)
     if args.out:

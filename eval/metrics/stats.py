@@ -50,6 +50,12 @@ def mean_with_ci(values: Sequence[float], resamples: int = DEFAULT_RESAMPLES, se
     return {"value": sum(vals) / len(vals), "ci_low": low, "ci_high": high, "n": len(vals)}
 
 
+def mean_with_items(values: Sequence[float]) -> dict:
+    """`mean_with_ci` of per-dialogue values, which it keeps as ``items`` for the paired table."""
+    items = [float(v) for v in values]
+    return {**mean_with_ci(items), "items": items}
+
+
 def sign_test(wins: int, losses: int) -> float:
     """Two-sided exact sign test p-value (Dixon & Mood 1946): ties are excluded beforehand.
 
