@@ -180,8 +180,8 @@ def test_traces_stored_out_of_order_are_paired_by_dialogue_not_position(tmp_path
     Both systems answer every dialogue's gold emotion (the four differ), the teacher's run stored shuffled with
     no trace in its test position: paired by position, every figure below would read 0 instead of 1."""
     from eval.compare.compare import system_sample
-    from eval.metrics.registry import score_sample
     from eval.compare.systems import SystemSpec, load_trace_system
+    from eval.metrics.registry import score_sample
 
     test = tiny_dialogues[:4]
     shuffled = [test[i] for i in (2, 0, 3, 1)]

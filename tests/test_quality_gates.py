@@ -11,6 +11,7 @@ from test_quality import EXEMPLAR, trace_with_prompts
 from data_prep.dialogues import Dialogue
 from distill.__main__ import main as distill_main
 from distill.datasets.dataset_card import read_build_record
+from distill.datasets.options import QUALITY_DROP
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.trace import Trace, trace_key
 from distill.quality import QUALITY_FILE, read_quality
@@ -108,7 +109,11 @@ def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dial
     # asi's parroted reasoning is counted, not dropped: its student learns the label alone
     assert {role: c["kept"] for role, c in counts.items()} == {"asi": 8, "cae": 7, "srp": 8, "ers": 6}
     assert counts["ers"]["dropped"] == {"failed a quality check": 2}
-    assert counts["ers"]["quality"] == {"mode": "filter", "failed": {"echo": 1, "exemplar_copy": 1}}
+    assert counts["ers"]["quality"] == {
+        "mode": "filter",
+        "failed": {"echo": 1, "exemplar_copy": 1},
+        "kept_failing": False,
+    }
     assert counts["cae"]["quality"]["failed"] == {"loop": 1, "ungrounded_trigger": 1}  # one row, two checks
     assert counts["asi"]["quality"]["failed"] == {"parroted_rationale": 1}
     assert records["ers"]["quality_thresholds"]["echo_share"] == 0.8
@@ -131,12 +136,33 @@ def test_a_parroted_reasoning_drops_its_row_only_when_the_student_learns_the_rea
     assert asi["dropped"]["failed a quality check"] == 1  # its reasoning is the rationale twin's target
 
 
+def test_a_role_whose_every_row_fails_is_kept_loudly_not_left_untrainable(tiny_dialogues, tmp_path, capsys):
+    """The embedded teacher's cae triggers are never spans of the seeker's turns: filtering them all would
+    leave no cae dataset and a pipeline that cannot be trained."""
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    for out in outputs:
+        out["cae"]["triggers"] = ["disgust"]
+    write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    records = build(tmp_path / "run", tmp_path / "sft")
+    cae = records["cae"]["counts"]
+    assert cae["kept"] == 8 and QUALITY_DROP not in cae["dropped"]
+    assert cae["quality"] == {"mode": "report", "failed": {"ungrounded_trigger": 8}, "kept_failing": True}
+    assert records["asi"]["counts"]["quality"]["kept_failing"] is False
+    assert "cae: read 8" in (err := capsys.readouterr().err) and "EVERY row failed a check: kept" in err
+    card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    assert "every row failed, so all were kept" in card
+
+
 def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):
     run_dir = tmp_path / "run"
     quality_run(tiny_dialogues, run_dir)
     records = build(run_dir, tmp_path / "sft", "--quality", "report")
     assert all(r["counts"]["kept"] == 8 and r["counts"]["dropped"] == {} for r in records.values())
-    assert records["ers"]["counts"]["quality"] == {"mode": "report", "failed": {"echo": 1, "exemplar_copy": 1}}
+    assert records["ers"]["counts"]["quality"] == {
+        "mode": "report",
+        "failed": {"echo": 1, "exemplar_copy": 1},
+        "kept_failing": False,
+    }
     card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
     assert "Mode `report`: rows whose own `cae` output failed a check were kept and counted." in card
     assert "| `loop` | 1 |" in card
@@ -148,7 +174,7 @@ def test_datasets_quality_off_runs_no_check(tiny_dialogues, tmp_path, capsys):
     quality_run(tiny_dialogues, run_dir)
     records = build(run_dir, tmp_path / "sft", "--quality", "off")
     assert all(r["counts"]["kept"] == 8 for r in records.values())
-    assert all(r["counts"]["quality"] == {"mode": "off", "failed": {}} for r in records.values())
+    assert all(r["counts"]["quality"] == {"mode": "off", "failed": {}, "kept_failing": False} for r in records.values())
     assert "Not run: `--quality off`" in (tmp_path / "sft" / "asi" / "README.md").read_text(encoding="utf-8")
     assert "quality off" in capsys.readouterr().err
 

@@ -155,6 +155,8 @@ def quality_section(role: str, quality: dict[str, Any]) -> str:
     if mode == "off":
         return "Not run: `--quality off`, or the rows' targets are the data's answers, not the teacher's."
     done = "dropped" if mode == "filter" else "kept and counted"
+    if quality.get("kept_failing"):
+        done = "meant to be dropped, but every row failed, so all were kept (a role with no rows cannot be trained)"
     rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name, c in CHECKS.items() if role in c.roles)
     return f"""Mode `{mode}`: rows whose own `{role}` output failed a check were {done}. A row can fail more than \
 one check.

@@ -48,6 +48,7 @@ class RoleCounts:
     rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
     quality: Counter = field(default_factory=Counter)  # check -> rows whose own output failed it
     quality_mode: QualityMode = "off"  # what was done with those rows (`quality_mode`)
+    kept_failing: bool = False  # filter would have dropped every row: they were kept, and this says so
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,7 +56,11 @@ class RoleCounts:
             "dropped": dict(sorted(self.dropped.items())),
             "kept": self.kept,
             "rows": self.rows,
-            "quality": {"mode": self.quality_mode, "failed": dict(sorted(self.quality.items()))},
+            "quality": {
+                "mode": self.quality_mode,
+                "failed": dict(sorted(self.quality.items())),
+                "kept_failing": self.kept_failing,
+            },
         }
 
 

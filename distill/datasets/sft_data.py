@@ -17,7 +17,7 @@ import hashlib
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -51,6 +51,8 @@ class BuildReport:
             rows = ", ".join(f"{s} {n}" for s, n in c.rows.items())
             flagged = ", ".join(f"{check} {n}" for check, n in sorted(c.quality.items())) or "none failed"
             quality = f"quality {c.quality_mode} [{flagged}]" if c.quality_mode != "off" else "quality off"
+            if c.kept_failing:
+                quality += " -- EVERY row failed a check: kept, or the role could not be trained; fix the teacher"
             out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows}); {quality}")
         out += [f"{role}: no dataset ({why})" for role, why in self.skipped_roles.items()]
         return out
@@ -205,6 +207,12 @@ def build_role_datasets(
     result: dict[str, DatasetDict] = {}
     for role in wanted:
         rows, counts = _collect(role, traces, set(run_roles), options, failing)
+        if not rows and counts.dropped.get(QUALITY_DROP):
+            # Every row the other filters left failed a check (the embedded 135M teacher's cae triggers are
+            # never spans of the seeker's turns): kept and counted, loudly, so the role can still be
+            # trained and the run still tells what its teacher wrote badly.
+            rows, counts = _collect(role, traces, set(run_roles), replace(options, quality="report"), failing)
+            counts.kept_failing = True
         report.counts[role] = counts
         if not rows:
             report.skipped_roles[role] = "no rows kept"
