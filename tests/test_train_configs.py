@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -198,25 +199,38 @@ def _budget_config(**values):
     return config_from_dict({**base, **values}, source="test")
 
 
+def _trained(steps: int, n: int, mean: float, rows_per_step: int) -> float:
+    """The tokens `steps` steps train on average: an epoch's tokens over its ceil(n / rows) steps (the last short)."""
+    return steps * n * mean / math.ceil(n / rows_per_step)
+
+
 def test_budget_is_not_capped_by_epochs_on_a_small_dataset():
-    # 13 rows of 150 tokens: three epochs are 6 steps of 8 rows (~7,200 tokens); the budget asks for ~17.
+    # 13 rows of 150 tokens: three epochs are 6 steps (~5,850 tokens); the budget asks for ~20.
     steps = steps_for_budget(_budget_config(), n_train=13, mean_tokens=150.0, world_size=1)
-    assert steps == 17
-    assert abs(steps * 8 * 150 - 20000) <= 8 * 150 / 2  # within half a step of the budget
+    assert steps == 21
+    assert abs(_trained(steps, 13, 150.0, 8) - 20000) <= 13 * 150 / 2 / 2  # within half a step of the budget
 
 
 def test_budget_steps_count_every_rank_and_accumulation():
     cfg = _budget_config(gradient_accumulation_steps=2, per_device_train_batch_size=4)
     assert steps_for_budget(cfg, n_train=1000, mean_tokens=100.0, world_size=1) == 25  # 8 rows a step
-    assert steps_for_budget(cfg, n_train=1000, mean_tokens=100.0, world_size=2) == 12  # 16 rows a step (12.5)
+    assert steps_for_budget(cfg, n_train=1000, mean_tokens=100.0, world_size=2) == 13  # 16 rows a step, 63 an epoch
+
+
+def test_a_short_last_step_is_counted():
+    """18 rows at 8 a step are 3 steps an epoch (8, 8, 2): a step holds 6 rows on average, not 8."""
+    steps = steps_for_budget(_budget_config(max_tokens_budget=15960), n_train=18, mean_tokens=88.67, world_size=1)
+    assert steps == 30  # 10 epochs; counting 8 rows a step gave 22 steps: 7.3 epochs, about 11,700 tokens
+    assert abs(_trained(steps, 18, 88.67, 8) - 15960) <= 18 * 88.67 / 3 / 2
 
 
 def test_two_datasets_under_one_budget_train_the_same_tokens():
     """The curve's promise: students with different row counts and lengths see the same tokens per role."""
     cfg = _budget_config()
-    seen = [steps_for_budget(cfg, n, mean, 1) * 8 * mean for n, mean in ((13, 150.0), (26, 95.0), (400, 310.0))]
-    assert max(seen) - min(seen) <= 8 * 310.0  # at most one step of the longest rows apart
-    assert all(abs(s - 20000) <= 8 * 310.0 / 2 for s in seen)
+    shapes = ((13, 150.0), (18, 88.7), (26, 95.0), (400, 310.0))
+    seen = [_trained(steps_for_budget(cfg, n, mean, 1), n, mean, 8) for n, mean in shapes]
+    assert max(seen) - min(seen) <= 0.06 * 20000, seen  # within 6% of each other
+    assert all(abs(s - 20000) <= 0.05 * 20000 for s in seen), seen
 
 
 def test_max_steps_still_caps_a_budget_and_no_budget_means_max_steps():

@@ -13,6 +13,7 @@ prompts and no gradient checkpointing; see benchmarks/train_throughput.py for th
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -143,7 +144,10 @@ def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_s
     if budget <= 0:
         return sft.max_steps
     per_batch = sft.per_device_train_batch_size * sft.gradient_accumulation_steps * world_size
-    steps = max(1, round(budget / max(1.0, mean_tokens * per_batch)))
+    # An epoch is ceil(n / per_batch) steps over all n rows: its last step is short, so a step holds
+    # n * mean / ceil(n / per_batch) tokens on average, not per_batch * mean (18 rows at 8 a step: 6, not 8).
+    epoch_tokens = max(1.0, n_train * mean_tokens)
+    steps = max(1, round(budget / epoch_tokens * math.ceil(max(n_train, 1) / per_batch)))
     return steps if sft.max_steps <= 0 else min(steps, sft.max_steps)
 
 
