@@ -113,6 +113,7 @@ def test_datasets_quality_filter_is_the_default_and_drops_failing_rows(tiny_dial
         "mode": "filter",
         "failed": {"echo": 1, "exemplar_copy": 1},
         "kept_failing": False,
+        "unfiltered": [],
     }
     assert counts["cae"]["quality"]["failed"] == {"loop": 1, "ungrounded_trigger": 1}  # one row, two checks
     assert counts["asi"]["quality"]["failed"] == {"parroted_rationale": 1}
@@ -136,21 +137,44 @@ def test_a_parroted_reasoning_drops_its_row_only_when_the_student_learns_the_rea
     assert asi["dropped"]["failed a quality check"] == 1  # its reasoning is the rationale twin's target
 
 
-def test_a_role_whose_every_row_fails_is_kept_loudly_not_left_untrainable(tiny_dialogues, tmp_path, capsys):
-    """The embedded teacher's cae triggers are never spans of the seeker's turns: filtering them all would
-    leave no cae dataset and a pipeline that cannot be trained."""
+def test_a_check_every_row_fails_is_not_filtered_on_and_the_others_still_are(tiny_dialogues, tmp_path, capsys):
+    """The embedded teacher's cae triggers are never spans of the seeker's turns: filtering on that check would
+    leave no cae dataset, so it is set aside (loudly) and the looping rows are still dropped."""
     outputs = [clean_outputs(d) for d in tiny_dialogues]
     for out in outputs:
         out["cae"]["triggers"] = ["disgust"]
+    outputs[3]["cae"]["cause"] = "stress_relief_relief_relief_relief_relief"
     write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
     records = build(tmp_path / "run", tmp_path / "sft")
     cae = records["cae"]["counts"]
-    assert cae["kept"] == 8 and QUALITY_DROP not in cae["dropped"]
-    assert cae["quality"] == {"mode": "report", "failed": {"ungrounded_trigger": 8}, "kept_failing": True}
-    assert records["asi"]["counts"]["quality"]["kept_failing"] is False
-    assert "cae: read 8" in (err := capsys.readouterr().err) and "EVERY row failed a check: kept" in err
+    assert cae["kept"] == 7 and cae["dropped"] == {QUALITY_DROP: 1}
+    assert cae["quality"] == {
+        "mode": "filter",
+        "failed": {"loop": 1, "ungrounded_trigger": 8},
+        "kept_failing": False,
+        "unfiltered": ["ungrounded_trigger"],
+    }
+    assert records["asi"]["counts"]["quality"]["unfiltered"] == []
+    assert "EVERY row failed ungrounded_trigger: not filtered on it" in capsys.readouterr().err
     card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
-    assert "every row failed, so all were kept" in card
+    assert "except on `ungrounded_trigger`, which every row failed" in card
+
+
+def test_when_no_check_can_be_set_aside_every_row_is_kept_loudly(tiny_dialogues, tmp_path, capsys):
+    """Half the cae rows loop, the other half have ungrounded triggers: no check fails every row, so none can
+    be set aside, and filtering would leave nothing: the rows are kept, and the build says so."""
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    for i, out in enumerate(outputs):
+        if i % 2:
+            out["cae"]["triggers"] = ["disgust"]
+        else:
+            out["cae"]["cause"] = "stress_relief_relief_relief_relief_relief"
+    write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    cae = build(tmp_path / "run", tmp_path / "sft", "--roles", "cae")["cae"]["counts"]
+    assert cae["kept"] == 8 and cae["quality"]["kept_failing"] is True and cae["quality"]["unfiltered"] == []
+    assert "EVERY row failed a check: every row kept" in capsys.readouterr().err
+    assert "kept and counted" not in (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    assert "every row failed, so all were kept" in (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
 
 
 def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):
@@ -162,6 +186,7 @@ def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, caps
         "mode": "report",
         "failed": {"echo": 1, "exemplar_copy": 1},
         "kept_failing": False,
+        "unfiltered": [],
     }
     card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
     assert "Mode `report`: rows whose own `cae` output failed a check were kept and counted." in card
@@ -174,7 +199,10 @@ def test_datasets_quality_off_runs_no_check(tiny_dialogues, tmp_path, capsys):
     quality_run(tiny_dialogues, run_dir)
     records = build(run_dir, tmp_path / "sft", "--quality", "off")
     assert all(r["counts"]["kept"] == 8 for r in records.values())
-    assert all(r["counts"]["quality"] == {"mode": "off", "failed": {}, "kept_failing": False} for r in records.values())
+    assert all(
+        r["counts"]["quality"] == {"mode": "off", "failed": {}, "kept_failing": False, "unfiltered": []}
+        for r in records.values()
+    )
     assert "Not run: `--quality off`" in (tmp_path / "sft" / "asi" / "README.md").read_text(encoding="utf-8")
     assert "quality off" in capsys.readouterr().err
 

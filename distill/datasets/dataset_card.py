@@ -155,6 +155,9 @@ def quality_section(role: str, quality: dict[str, Any]) -> str:
     if mode == "off":
         return "Not run: `--quality off`, or the rows' targets are the data's answers, not the teacher's."
     done = "dropped" if mode == "filter" else "kept and counted"
+    if quality.get("unfiltered"):
+        every = ", ".join(f"`{c}`" for c in quality["unfiltered"])
+        done += f" (except on {every}, which every row failed: a role with no rows cannot be trained)"
     if quality.get("kept_failing"):
         done = "meant to be dropped, but every row failed, so all were kept (a role with no rows cannot be trained)"
     rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name, c in CHECKS.items() if role in c.roles)

@@ -48,7 +48,8 @@ class RoleCounts:
     rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
     quality: Counter = field(default_factory=Counter)  # check -> rows whose own output failed it
     quality_mode: QualityMode = "off"  # what was done with those rows (`quality_mode`)
-    kept_failing: bool = False  # filter would have dropped every row: they were kept, and this says so
+    kept_failing: bool = False  # filter would have dropped every row, whatever it ignored: all were kept
+    unfiltered: list[str] = field(default_factory=list)  # checks every row failed, so filter could not use them
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class RoleCounts:
                 "mode": self.quality_mode,
                 "failed": dict(sorted(self.quality.items())),
                 "kept_failing": self.kept_failing,
+                "unfiltered": self.unfiltered,
             },
         }
 

@@ -51,8 +51,10 @@ class BuildReport:
             rows = ", ".join(f"{s} {n}" for s, n in c.rows.items())
             flagged = ", ".join(f"{check} {n}" for check, n in sorted(c.quality.items())) or "none failed"
             quality = f"quality {c.quality_mode} [{flagged}]" if c.quality_mode != "off" else "quality off"
-            if c.kept_failing:
-                quality += " -- EVERY row failed a check: kept, or the role could not be trained; fix the teacher"
+            if c.unfiltered or c.kept_failing:
+                failed = ", ".join(c.unfiltered) or "a check"
+                kept = "every row kept" if c.kept_failing else "not filtered on it"
+                quality += f" -- EVERY row failed {failed}: {kept}, or the role could not be trained; fix the teacher"
             out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows}); {quality}")
         out += [f"{role}: no dataset ({why})" for role, why in self.skipped_roles.items()]
         return out
@@ -208,11 +210,7 @@ def build_role_datasets(
     for role in wanted:
         rows, counts = _collect(role, traces, set(run_roles), options, failing)
         if not rows and counts.dropped.get(QUALITY_DROP):
-            # Every row the other filters left failed a check (the embedded 135M teacher's cae triggers are
-            # never spans of the seeker's turns): kept and counted, loudly, so the role can still be
-            # trained and the run still tells what its teacher wrote badly.
-            rows, counts = _collect(role, traces, set(run_roles), replace(options, quality="report"), failing)
-            counts.kept_failing = True
+            rows, counts = _filter_what_selects(role, traces, set(run_roles), options, failing)
         report.counts[role] = counts
         if not rows:
             report.skipped_roles[role] = "no rows kept"
@@ -313,6 +311,24 @@ def learned_fields(role: str, options: DatasetOptions) -> set[str]:
     if options.rationale == "teacher" and "reasoning" in spec.schema.model_fields:
         fields.add("reasoning")
     return fields
+
+
+def _filter_what_selects(
+    role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions, failing: dict
+) -> tuple[list[dict], RoleCounts]:
+    """`filter` dropped every row of `role`. A check that every row fails cannot choose among them (the
+    embedded 135M teacher's cae triggers are never spans of the seeker's turns): filter on the other checks,
+    and when even that leaves nothing, keep the rows. Either way the counts say so, loudly, so the role can
+    still be trained and the run still tells what its teacher wrote badly."""
+    learned = [{c for c, hit in checks.items() if hit} for (_, r), checks in failing.items() if r == role]
+    every = set.intersection(*[s for s in learned if s]) if any(learned) else set()
+    relaxed = {k: {c: hit and c not in every for c, hit in checks.items()} for k, checks in failing.items()}
+    rows, counts = _collect(role, traces, run_roles, options, relaxed)
+    if not rows:
+        rows, counts = _collect(role, traces, run_roles, replace(options, quality="report"), failing)
+        counts.kept_failing = True
+    counts.unfiltered = sorted(every)
+    return rows, counts
 
 
 def _collect(
