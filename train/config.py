@@ -56,7 +56,10 @@ class DistillArguments:
     )
     max_tokens_budget: int = field(
         default=TOKENS_BUDGET,
-        metadata={"help": "If > 0, cap max_steps so that roughly this many tokens are trained per role (0: no cap)."},
+        metadata={
+            "help": "If > 0, train each role on about this many tokens: it sets the steps, overriding "
+            "num_train_epochs (max_steps, when set, still caps them); 0: num_train_epochs or max_steps as given."
+        },
     )
     completion_head: str = field(
         default="auto",
