@@ -296,10 +296,12 @@ def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[t
     from distill.quality import QualityThresholds, check_traces
 
     thresholds = QualityThresholds(**options.quality_thresholds)
+    report = check_traces(traces, thresholds)
+    learned = {role: learned_fields(role, options) for role in report.checked}
     failing: dict[tuple[str, str], dict[str, bool]] = {}
-    for f in check_traces(traces, thresholds).findings:
+    for f in report.findings:
         checks = failing.setdefault((f.key, f.role), {})
-        checks[f.check] = checks.get(f.check, False) or f.field.split("[")[0] in learned_fields(f.role, options)
+        checks[f.check] = checks.get(f.check, False) or f.field.split("[")[0] in learned[f.role]
     return failing
 
 
