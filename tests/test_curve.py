@@ -309,7 +309,8 @@ def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
 
 
 def test_every_student_reads_the_registry():
-    from eval.curve.curve import STUDENTS, CurveConfig
+    from eval.curve.curve import CurveConfig
+    from eval.curve.students import STUDENTS
 
     assert set(STUDENTS) == {"traces", "direct", "rationale", "teacher-reply", "joint"}
     config = CurveConfig(traces="t", dialogues="d", points=[5], students=["rationale"])
@@ -320,7 +321,8 @@ def test_every_student_reads_the_registry():
 
 
 def test_variants_are_students_with_their_own_levers():
-    from eval.curve.curve import EMOTION_ONLY, CurveConfig
+    from eval.curve.curve import CurveConfig
+    from eval.curve.students import EMOTION_ONLY
     from train import TOKENS_BUDGET
 
     variants = [
@@ -425,7 +427,8 @@ def test_each_student_states_what_it_learns_from_whom():
 def test_teacher_reply_student_learns_the_teachers_reply_and_nothing_else(tiny_dialogues, tmp_path):
     from datasets import load_from_disk
 
-    from eval.curve.curve import STUDENTS, CurveConfig, build_datasets
+    from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.students import STUDENTS
 
     config = CurveConfig(traces=str(tmp_path), dialogues="d", points=[3], require_gold_emotion=False)
     traces = [handmade_trace(d) for d in tiny_dialogues]

@@ -14,56 +14,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--traces", required=True, help="trace run directory (holds traces.jsonl and run.json)")
     parser.add_argument("--out", required=True, help="output directory; each role is saved to <out>/<role>/")
     parser.add_argument("--roles", default="all", help="comma-separated roles, or 'all' (the core roles, as in train)")
-    parser.add_argument(
-        "--require-gold-emotion",
-        action="store_true",
-        help="keep only traces whose asi emotion equals the gold Ekman label",
-    )
-    parser.add_argument(
-        "--ers-target",
-        choices=("teacher", "gold"),
-        default="teacher",
-        help="ers completion: the teacher's reply or the human gold reply",
-    )
-    parser.add_argument(
-        "--balance-emotions",
-        action="store_true",
-        help="asi train split: repeat rows of rarer emotions until each emotion has as many as the commonest",
-    )
-    parser.add_argument(
-        "--inputs",
-        choices=("pipeline", "direct"),
-        default="pipeline",
-        help="direct: the fine-tuning baseline, the dialogue in and the data's gold answer out (asi, ers), "
-        "no teacher rationale and no upstream role output",
-    )
-    parser.add_argument(
-        "--rationale",
-        choices=("teacher", "situation"),
-        default=None,
-        help="asi/srp train rows gain a rationale-task twin (Distilling step-by-step): the teacher's reasoning, "
-        "or ED's situation text as a human-written stand-in; the student still answers the label task alone",
-    )
-    parser.add_argument(
-        "--rationale-share", type=float, default=1.0, help="share of label rows that get a rationale twin (seeded)"
-    )
+    add_row_filters(parser)
     parser.add_argument(
         "--joint",
         action="store_true",
         help="also write <out>/joint: every built role's rows in one dataset, for one adapter that serves all "
         "roles (train --roles joint)",
     )
-    parser.add_argument(
-        "--quality",
-        choices=("filter", "report", "off"),
-        default="filter",
-        help="the trace quality checks (docs/quality.md) on each row's own role output: filter drops a row that "
-        "fails one, report keeps it and counts, off runs none",
-    )
-    parser.add_argument(
-        "--quality-thresholds", default=None, help="YAML of QualityThresholds fields to change (docs/quality.md)"
-    )
-    parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
     parser.add_argument(
         "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
     )
@@ -127,6 +84,54 @@ def _changed_thresholds(path: str | None) -> dict:
     from distill.quality.thresholds import QualityThresholds
 
     return QualityThresholds.from_file(path).model_dump(exclude_defaults=True)
+
+
+def add_row_filters(parser: argparse.ArgumentParser) -> None:
+    """The options that choose which rows a role's dataset keeps and what their targets and inputs are."""
+    parser.add_argument(
+        "--require-gold-emotion",
+        action="store_true",
+        help="keep only traces whose asi emotion equals the gold Ekman label",
+    )
+    parser.add_argument(
+        "--ers-target",
+        choices=("teacher", "gold"),
+        default="teacher",
+        help="ers completion: the teacher's reply or the human gold reply",
+    )
+    parser.add_argument(
+        "--balance-emotions",
+        action="store_true",
+        help="asi train split: repeat rows of rarer emotions until each emotion has as many as the commonest",
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=("pipeline", "direct"),
+        default="pipeline",
+        help="direct: the fine-tuning baseline, the dialogue in and the data's gold answer out (asi, ers), "
+        "no teacher rationale and no upstream role output",
+    )
+    parser.add_argument(
+        "--rationale",
+        choices=("teacher", "situation"),
+        default=None,
+        help="asi/srp train rows gain a rationale-task twin (Distilling step-by-step): the teacher's reasoning, "
+        "or ED's situation text as a human-written stand-in; the student still answers the label task alone",
+    )
+    parser.add_argument(
+        "--rationale-share", type=float, default=1.0, help="share of label rows that get a rationale twin (seeded)"
+    )
+    parser.add_argument(
+        "--quality",
+        choices=("filter", "report", "off"),
+        default="filter",
+        help="the trace quality checks (docs/quality.md) on each row's own role output: filter drops a row that "
+        "fails one, report keeps it and counts, off runs none",
+    )
+    parser.add_argument(
+        "--quality-thresholds", default=None, help="YAML of QualityThresholds fields to change (docs/quality.md)"
+    )
+    parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
 
 
 def push_hub_dataset(out: Path, roles: list[str], args: argparse.Namespace) -> int:

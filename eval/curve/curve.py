@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -39,54 +39,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
-from distill.roles.roles import CORE_ROLES, ROLES
+from distill.roles.roles import CORE_ROLES
 from eval.compare.systems import BertScoreSpec, CompareError, PplSpec
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
+from eval.curve.students import EMOTION_ONLY, STUDENTS, Student, emotion_only, role_sources
 from train import TOKENS_BUDGET
 
 BASE = "base"
 PROBE = "probe"
-
-
-@dataclass(frozen=True)
-class Student:
-    """How one student is made from the point's traces, and how it runs."""
-
-    name: str
-    trains: tuple[str, ...]  # roles trained on this student's own datasets
-    borrows: tuple[str, ...] = ()  # roles whose adapters are the `traces` student's (the same recipe)
-    options: dict[str, Any] = field(default_factory=dict)  # DatasetOptions beyond the curve's own
-    pipeline: dict[str, Any] = field(default_factory=dict)  # PipelineConfig beyond the student defaults
-    joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
-    rationale_task: bool = False  # asi/srp rows get rationale-task twins (source and share: the config's)
-    tokens_per_conversation: Optional[int] = None  # this student's own budget (else the config's)
-
-
-STUDENTS: dict[str, Student] = {
-    s.name: s
-    for s in (
-        Student("traces", CORE_ROLES),
-        Student(
-            "direct",
-            ("asi", "ers"),
-            options={"inputs": "direct"},
-            pipeline={"direct": True, "use_cae": False, "use_srp": False},
-        ),
-        Student("rationale", ("asi", "srp"), borrows=("cae", "ers"), rationale_task=True),
-        Student("teacher-reply", ("ers",), borrows=("asi", "cae", "srp"), options={"ers_target": "teacher"}),
-        Student("joint", (JOINT,), joint=True),
-    )
-}
-
-
-# what an emotion-only system runs: asi alone, its reply the data's own (so it spends no generation)
-EMOTION_ONLY = {"use_cae": False, "use_srp": False, "oracle": {"ers": "gold"}}
-
-
-def emotion_only(student: Student) -> Student:
-    """The student's emotion agent alone: asi trained (when it trains it), nothing borrowed."""
-    trains = tuple(r for r in student.trains if r == "asi")
-    return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
 
 
 class VariantOptions(BaseModel):
@@ -177,53 +137,15 @@ class CurveConfig(BaseModel):
 
     def sources(self) -> dict[str, dict[str, dict[str, str]]]:
         """What each student's adapters learn, and from whom: `role_sources` of every chosen student."""
-        return {f"student-{s.name}": role_sources(s, self) for s in self.ordered_students()}
+        return {
+            f"student-{s.name}": role_sources(s, self.require_gold_emotion, self.rationale)
+            for s in self.ordered_students()
+        }
 
     def budget(self, n: int, student: Student) -> int:
         """Training tokens per role for `student` at a point of `n` conversations."""
         per_conversation = student.tokens_per_conversation or self.tokens_per_conversation
         return n * per_conversation if per_conversation else self.max_tokens_budget
-
-
-# --- what each student learns from whom ------------------------------------------------------------
-
-_TEACHER_TARGETS = {"cae": "teacher's triggers, cause and category", "srp": "teacher's strategy label"}
-
-
-def _target_source(role: str, options: dict[str, Any], config: CurveConfig) -> str:
-    if role == "asi":
-        if options.get("inputs") == "direct" or config.require_gold_emotion:
-            # a traces row is kept only when the teacher agreed with gold: its label IS the gold label
-            return "gold label" + ("" if options.get("inputs") == "direct" else " (rows where the teacher agreed)")
-        return "teacher's label"
-    if role == "ers":
-        return "human reply" if options.get("ers_target", "gold") == "gold" else "teacher's reply"
-    return _TEACHER_TARGETS.get(role, f"teacher's {role}")
-
-
-def _input_source(role: str, options: dict[str, Any]) -> str:
-    if options.get("inputs") == "direct":
-        return "dialogue"
-    upstream = [r for r in ROLES[role].inputs if r in CORE_ROLES]
-    return "dialogue" + (f" + teacher's {', '.join(upstream)}" if upstream else "")
-
-
-def role_sources(student: Student, config: CurveConfig) -> dict[str, dict[str, str]]:
-    """Per role: the source of the target the adapter learns and of the input it sees (the `traces`
-    student's for a borrowed role). The curve report prints this beside every figure."""
-    base = STUDENTS["traces"]
-    out = {}
-    for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or CORE_ROLES:
-        owner = base if role in student.borrows else student
-        options = {"ers_target": "gold", **owner.options}
-        row = {"target": _target_source(role, options, config), "input": _input_source(role, options)}
-        if owner.rationale_task and role in ("asi", "srp"):
-            human = options.get("rationale", config.rationale) == "situation"
-            row["target"] += "; rationale-task twin: " + ("ED's situation (human)" if human else "teacher's reasoning")
-        if role in student.borrows:
-            row["adapter"] = "student-traces's"
-        out[role] = row
-    return dict(sorted(out.items(), key=lambda kv: CORE_ROLES.index(kv[0])))
 
 
 def load_curve_config(path: str) -> CurveConfig:
