@@ -366,3 +366,23 @@ def test_embedded_model_bf16_batches_validate_for_every_role(tiny_dialogues):
     for req, res in zip(reqs, results):
         req.schema.model_validate_json(res.text)
         assert res.prompt_tokens == len(backend.encode(req.messages)[0])
+
+
+def test_int8_quantisation_replaces_every_linear_and_keeps_the_logits_close(tiny, tiny_model_dir, adapter_dir):
+    int8 = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=4, quantize="int8")
+    assert int8.describe()["quantize"] == "int8" and "quantize" not in tiny.describe()
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+    linears = [m for m in int8.hf_model.modules() if isinstance(m, torch.nn.Linear)]
+    quantized = [m for m in int8.hf_model.modules() if isinstance(m, Int8Linear)]
+    assert not linears and len(quantized) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the LM head
+    ids = torch.tensor([tiny.encode(_messages("how are you today"))[0]])
+    with torch.inference_mode():
+        full, reduced = tiny.hf_model(ids).logits, int8.hf_model(ids).logits
+    assert (full - reduced).abs().max() < 0.05 * full.abs().max()  # int8 weights: close, not equal
+    result = int8.generate([GenerationRequest(_messages("word " * 9), schema=schemas.PhaseOutput, max_new_tokens=120)])
+    schemas.PhaseOutput.model_validate_json(result[0].text)
+    with pytest.raises(ValueError, match="bare base model"):
+        LocalBackend(tiny_model_dir, dtype="fp32", adapters=str(adapter_dir), quantize="int8")
+    with pytest.raises(ValueError, match="needs dtype float32"):
+        LocalBackend(tiny_model_dir, dtype="bfloat16", quantize="int8")

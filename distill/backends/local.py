@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from pydantic import validate_call
@@ -52,6 +52,7 @@ class LocalBackend:
         device: str = "cpu",
         cache_merged_mb: int = 2048,
         continuous: bool = True,
+        quantize: Optional[Literal["int8"]] = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,6 +61,8 @@ class LocalBackend:
                 f"batch_size must be >= 1 and max_input_tokens >= 16 (got {batch_size}, {max_input_tokens})"
             )
         adapter_paths = adapter_dirs(adapters)  # a missing adapters folder is reported before the model loads
+        if quantize and (adapter_paths or device != "cpu"):
+            raise ValueError("quantize: int8 runs the bare base model on a CPU (no adapters, device: cpu)")
         self.model = model
         self.model_path = resolve_model(model)
         self.device = device
@@ -69,6 +72,9 @@ class LocalBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tokenizer.padding_side = "left"
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.torch_dtype).to(device).eval()
+        self.quantize = quantize
+        if quantize:
+            base = quantize_linear_int8(base)
         # One-token decode steps use two matmuls instead of CPU sdpa (distill.backends.attention).
         self.decode_attention = use_decode_attention(base)
         self._adapters = AdapterSwitch(base, merge_adapters, cache_merged_mb)
@@ -293,4 +299,20 @@ class LocalBackend:
             "continuous": self.continuous,
             "decode_attention": self.decode_attention,
             "adapters": dict(self._adapters.paths),
+            **({"quantize": self.quantize} if self.quantize else {}),  # unset keeps older runs' records equal
         }
+
+
+def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Every Linear layer (the LM head too) as int8 weights with activations quantised per call (torch's
+    dynamic quantisation: fbgemm/oneDNN int8 GEMMs), for CPUs without a fast bf16 path.
+
+    Answers differ from fp32's a little (int8 weights); attention, norms and embeddings stay in fp32.
+    """
+    import warnings
+
+    if model.dtype != torch.float32:
+        raise ValueError(f"quantize: int8 needs dtype float32 (the model loaded as {model.dtype})")
+    with warnings.catch_warnings():  # torch's notices that its quantized tensors are deprecated
+        warnings.filterwarnings("ignore", ".*deprecated.*")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
