@@ -13,6 +13,10 @@ from data_prep.dialogues import Dialogue, Turn
 # these once at import time.
 for _var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_var, "1")
+# Under pytest-xdist (pyproject's `-n 2`) each worker, and every process a test starts, gets one thread:
+# two workers of two torch threads each on a 2-core machine slow each other down far more than twice.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SHARED_ED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ed_ekman_dev.csv"
 
