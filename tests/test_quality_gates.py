@@ -155,9 +155,27 @@ def test_a_check_every_row_fails_is_not_filtered_on_and_the_others_still_are(tin
         "unfiltered": ["ungrounded_trigger"],
     }
     assert records["asi"]["counts"]["quality"]["unfiltered"] == []
-    assert "EVERY row failed ungrounded_trigger: not filtered on it" in capsys.readouterr().err
+    assert "filtering on ungrounded_trigger left NO ROWS TO TRAIN ON: not filtered on it" in capsys.readouterr().err
     card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
-    assert "except on `ungrounded_trigger`, which every row failed" in card
+    assert "except on `ungrounded_trigger`: filtering on it left no rows to train on" in card
+
+
+def test_a_check_is_set_aside_when_the_rows_that_pass_it_are_all_held_out(tiny_dialogues, tmp_path, capsys):
+    """Seven cae rows have ungrounded triggers and the one that passes is in the held-out conversation: the
+    filter leaves rows, but none to train on (an int8 embedded teacher's quickstart stopped there), so the
+    check is set aside as when every row fails it."""
+    from distill.datasets.sft_data import validation_conv_ids
+
+    held_out = validation_conv_ids([d.conv_id for d in tiny_dialogues], 0.1, 0)
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    for d, out in zip(tiny_dialogues, outputs):
+        if d.conv_id not in held_out:
+            out["cae"]["triggers"] = ["disgust"]
+    write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    cae = build(tmp_path / "run", tmp_path / "sft", "--roles", "cae", "--eval-fraction", "0.1")["cae"]["counts"]
+    assert len(held_out) == 1 and cae["kept"] == 8 and cae["rows"]["train"] == 7
+    assert cae["quality"]["unfiltered"] == ["ungrounded_trigger"] and cae["quality"]["kept_failing"] is False
+    assert "filtering on ungrounded_trigger left NO ROWS TO TRAIN ON" in capsys.readouterr().err
 
 
 def test_when_no_check_can_be_set_aside_every_row_is_kept_loudly(tiny_dialogues, tmp_path, capsys):
@@ -172,9 +190,10 @@ def test_when_no_check_can_be_set_aside_every_row_is_kept_loudly(tiny_dialogues,
     write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
     cae = build(tmp_path / "run", tmp_path / "sft", "--roles", "cae")["cae"]["counts"]
     assert cae["kept"] == 8 and cae["quality"]["kept_failing"] is True and cae["quality"]["unfiltered"] == []
-    assert "EVERY row failed a check: every row kept" in capsys.readouterr().err
+    assert "filtering on a check left NO ROWS TO TRAIN ON: every row kept" in capsys.readouterr().err
     assert "kept and counted" not in (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
-    assert "every row failed, so all were kept" in (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
+    assert "filtering left no rows to train on, so all were kept" in card
 
 
 def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):

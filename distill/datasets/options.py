@@ -48,8 +48,9 @@ class RoleCounts:
     rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
     quality: Counter = field(default_factory=Counter)  # check -> rows whose own output failed it
     quality_mode: QualityMode = "off"  # what was done with those rows (`quality_mode`)
-    kept_failing: bool = False  # filter would have dropped every row, whatever it ignored: all were kept
-    unfiltered: list[str] = field(default_factory=list)  # checks every row failed, so filter could not use them
+    kept_failing: bool = False  # filter would have left no train rows, whatever it ignored: all were kept
+    # checks every failing row failed, set aside because filtering on them left no train rows
+    unfiltered: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {

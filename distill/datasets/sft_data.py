@@ -54,7 +54,7 @@ class BuildReport:
             if c.unfiltered or c.kept_failing:
                 failed = ", ".join(c.unfiltered) or "a check"
                 kept = "every row kept" if c.kept_failing else "not filtered on it"
-                quality += f" -- EVERY row failed {failed}: {kept}, or the role could not be trained; fix the teacher"
+                quality += f" -- filtering on {failed} left NO ROWS TO TRAIN ON: {kept}; fix the teacher"
             out.append(f"{role}: read {c.read}, dropped [{drops}], kept {c.kept} ({rows}); {quality}")
         out += [f"{role}: no dataset ({why})" for role, why in self.skipped_roles.items()]
         return out
@@ -209,8 +209,8 @@ def build_role_datasets(
     result: dict[str, DatasetDict] = {}
     for role in wanted:
         rows, counts = _collect(role, traces, set(run_roles), options, failing)
-        if not rows and counts.dropped.get(QUALITY_DROP):
-            rows, counts = _filter_what_selects(role, traces, set(run_roles), options, failing)
+        if not _trains(rows, held_out) and counts.dropped.get(QUALITY_DROP):
+            rows, counts = _filter_what_selects(role, traces, set(run_roles), options, failing, held_out)
         report.counts[role] = counts
         if not rows:
             report.skipped_roles[role] = "no rows kept"
@@ -315,18 +315,29 @@ def learned_fields(role: str, options: DatasetOptions) -> set[str]:
     return fields
 
 
+def _trains(rows: list[dict], held_out: set[str]) -> bool:
+    """Whether the rows give the train split anything (held-out conversations go to validation)."""
+    return any(r["conv_id"] not in held_out for r in rows)
+
+
 def _filter_what_selects(
-    role: str, traces: Sequence[Trace], run_roles: set[str], options: DatasetOptions, failing: dict
+    role: str,
+    traces: Sequence[Trace],
+    run_roles: set[str],
+    options: DatasetOptions,
+    failing: dict,
+    held_out: set[str],
 ) -> tuple[list[dict], RoleCounts]:
-    """`filter` dropped every row of `role`. A check that every row fails cannot choose among them (the
-    embedded 135M teacher's cae triggers are never spans of the seeker's turns): filter on the other checks,
-    and when even that leaves nothing, keep the rows. Either way the counts say so, loudly, so the role can
-    still be trained and the run still tells what its teacher wrote badly."""
+    """`filter` left `role` nothing to train on. A check that every failing row fails cannot choose among
+    them (the embedded 135M teacher's cae triggers are almost never spans of the seeker's turns, and the few
+    rows that pass may all be held out): filter on the other checks, and when even that leaves nothing to
+    train on, keep the rows. Either way the counts say so, loudly, so the role can still be trained and the
+    run still tells what its teacher wrote badly."""
     learned = [{c for c, hit in checks.items() if hit} for (_, r), checks in failing.items() if r == role]
     every = set.intersection(*[s for s in learned if s]) if any(learned) else set()
     relaxed = {k: {c: hit and c not in every for c, hit in checks.items()} for k, checks in failing.items()}
     rows, counts = _collect(role, traces, run_roles, options, relaxed)
-    if not rows:
+    if not _trains(rows, held_out):
         rows, counts = _collect(role, traces, run_roles, replace(options, quality="report"), failing)
         counts.kept_failing = True
     counts.unfiltered = sorted(every)
