@@ -20,13 +20,9 @@ import time
 from pathlib import Path
 
 import torch
+from train_throughput import cpu_flags  # the script directory is on sys.path
 
 from distill.backends.local import LocalBackend
-
-
-def cpu_flags() -> dict[str, bool]:
-    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").is_file() else []
-    return {f: f in flags for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")}
 
 
 @torch.inference_mode()
@@ -70,7 +66,7 @@ def main() -> None:
         print(f"prefill {ratio['prefill']:.2f}x, decode {ratio['decode']:.2f}x (fp32 time / int8 time)")
     report = {
         "settings": vars(args) | {"out": str(args.out), "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "machine": {"processor": platform.processor() or platform.machine(), **cpu_flags()},
+        "machine": {"processor": platform.processor() or platform.machine(), "cpu_flags": cpu_flags()},
         "pairs": pairs,
     }
     if args.out:

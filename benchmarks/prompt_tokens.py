@@ -40,8 +40,8 @@ def block_name(block: str) -> str:
     return next((name for start, name in BLOCKS.items() if block.startswith(start)), "other")
 
 
-def prompt_blocks(tokenizer, messages: list[dict]) -> dict[str, int]:
-    """Tokens of each block of one prompt; `template` is what the chat template adds around them."""
+def prompt_blocks(tokenizer, messages: list[dict], total: int) -> dict[str, int]:
+    """Tokens of each block of one prompt of `total` tokens; `template` is what the chat template adds."""
     counts: dict[str, int] = defaultdict(int)
     for message in messages:
         if message["role"] == "system":
@@ -49,7 +49,6 @@ def prompt_blocks(tokenizer, messages: list[dict]) -> dict[str, int]:
             continue
         for block in message["content"].split("\n\n"):
             counts[block_name(block)] += len(tokenizer(block, add_special_tokens=False)["input_ids"])
-    total = len(prompt_ids(tokenizer, messages))
     counts["template"] = total - sum(counts.values())
     counts["total"] = total
     return dict(counts)
@@ -71,23 +70,24 @@ def stage_prompts(run: Path) -> dict[str, list[list[dict]]]:
     return prompts
 
 
-def shared_prefix(tokenizer, prompts: list[list[dict]], chunk_size: int) -> float:
+def shared_prefix(ids: list[list[int]], chunk_size: int) -> float:
     """Mean tokens per prompt of the prefix its pipeline chunk shares (one backend call per stage and chunk)."""
     shared = 0
-    for start in range(0, len(prompts), chunk_size):
-        chunk = [prompt_ids(tokenizer, m) for m in prompts[start : start + chunk_size]]
+    for start in range(0, len(ids), chunk_size):
+        chunk = ids[start : start + chunk_size]
         if len(chunk) > 1:
             shared += _common_prefix(chunk) * len(chunk)
-    return shared / len(prompts)
+    return shared / len(ids)
 
 
 def summarise(tokenizer, prompts: dict[str, list[list[dict]]], chunk_size: int) -> dict:
     stages = {}
     for role, messages in prompts.items():
-        rows = [prompt_blocks(tokenizer, m) for m in messages]
+        ids = [prompt_ids(tokenizer, m) for m in messages]
+        rows = [prompt_blocks(tokenizer, m, len(i)) for m, i in zip(messages, ids)]
         names = sorted({k for row in rows for k in row})
         mean = {k: round(sum(row.get(k, 0) for row in rows) / len(rows), 1) for k in names}
-        mean["shared_prefix"] = round(shared_prefix(tokenizer, messages, chunk_size), 1)
+        mean["shared_prefix"] = round(shared_prefix(ids, chunk_size), 1)
         stages[role] = {"prompts": len(rows), "mean_tokens": mean}
     return stages
 

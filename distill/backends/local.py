@@ -67,6 +67,8 @@ class LocalBackend:
         self.model_path = resolve_model(model)
         self.device = device
         self.torch_dtype = resolve_dtype(dtype, device)
+        if quantize and self.torch_dtype != torch.float32:  # checked before the weights load
+            raise ValueError(f"quantize: int8 needs dtype float32 (dtype {dtype!r} is {self.torch_dtype} here)")
         self.batch_size = batch_size
         self.max_input_tokens = max_input_tokens
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
@@ -307,12 +309,11 @@ def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:
     """Every Linear layer (the LM head too) as int8 weights with activations quantised per call (torch's
     dynamic quantisation: fbgemm/oneDNN int8 GEMMs), for CPUs without a fast bf16 path.
 
-    Answers differ from fp32's a little (int8 weights); attention, norms and embeddings stay in fp32.
+    Answers differ from fp32's a little (int8 weights); attention, norms and embeddings stay in fp32. The
+    model must be fp32 (`LocalBackend` checks its dtype before loading it).
     """
     import warnings
 
-    if model.dtype != torch.float32:
-        raise ValueError(f"quantize: int8 needs dtype float32 (the model loaded as {model.dtype})")
     with warnings.catch_warnings():  # torch's notices that its quantized tensors are deprecated
         warnings.filterwarnings("ignore", ".*deprecated.*")
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
