@@ -112,3 +112,10 @@ def shared_ed_csv() -> Path:
     if not SHARED_ED.is_file():
         pytest.skip(f"real ED data not present at {SHARED_ED}")
     return SHARED_ED
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules with slow tests run first. Under `--dist loadfile` a worker takes whole modules in collection
+    order, so a long module that starts last is the run's tail while the other worker sits idle."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: file order kept within each group

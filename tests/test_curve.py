@@ -284,6 +284,8 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
         (tmp_path / "curve" / "n5" / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text()
     )
     assert joint["role"] == "joint" and joint["train_config"]["max_tokens_budget"] == 4 * 300
+    traces_asi = tmp_path / "curve" / "n5" / "adapters-traces" / "asi" / "trace_distill_adapter.json"
+    assert "example" not in json.loads(traces_asi.read_text())  # a sweep decodes no card example per adapter
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "curve").rglob("adapter_model.safetensors")}
 
     assert run(args) == 0

@@ -38,9 +38,12 @@ NOT_RUN = {
     "serve_vllm.sh": "needs a GPU and vLLM",
 }
 # Smaller sizes for the commands that run (sizes only, never paths): the README's own are for a reader.
-SMALLER = {"--max_tokens_budget": "1500"}
-# ... and in the shipped configs they read (copied, then edited): the eval scores 4 test dialogues, not 14.
-SMALLER_IN_CONFIGS = {"eval/sample.yaml": ("\nlimit: null", "\nlimit: 4")}
+SMALLER = {"--max_tokens_budget": "800", "--limit": "4"}
+# ... and in the shipped configs they read (copied, then edited): the eval scores 4 test dialogues, not 14,
+EVAL_LIMIT = "4"
+SMALLER_IN_CONFIGS = {"eval/sample.yaml": ("\nlimit: null", f"\nlimit: {EVAL_LIMIT}")}
+# ... so a `generate` with no --limit (the teacher's test traces) traces only those.
+GENERATE = ["python", "-m", "distill", "generate"]
 INPUT_FLAGS = ("--config", "--config_file", "--dialogues", "--index", "--traces", "--adapters", "--dataset_name")
 OUTPUT_FLAGS = ("--out", "--output_dir")
 
@@ -118,6 +121,7 @@ def test_readme_workflow_commands_connect(tmp_path):
             helped.append(line)
         else:
             cmd = [SMALLER.get(prev, arg) for prev, arg in zip(["", *argv], argv)]
+            cmd += ["--limit", EVAL_LIMIT] if argv[:4] == GENERATE and "--limit" not in argv else []
             cmd = _python_argv(cmd)
             ran.append(line)
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)

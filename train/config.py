@@ -73,6 +73,13 @@ class DistillArguments:
         default=False,
         metadata={"help": "Resume each role from its last checkpoint in <output_dir>/<role>/checkpoints/."},
     )
+    card_example: bool = field(
+        default=True,
+        metadata={
+            "help": "After training, answer the role's first validation prompt greedily and show it on the adapter "
+            "card. false skips it (a sweep's adapters, whose cards nobody reads: it decodes up to the role's cap)."
+        },
+    )
     num_threads: int = field(
         default=0,
         metadata={

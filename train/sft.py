@@ -318,7 +318,8 @@ def train_role(
     meta["lora_fingerprint"] = save_adapter(trainer, out)
     if trainer.is_world_process_zero():
         # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
-        if role in ROLES and not (trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled):
+        sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
+        if role in ROLES and cfg.distill.card_example and not sharded:
             meta["example"] = card_example(model, tokenizer, data, role)
         write_metadata(out, meta)
         publish(out, meta, cfg)

@@ -35,9 +35,16 @@ def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Option
 
 
 def train_stale(
-    datasets: Path, adapters: Path, roles: Sequence[str], max_tokens_budget: int, config: Path = CPU_TRAIN_CONFIG
+    datasets: Path,
+    adapters: Path,
+    roles: Sequence[str],
+    max_tokens_budget: int,
+    config: Path = CPU_TRAIN_CONFIG,
+    card_example: bool = True,
 ) -> dict[str, str]:
-    """Train the roles whose adapters are stale, in one `python -m train` run; returns role -> why trained."""
+    """Train the roles whose adapters are stale, in one `python -m train` run; returns role -> why trained.
+
+    card_example=False skips the card's example answer, which decodes up to the role's token cap per adapter."""
     stale = {r: why for r in roles if (why := stale_reason(adapters / r, datasets / r, max_tokens_budget))}
     if not stale:
         return {}
@@ -48,6 +55,7 @@ def train_stale(
 
     argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
     argv += ["--roles", ",".join(stale), "--max_tokens_budget", str(max_tokens_budget)]
+    argv += [] if card_example else ["--card_example", "false"]
     print(f"$ python -m train {shlex.join(argv)}", flush=True)
     rc = train_main(argv)
     if rc:

@@ -224,7 +224,9 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
 
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
-    train_stale(point / f"datasets-{student.name}", adapters, student.trains, budget, Path(config.train_config))
+    # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
+    datasets = point / f"datasets-{student.name}"
+    train_stale(datasets, adapters, student.trains, budget, Path(config.train_config), card_example=False)
     for role in student.borrows:
         link, target = adapters / role, (point / "adapters-traces" / role).resolve()
         if not link.exists():
