@@ -396,6 +396,28 @@ def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
     assert 0 < counts["half"][1] < counts["rationale"][1]
 
 
+def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_path):
+    """Filter against no filter (issue 38's experiment): the `off` variant keeps a looping cause."""
+    from datasets import load_from_disk
+
+    from eval.curve.curve import CurveConfig, build_datasets
+
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
+    config = CurveConfig(
+        traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
+        variants=[{"name": "unfiltered", "like": "traces", "options": {"quality": "off"}}],
+    )  # fmt: skip
+    students = {s.name: s for s in config.ordered_students()}
+    assert students["unfiltered"].trains == students["traces"].trains  # its own four adapters, none borrowed
+    rows = {}
+    for name in ("traces", "unfiltered"):
+        build_datasets(students[name], traces, tmp_path / name, config, None)
+        cae = load_from_disk(str(tmp_path / name / "cae"))
+        rows[name] = {r["dialogue_id"] for split in cae.values() for r in split}
+    assert rows["unfiltered"] - rows["traces"] == {tiny_dialogues[2].id}
+
+
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
     from eval.compare.systems import SystemRun
 

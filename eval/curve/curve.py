@@ -57,6 +57,9 @@ class VariantOptions(BaseModel):
     balance_emotions: Optional[bool] = None
     rationale: Optional[Literal["teacher", "situation"]] = None
     rationale_share: Optional[float] = Field(None, gt=0, le=1)
+    quality: Optional[Literal["filter", "report", "off"]] = Field(
+        None, description="the trace quality checks on the student's rows: off trains on what the teacher wrote"
+    )
 
 
 class Variant(BaseModel):
