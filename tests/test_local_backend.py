@@ -7,6 +7,7 @@ the `slow` test runs the embedded SmolLM2-135M-Instruct in bf16.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -340,6 +341,110 @@ def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
         tiny.generate([GenerationRequest(_messages("hi"), adapter="srp")])
     with pytest.raises(ValueError, match="no adapters found"):
         find_adapters(str(tmp_path))
+
+
+# --- top-p and min-p ------------------------------------------------------------------------------
+
+
+def test_top_p_and_min_p_keep_exactly_the_likely_tokens():
+    from distill.backends.continuous import Sampler
+
+    # at temperature 1 the first row's probabilities are [0.5, 0.3, 0.15, 0.05]; the second row reverses them
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()
+
+    def kept(temperature=1.0, **cut):
+        probs = Sampler.make(temperature, None, 4, seed=0, device="cpu", rows=2, **cut).probabilities(logits)
+        return [row.nonzero().flatten().tolist() for row in probs]
+
+    assert kept() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert kept(top_p=0.3) == [[0], [3]]  # the top token alone reaches 0.3
+    assert kept(top_p=0.75) == [[0, 1], [2, 3]]  # 0.5 + 0.3 reaches it, 0.5 alone does not
+    assert kept(top_p=0.85) == [[0, 1, 2], [1, 2, 3]]
+    assert kept(min_p=0.2) == [[0, 1, 2], [1, 2, 3]]  # at least 0.2 x 0.5 = 0.1
+    assert kept(min_p=0.5) == [[0, 1], [2, 3]]  # at least 0.25
+    assert kept(top_p=0.85, min_p=0.5) == [[0, 1], [2, 3]]  # both cuts
+    assert kept(temperature=0.5, min_p=0.2) == [[0, 1], [2, 3]]  # after the temperature: 0.07/0.68 < 0.2
+    # survivors keep their probabilities, and sampling draws from them alone
+    sampler = Sampler.make(1.0, None, 4, seed=0, device="cpu", rows=2, top_p=0.75)
+    assert sampler.probabilities(logits)[0, :2].tolist() == pytest.approx([0.5, 0.3])
+    drawn = {tuple(sampler.choose(logits, [None, None])) for _ in range(200)}
+    assert {a for a, _ in drawn} == {0, 1} and {b for _, b in drawn} == {2, 3}
+
+
+def test_requests_that_cut_differently_never_share_a_decode():
+    from distill.backends.local import decode_groups
+
+    m = _messages("hi")
+    reqs = [
+        GenerationRequest(m, temperature=1.0, top_p=0.5),
+        GenerationRequest(m, temperature=1.0),
+        GenerationRequest(m, temperature=1.0, min_p=0.1),
+        GenerationRequest(m, temperature=1.0, top_p=0.5),
+        GenerationRequest(m, top_p=0.5),  # greedy: no distribution to cut, so it decodes with other greedy rows
+        GenerationRequest(m),
+    ]
+    assert sorted(decode_groups(reqs).values()) == [[0, 3], [1], [2], [4, 5]]
+
+
+@pytest.mark.parametrize(
+    "cut, message",
+    [
+        ({"top_p": 0.0}, "top_p must be in (0, 1], got 0.0"),
+        ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
+        ({"top_p": float("nan")}, "top_p must be in (0, 1], got nan"),
+        ({"min_p": 1.0}, "min_p must be in [0, 1), got 1.0"),
+        ({"min_p": -0.1}, "min_p must be in [0, 1), got -0.1"),
+    ],
+)
+def test_out_of_range_top_p_or_min_p_is_refused(cut, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GenerationRequest(_messages("hi"), temperature=1.0, **cut)
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_top_p_and_min_p_sample_inside_the_grammar(tiny_model_dir, continuous):
+    """Both decoders: a cut that leaves only the most likely token samples the greedy answer (uncut sampling
+    does not), and sampled answers under a cut still validate against the schema."""
+    backend = LocalBackend(tiny_model_dir, dtype="fp32", batch_size=4, continuous=continuous)
+    prompts = [_messages(f"tell me about day {i} " * (i + 1)) for i in range(3)]
+
+    def texts(schema=None, max_new_tokens=10, **sampling):
+        reqs = [GenerationRequest(m, schema=schema, max_new_tokens=max_new_tokens, seed=3, **sampling) for m in prompts]
+        return [r.text for r in backend.generate(reqs)]
+
+    greedy = texts()
+    assert texts(temperature=1.0) != greedy
+    assert texts(temperature=1.0, top_p=1e-6) == greedy
+    assert texts(temperature=1.0, min_p=1 - 1e-6) == greedy
+    constrained = texts(schemas.PhaseOutput, 120, temperature=1.0, top_p=1e-6)
+    assert constrained == texts(schemas.PhaseOutput, 120)
+    for text in constrained + texts(schemas.PhaseOutput, 120, temperature=1.5, top_p=0.9, min_p=0.01):
+        schemas.PhaseOutput.model_validate_json(text)
+
+
+def test_serve_accepts_top_p_and_min_p_and_refuses_them_out_of_range(tiny, tiny_model_dir):
+    """`distill serve` in process: the request's top_p and min_p reach the local backend's sampler."""
+    from fastapi.testclient import TestClient
+
+    from distill.serving.serve import create_app
+
+    schema = {
+        "type": "json_schema",
+        "json_schema": {"name": "Phase", "schema": schemas.PhaseOutput.model_json_schema()},
+    }
+    body = {"model": tiny_model_dir, "messages": _messages("hi"), "max_tokens": 120, "response_format": schema}
+    with TestClient(create_app(tiny, [tiny_model_dir])) as client:
+        greedy = client.post("/v1/chat/completions", json={**body, "temperature": 0})
+        cut = client.post("/v1/chat/completions", json={**body, "temperature": 1, "top_p": 1e-6, "seed": 5})
+        assert greedy.status_code == cut.status_code == 200, cut.text
+        # only the most likely token survives top_p=1e-6, so the sampled answer is the greedy one
+        assert cut.json()["choices"][0]["message"]["content"] == greedy.json()["choices"][0]["message"]["content"]
+        schemas.PhaseOutput.model_validate_json(cut.json()["choices"][0]["message"]["content"])
+        both = client.post("/v1/chat/completions", json={**body, "temperature": 1, "top_p": 0.9, "min_p": 0.05})
+        assert both.status_code == 200, both.text
+        for field, value in (("top_p", 1.5), ("top_p", 0), ("min_p", 1)):
+            reply = client.post("/v1/chat/completions", json={**body, field: value})
+            assert reply.status_code == 400 and field in reply.json()["error"]["message"], reply.text
 
 
 @pytest.mark.slow

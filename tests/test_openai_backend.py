@@ -15,7 +15,7 @@ import pytest
 from fault_proxy import FaultProxy, ServeProcess, make_tiny_model
 
 from distill.backends.base import GenerationRequest
-from distill.backends.openai_backend import OpenAIBackend, schema_for_api
+from distill.backends.openai_backend import OpenAIBackend, client_arguments, schema_for_api
 from distill.backends.pricing import CostGuard, CostLimitReached, estimate_cost, lookup_price, price_table
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
@@ -435,3 +435,58 @@ def test_generate_exits_1_when_every_dialogue_fails_on_transport(tiny_dialogues,
     assert code == 1, err[-2000:]
     assert "every trace of this run failed; the first:" in err
     assert len(TraceStore(tmp_path / "run").read()[0]) == 2  # the failures are still recorded, with reasons
+
+
+def test_top_p_is_sent_below_1_and_min_p_only_when_set():
+    backend = OpenAIBackend(model="gpt-4o", base_url="http://127.0.0.1:9/v1")
+    m = [{"role": "user", "content": "hi"}]
+    unset = backend.request_body(GenerationRequest(m, temperature=0.5))
+    assert "top_p" not in unset and "min_p" not in unset  # the body every earlier run sent (and Batch API digests)
+    cut = backend.request_body(GenerationRequest(m, temperature=0.5, top_p=0.9, min_p=0.05))
+    assert (cut["top_p"], cut["min_p"]) == (0.9, 0.05)
+    greedy = backend.request_body(GenerationRequest(m, top_p=0.9, min_p=0.05))
+    assert "top_p" not in greedy and "min_p" not in greedy  # temperature 0 has nothing to cut
+    # min_p is not one of the client's parameters: it travels in extra_body, which the client merges into the JSON
+    assert client_arguments(cut)["extra_body"] == {"min_p": 0.05} and "min_p" not in client_arguments(cut)
+    assert client_arguments(unset) == unset
+
+
+def test_top_p_and_min_p_reach_a_served_model(smollm_path, tmp_path):
+    """The openai backend against `distill serve` on 127.0.0.1 (a tiny random model): a cut that leaves only
+    the most likely token samples the greedy answer, so top_p and min_p (sent as extra_body) reached its sampler."""
+    import threading
+    import time
+
+    import uvicorn
+    from fault_proxy import free_port
+
+    from distill.backends.local import LocalBackend
+    from distill.serving.serve import create_app
+
+    model = str(make_tiny_model(smollm_path, tmp_path / "model"))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(LocalBackend(model, dtype="fp32"), [model]), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.05)
+        backend = OpenAIBackend(model=model, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+        prompts = [[{"role": "user", "content": f"tell me about day {i}"}] for i in range(3)]
+
+        def texts(**sampling):
+            results = backend.generate([GenerationRequest(m, max_new_tokens=10, seed=3, **sampling) for m in prompts])
+            assert not any(r.error for r in results), [r.error for r in results]
+            return [r.text for r in results]
+
+        greedy = texts()
+        assert texts(temperature=1.0) != greedy
+        assert texts(temperature=1.0, top_p=1e-6) == greedy
+        assert texts(temperature=1.0, min_p=1 - 1e-6) == greedy
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

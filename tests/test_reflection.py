@@ -83,6 +83,37 @@ def test_retries_keep_traces_temperatures_unless_a_retry_temperature_is_set():
     assert Pipeline(PipelineConfig(retry_temperature=0.3), None)._request(ROLES["ers"], messages, 1).temperature == 0.5
 
 
+def test_top_p_and_min_p_reach_sampled_requests_and_their_retries_only():
+    messages = [{"role": "user", "content": "x"}]
+    cut = Pipeline(PipelineConfig(top_p={"ers": 0.9, "asi": 0.5}, min_p={"ers": 0.05}), backend=None)
+    for attempt in (0, 1, 2):  # a retry keeps them (and samples warmer, not narrower)
+        ers = cut._request(ROLES["ers"], messages, attempt)
+        assert (ers.temperature > 0, ers.top_p, ers.min_p) == (True, 0.9, 0.05)
+    greedy = cut._request(ROLES["asi"], messages, 0)  # asi is greedy: nothing to cut
+    assert (greedy.temperature, greedy.top_p, greedy.min_p) == (0.0, 1.0, 0.0)
+    assert cut._request(ROLES["asi"], messages, 1).top_p == 0.5  # its retry samples at 0.7, and is cut
+    assert cut._request(ROLES["srp"], messages, 1).top_p == 1.0  # roles without one are not cut
+    plain = Pipeline(PipelineConfig(), backend=None)._request(ROLES["ers"], messages, 0)
+    assert (plain.top_p, plain.min_p) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"top_p": {"ers": 0}}, "ers: 0.0 is outside (0, 1]"),
+        ({"top_p": {"ers": 1.2}}, "ers: 1.2 is outside (0, 1]"),
+        ({"min_p": {"ers": 1}}, "ers: 1.0 is outside [0, 1)"),
+        ({"min_p": {"ers": -0.5}}, "ers: -0.5 is outside [0, 1)"),
+        ({"top_p": {"erss": 0.9}}, "'erss' is not a role (roles: asi, cae,"),
+    ],
+)
+def test_bad_top_p_or_min_p_in_a_config_names_the_field_and_the_role(setting, message):
+    with pytest.raises(ValueError) as refused:
+        PipelineConfig(**setting)
+    field = next(iter(setting))
+    assert f"\n{field}\n" in f"\n{refused.value}" and message in str(refused.value)
+
+
 def test_the_audit_runs_on_its_own_backend_when_the_config_names_one():
     plain = Pipeline(PipelineConfig(reflection=True), backend="the pipeline's")
     assert plain._reviewer == "the pipeline's"

@@ -84,7 +84,8 @@ def test_a_poisoned_request_never_fails_its_batch(server):
         ({"tool_choice": "auto"}, "'tool_choice' is not supported"),
         ({"stop": ["\n"]}, "'stop' is not supported"),
         ({"logprobs": True}, "'logprobs' is not supported"),
-        ({"top_p": 0.5}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"min_p": 1}, "min_p"),
         ({"seed": -1}, "seed"),
     ],
 )

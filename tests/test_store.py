@@ -149,3 +149,16 @@ def test_trace_keys_are_pinned_across_versions():
     backend = make_backend({"type": "openai", "model": "gpt-4o", "base_url": "http://127.0.0.1:9/v1"})
     pipeline = Pipeline(PipelineConfig(gold_emotion=True, max_attempts=2), backend)
     assert pipeline.key(_PINNED_DIALOGUE) == "bf541c39e71b67c6094bc6f74efbed6e"
+
+
+def test_top_p_and_min_p_enter_the_trace_key_only_when_set():
+    """Runs made before top_p and min_p existed, and runs that leave them unset, keep their keys and resume."""
+    assert PipelineConfig(gold_emotion=True, max_attempts=2, top_p={}, min_p={}).key_dict() == _OLDER_RUN_PIPELINE
+    nucleus = PipelineConfig(gold_emotion=True, max_attempts=2, top_p={"ers": 0.9}).key_dict()
+    assert nucleus == {**_OLDER_RUN_PIPELINE, "top_p": {"ers": 0.9}}
+    floor = PipelineConfig(gold_emotion=True, max_attempts=2, min_p={"ers": 0.05}).key_dict()
+    assert floor == {**_OLDER_RUN_PIPELINE, "min_p": {"ers": 0.05}}
+    keys = {
+        trace_key(_PINNED_DIALOGUE, c, "local", "smollm2-135m", "v2") for c in (_OLDER_RUN_PIPELINE, nucleus, floor)
+    }
+    assert len(keys) == 3

@@ -23,6 +23,19 @@ class GenerationRequest:
     max_new_tokens: int = 128
     adapter: Optional[str] = None  # role adapter to use; None = base model
     seed: Optional[int] = None
+    # Truncation of the sampled distribution; greedy decoding (temperature 0) ignores both.
+    top_p: float = 1.0  # nucleus: sample from the fewest most-likely tokens whose probability reaches top_p
+    min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p} (1 = no nucleus truncation)")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p} (0 = no min-p truncation)")
+
+    def truncation(self) -> tuple[float, float]:
+        """(top_p, min_p) as they act: a greedy request samples nothing, so for it they are (1, 0)."""
+        return (self.top_p, self.min_p) if self.temperature > 0 else (1.0, 0.0)
 
 
 TRUNCATED_EVENT = "input truncated"  # how an event says the prompt was cut to fit the model's context

@@ -15,8 +15,8 @@ queued request straight away:
   role's instructions: 44-69% of its prompt) is computed once and only the suffixes are prefilled.
 - When the write column reaches the buffer's end, columns no slot uses any more are dropped from the
   front; when the queue is empty and half the slots are idle, the pool shrinks to the busy ones.
-- Each slot has its own llguidance matcher and its own sampling step, so constrained JSON and
-  temperature work per row as in `generate`.
+- Each slot has its own llguidance matcher and its own sampling step, so constrained JSON,
+  temperature, top-p and min-p work per row as in `generate`.
 
 Supported for models whose every layer is full attention (Llama, Qwen2, SmolLM, Mistral without a
 sliding window, ...); `supports` says so and the backend falls back to `model.generate` otherwise.
@@ -137,13 +137,16 @@ class Finished:
 
 @dataclass
 class Sampler:
-    """Next-token choice per row: its grammar's mask (one llguidance matcher per row), then argmax or sampling."""
+    """Next-token choice per row: its grammar's mask (one llguidance matcher per row), then argmax or sampling
+    from the temperature's distribution, cut to its top-p nucleus and min-p floor."""
 
     temperature: float
     grammar: Optional[CompiledSchema]
     vocab_size: int
     generator: Optional[torch.Generator]
     bitmask: Optional[torch.Tensor]
+    top_p: float = 1.0
+    min_p: float = 0.0
 
     @classmethod
     def make(
@@ -154,13 +157,15 @@ class Sampler:
         seed: Optional[int],
         device: str,
         rows: int,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
     ):
         generator = None
         if temperature > 0:
             generator = torch.Generator(device=device)
             generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
         bitmask = allocate_bitmask(rows, vocab_size) if grammar is not None else None
-        return cls(temperature, grammar, vocab_size, generator, bitmask)
+        return cls(temperature, grammar, vocab_size, generator, bitmask, top_p, min_p)
 
     def matcher(self) -> Any:
         return self.grammar.matcher() if self.grammar is not None else None
@@ -172,9 +177,22 @@ class Sampler:
             fill_bitmask(self.bitmask, matchers)
             apply_bitmask(logits, self.bitmask)
         if self.temperature > 0:
-            probs = torch.softmax(logits / self.temperature, dim=-1)
+            probs = self.probabilities(logits)
             return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
         return logits.argmax(dim=-1).tolist()
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """softmax(logits / temperature) cut by top-p, then min-p (transformers' order, so the `generate`
+        fallback samples the same set); cut tokens get 0, the rest stay unnormalised, as `multinomial` allows.
+        The most likely token survives both cuts, and the grammar masked the logits first."""
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1:
+            ranked, order = probs.sort(dim=-1, descending=True)
+            before = ranked.cumsum(dim=-1) - ranked  # the mass ranked above each token
+            probs = probs.scatter(-1, order, ranked.masked_fill(before >= self.top_p, 0.0))
+        if self.min_p > 0:
+            probs = probs.masked_fill(probs < self.min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+        return probs
 
 
 @dataclass
@@ -373,6 +391,8 @@ def decode(
     temperature: float,
     stop_ids: Sequence[int],
     grammar: Optional[CompiledSchema] = None,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
     vocab_size: int,
     seed: Optional[int] = None,
     device: str = "cpu",
@@ -383,8 +403,9 @@ def decode(
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
-    a compiled schema (distill.backends.constrained) whose matcher masks every row, or None.
+    a compiled schema (distill.backends.constrained) whose matcher masks every row, or None. `top_p` and
+    `min_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them.
     """
-    sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, rows=min(rows, len(prompts)))
+    sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, min(rows, len(prompts)), top_p, min_p)
     limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish)
     return ContinuousDecoder(model, prompts, sampler, limits).run()

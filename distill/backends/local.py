@@ -2,10 +2,11 @@
 
 Used both as a teacher (a base model prompted with the full instructions) and as the student (the
 same base model with each role's adapter switched in for its stage). Requests are grouped by
-(adapter, schema, temperature, max_new_tokens) and sorted by prompt length. Each group then runs
-through continuous batching over `batch_size` slots (`distill.backends.continuous`: a finished row is
-refilled at once) or, where the architecture does not allow it or `continuous=False`, through
-left-padded `model.generate` chunks. Results come back in the caller's order.
+(adapter, schema, temperature, max_new_tokens, top_p, min_p) (`decode_groups`) and sorted by prompt
+length. Each group then runs through continuous batching over `batch_size` slots
+(`distill.backends.continuous`: a finished row is refilled at once) or, where the architecture does not
+allow it or `continuous=False`, through left-padded `model.generate` chunks. Results come back in the
+caller's order.
 
 How adapters are switched in for a stage (merged, with merged weights cached while they fit in
 `cache_merged_mb`) is `distill.backends.adapter_switch`'s.
@@ -158,11 +159,7 @@ class LocalBackend:
             if req.adapter is not None:
                 self._adapters.check_loaded(req.adapter)
         encoded = [self.encode(req.messages) for req in requests]
-        groups: dict[tuple, list[int]] = {}
-        for i, req in enumerate(requests):
-            schema = f"{req.schema.__module__}.{req.schema.__qualname__}" if req.schema else ""
-            key = (req.adapter or "", schema, req.temperature, req.max_new_tokens)
-            groups.setdefault(key, []).append(i)
+        groups = decode_groups(requests)
         results: list[Optional[GenerationResult]] = [None] * len(requests)
         # Sorting keys by adapter name first keeps each adapter merged once per call.
         bar = tqdm(
@@ -198,9 +195,10 @@ class LocalBackend:
         bar: Any,
         progress: Optional[ProgressFn],
     ) -> None:
-        """One group (same adapter, schema, temperature, length) through the continuous decoder."""
+        """One group (same adapter, schema, sampling settings, length) through the continuous decoder."""
         first = requests[idxs[0]]
         prompts = [encoded[i][0] for i in idxs]
+        top_p, min_p = first.truncation()
 
         def finished(done: Any) -> None:
             i = idxs[done.request]
@@ -219,6 +217,8 @@ class LocalBackend:
             temperature=first.temperature,
             stop_ids=self._eos_ids,
             grammar=self._grammars.compiled(first.schema) if first.schema is not None else None,
+            top_p=top_p,
+            min_p=min_p,
             vocab_size=self.hf_model.config.vocab_size,
             seed=first.seed,
             device=self.device,
@@ -226,12 +226,12 @@ class LocalBackend:
         )
 
     def _generate_chunk(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[GenerationResult]:
-        """One left-padded `generate` over requests that share adapter, schema, temperature and length."""
+        """One left-padded `generate` over requests that share adapter, schema, sampling settings and length."""
         first = reqs[0]
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[self._pad_id] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        config = self._generation_config(first.temperature, first.max_new_tokens)
+        config = self._generation_config(first.temperature, first.max_new_tokens, *first.truncation())
         processors = [self._grammars.logits_processor(first.schema)] if first.schema is not None else []
         if first.temperature > 0 and first.seed is not None:
             # One seed per chunk: the same requests in the same order sample the same text.
@@ -260,13 +260,16 @@ class LocalBackend:
             events=events,
         )
 
-    def _generation_config(self, temperature: float, max_new_tokens: int) -> Any:
+    def _generation_config(
+        self, temperature: float, max_new_tokens: int, top_p: float = 1.0, min_p: float = 0.0
+    ) -> Any:
         from transformers import GenerationConfig
 
         # Built from scratch so a model's own sampling defaults (top_k, top_p, repetition penalty)
-        # never leak in: temperature alone decides, as it does for the OpenAI-compatible backend.
+        # never leak in: the request alone decides, as it does for the OpenAI-compatible backend.
+        # transformers applies top-p, then min-p, after the grammar's processor, as the continuous Sampler does.
         sampling = (
-            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=top_p, min_p=min_p if min_p > 0 else None)
             if temperature > 0
             else dict(do_sample=False)
         )
@@ -303,6 +306,19 @@ class LocalBackend:
             "adapters": dict(self._adapters.paths),
             **({"quantize": self.quantize} if self.quantize else {}),  # unset keeps older runs' records equal
         }
+
+
+def decode_groups(requests: Sequence[GenerationRequest]) -> dict[tuple, list[int]]:
+    """Request indices by what one decode must share: adapter, schema, temperature, length and truncation.
+
+    Greedy requests share a group whatever their top_p/min_p, since greedy decoding ignores them.
+    """
+    groups: dict[tuple, list[int]] = {}
+    for i, req in enumerate(requests):
+        schema = f"{req.schema.__module__}.{req.schema.__qualname__}" if req.schema else ""
+        key = (req.adapter or "", schema, req.temperature, req.max_new_tokens, *req.truncation())
+        groups.setdefault(key, []).append(i)
+    return groups
 
 
 def quantize_linear_int8(model: torch.nn.Module) -> torch.nn.Module:

@@ -35,6 +35,9 @@ from distill.backends.pricing import CostGuard, CostLimitReached, estimate_promp
 # Keywords OpenAI's strict structured outputs reject; a strict copy of a schema drops them
 # (the pipeline still validates every answer against the full pydantic schema).
 _STRICT_UNSUPPORTED = ("maxLength", "minLength", "default")
+# Body fields outside OpenAI's chat API that vLLM's server (and `distill serve`) accept: the client takes
+# them as `extra_body`. OpenAI's own API refuses them (GPT-4o answers min_p with a 400).
+_EXTRA_BODY_FIELDS = ("min_p",)
 
 
 class OpenAIBackendConfig(BaseModel):
@@ -257,7 +260,7 @@ class OpenAIBackend:
     ) -> tuple[str, tuple[int, int]]:
         body = self.request_body(req, model)
         try:
-            resp = await client.chat.completions.create(**body)
+            resp = await client.chat.completions.create(**client_arguments(body))
         except openai.APIStatusError as exc:
             sent_schema = (body.get("response_format") or {}).get("type") == "json_schema"
             if not sent_schema or "response_format" not in str(exc) or exc.status_code not in (400, 422, 500):
@@ -267,7 +270,7 @@ class OpenAIBackend:
             # pipeline's schema validation and retries cover what JSON mode does not enforce.
             self._format = "json_object"
             events.append("json_schema rejected by server: falling back to json_object")
-            resp = await client.chat.completions.create(**self.request_body(req, model))
+            resp = await client.chat.completions.create(**client_arguments(self.request_body(req, model)))
         if isinstance(resp, str) or not getattr(resp, "choices", None):
             raise TransportError("response has no choices")
         content = resp.choices[0].message.content
@@ -280,7 +283,10 @@ class OpenAIBackend:
         return req.adapter if (self.config.model_per_role and req.adapter) else self.model
 
     def request_body(self, req: GenerationRequest, model: Optional[str] = None) -> dict[str, Any]:
-        """The chat.completions body for one request; the Batch API writes the same body per line."""
+        """The chat.completions body for one request; the Batch API writes the same body per line.
+
+        top_p is sent only when it cuts (below 1) and min_p only when set, so a request that uses neither
+        sends the body it always did; greedy requests (temperature 0) send neither."""
         model = model or self.model_for(req)
         body: dict[str, Any] = {
             "model": model,
@@ -290,6 +296,11 @@ class OpenAIBackend:
         }
         if req.seed is not None:
             body["seed"] = req.seed
+        top_p, min_p = req.truncation()
+        if top_p < 1:
+            body["top_p"] = top_p
+        if min_p > 0:
+            body["min_p"] = min_p  # vLLM's extension (`client_arguments` sends it as extra_body)
         if req.schema is not None and self._format == "json_schema":
             schema, strict = schema_for_api(req.schema, self.config.strict_schema)
             body["response_format"] = {
@@ -314,6 +325,14 @@ class OpenAIBackend:
         exc = state.outcome.exception() if state.outcome else None
         delay = state.next_action.sleep if state.next_action else 0.0
         return f"{_describe_exc(exc)} retry in {delay:.2f}s" if exc else f"retry in {delay:.2f}s"
+
+
+def client_arguments(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as keyword arguments of `chat.completions.create`: fields the client does not know go in
+    `extra_body`, which it merges into the JSON it sends."""
+    extra = {k: body[k] for k in _EXTRA_BODY_FIELDS if k in body}
+    known = {k: v for k, v in body.items() if k not in extra}
+    return {**known, "extra_body": extra} if extra else known
 
 
 def _count_retries(events: list[str]) -> int:

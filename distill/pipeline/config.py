@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
 
 from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
@@ -21,7 +21,9 @@ from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
-KEYED_WHEN_SET = ("direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature")
+KEYED_WHEN_SET = (
+    "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
+)  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
 # changed when later_iteration_penalty went, so those runs must not resume.)
@@ -75,6 +77,16 @@ class _PipelineSettings(BaseModel):
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"
     )
+    top_p: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-role nucleus sampling, in (0, 1]: sample from the fewest most-likely tokens whose "
+        "probability reaches it; only where the role samples (temperature > 0), a retry keeps it; unset = 1 (off)",
+    )
+    min_p: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-role min-p sampling, in [0, 1): drop tokens below min_p x the most likely token's "
+        "probability; only where the role samples (temperature > 0), a retry keeps it; unset = 0 (off)",
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -87,6 +99,17 @@ class _PipelineSettings(BaseModel):
         if "teacher" in self.oracle.values() and not self.oracle_traces:
             raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
         return self
+
+    @field_validator("top_p", "min_p")
+    @classmethod
+    def _truncation_per_role(cls, values: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        top_p = info.field_name == "top_p"
+        for role, value in values.items():
+            if role not in ROLES:
+                raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
+            if not (0 < value <= 1 if top_p else 0 <= value < 1):
+                raise ValueError(f"{role}: {value} is outside {'(0, 1]' if top_p else '[0, 1)'}")
+        return values
 
     @field_validator("reflection_backend")
     @classmethod

@@ -238,6 +238,7 @@ class Pipeline:
         temperature = self.config.temperatures.get(spec.name, spec.temperature)
         if attempt and self.config.retry_temperature is not None:
             temperature = max(temperature, self.config.retry_temperature)
+        sampling = temperature > 0  # top-p and min-p cut a sampled distribution; greedy has none to cut
         return GenerationRequest(
             messages=messages,
             schema=spec.schema_for(self.config.prompt_style, self.stages),
@@ -245,6 +246,8 @@ class Pipeline:
             max_new_tokens=spec.max_new_tokens,
             adapter=spec.name if self.config.use_adapters else None,
             seed=self.config.seed + attempt,
+            top_p=self.config.top_p.get(spec.name, 1.0) if sampling else 1.0,
+            min_p=self.config.min_p.get(spec.name, 0.0) if sampling else 0.0,
         )
 
     def _generate(

@@ -6,9 +6,10 @@
 (`asi`, `cae`, …) or the base model (its alias, path or id), as vLLM multi-LoRA does, so the
 `openai` backend with `model_per_role: true` runs the student pipeline against it.
 `response_format: json_schema` goes through the same llguidance constrained decoding as the local
-backend. `GET /v1/models` lists the base and each adapter, `GET /health` says it is up, and
-`GET /metrics` counts calls per model and per prompt (tests use it to prove a resumed run repeats
-nothing). Bad requests get a 4xx with an OpenAI-style error body, never a 500.
+backend, and `temperature`, `top_p` and `min_p` (vLLM's extension) through its sampler. `GET /v1/models`
+lists the base and each adapter, `GET /health` says it is up, and `GET /metrics` counts calls per model
+and per prompt (tests use it to prove a resumed run repeats nothing). Bad requests get a 4xx with an
+OpenAI-style error body, never a 500.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0, description="nucleus sampling; null = 1 (off)")
+    min_p: Optional[float] = Field(None, ge=0.0, lt=1.0, description="min-p sampling, as vLLM's; null = 0 (off)")
     max_tokens: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     seed: Optional[int] = Field(None, ge=0, le=SEED_MAX)
@@ -70,8 +73,6 @@ class ChatRequest(BaseModel):
             used = [name for name in UNSUPPORTED_FIELDS if data.get(name) not in (None, False, [], {})]
             if used:
                 raise ValueError(f"'{used[0]}' is not supported by this server")
-            if data.get("top_p") not in (None, 1, 1.0):
-                raise ValueError("top_p other than 1 is not supported by this server (use temperature)")
         return data
 
 
@@ -176,7 +177,13 @@ class ServeState:
             )
         schema = _json_schema(body.response_format)
         request = GenerationRequest(
-            messages=messages, temperature=body.temperature, max_new_tokens=max_new, adapter=adapter, seed=body.seed
+            messages=messages,
+            temperature=body.temperature,
+            max_new_tokens=max_new,
+            adapter=adapter,
+            seed=body.seed,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            min_p=0.0 if body.min_p is None else body.min_p,
         )
         if schema:
             request.schema = schema_model(*schema)
