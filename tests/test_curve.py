@@ -7,6 +7,7 @@ the curve's own parts (datasets, training, generation, compare) all run for real
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -16,7 +17,7 @@ from distill.datasets.sft_tasks import JOINT, rationale_tag
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Step, Trace, trace_key
-from distill.roles.roles import ROLES
+from distill.roles.roles import CORE_ROLES, ROLES
 
 TEACHER_REASONING = "The seeker's words carry the feeling."
 
@@ -578,3 +579,66 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
     assert all(t.response == t.dialogue.gold_response for t in generated)  # the human reply: no generation
     curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
     assert {tuple(p["pair"]) for p in curve["paired"]} >= {("student-balanced", "student-direct")}
+
+
+def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
+    from eval.curve.curve import CurveConfig, student_system, train_student
+
+    decoding = {"temperatures": {"ers": 1.0}, "top_p": {"ers": 0.9}, "min_p": {"ers": 0.05}}
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces"],
+        variants=[{"name": "direct-hot", "like": "direct", "decoding": decoding}],
+    )  # fmt: skip
+    students = {s.name: s for s in config.ordered_students()}
+    assert list(students) == ["traces", "direct", "direct-hot"]  # its lender joins, ahead of it
+    hot = students["direct-hot"]
+    assert (hot.trains, hot.borrows, hot.lender) == ((), ("asi", "ers"), "direct")
+    pipeline = PipelineConfig(**hot.pipeline)
+    assert pipeline.direct and (pipeline.temperatures, pipeline.top_p, pipeline.min_p) == (
+        {"ers": 1.0}, {"ers": 0.9}, {"ers": 0.05},
+    )  # fmt: skip
+    assert set(config.sources()["student-direct-hot"]) == {"asi", "ers"}
+    assert config.sources()["student-direct-hot"]["ers"]["adapter"] == "student-direct's"
+
+    point = tmp_path / "n5"
+    for role in ("asi", "ers"):
+        (point / "adapters-direct" / role).mkdir(parents=True)
+    adapters = train_student(hot, 5, point, config)  # trains nothing: it would need datasets-direct-hot
+    assert (adapters / "ers").resolve() == (point / "adapters-direct" / "ers").resolve()
+    assert student_system(hot, adapters, config)["pipeline"]["top_p"] == {"ers": 0.9}
+
+    with pytest.raises(ValueError, match="decoding changes how replies are sampled"):
+        CurveConfig(traces="t", dialogues="d", points=[5], task="emotion", variants=config.variants)
+
+
+def test_a_retrained_lender_drops_its_borrowers_stale_generations(tmp_path, monkeypatch):
+    from eval.curve import curve
+    from eval.curve.curve import CurveConfig, run_point
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces"], base=False, probe=False,
+        variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}],
+    )  # fmt: skip
+    point = tmp_path / "n5"
+    for name in ("student-traces", "student-hot"):
+        (point / "eval" / "systems" / name).mkdir(parents=True)
+    for role in CORE_ROLES:  # a finished earlier run: the lender's adapters, the variant's links to them
+        (point / "adapters-traces" / role).mkdir(parents=True)
+        (point / "adapters-traces" / role / "adapter_model.safetensors").write_text("trained")
+        os.utime(point / "adapters-traces" / role / "adapter_model.safetensors", (1, 1))
+        (point / "adapters-hot").mkdir(exist_ok=True)
+        (point / "adapters-hot" / role).symlink_to(point / "adapters-traces" / role, target_is_directory=True)
+
+    real_train = curve.train_student
+
+    def train(student, n, point, config):
+        if student.name != "traces":
+            return real_train(student, n, point, config)
+        (point / "adapters-traces" / "ers" / "adapter_model.safetensors").write_text("retrained")  # ers anew
+        return point / "adapters-traces"
+
+    monkeypatch.setattr(curve, "train_student", train)
+    monkeypatch.setattr(curve, "build_datasets", lambda *args: None)
+    monkeypatch.setattr(curve, "run_compare", lambda point, compare: point / "eval" / "report.json")
+    run_point(5, [], None, config, tmp_path)
+    assert not (point / "eval" / "systems" / "student-hot").exists()  # it ran the old ers adapter

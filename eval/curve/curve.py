@@ -17,9 +17,10 @@ scores every student, the emotion probe and the prompted base on the same test d
   budget: is per-role LoRA worth four adapters?
 
 `variants` adds students made like one of these with other dataset options or budget (the levers: class
-balance, the rationale's share or source, more passes). `task: emotion` trains and runs the emotion agent
-alone, every system's reply being the human one (`oracle: {ers: gold}`, not scored): the I-ACC question
-at all N for a fraction of the cost.
+balance, the rationale's share or source, more passes, the quality checks), or with other decoding alone
+(`decoding`: per-role temperature, top-p, min-p), which runs the `like` student's own adapters untrained.
+`task: emotion` trains and runs the emotion agent alone, every system's reply being the human one
+(`oracle: {ers: gold}`, not scored): the I-ACC question at all N for a fraction of the cost.
 
 A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
@@ -62,8 +63,18 @@ class VariantOptions(BaseModel):
     )
 
 
+class DecodingOptions(BaseModel):
+    """How a variant samples (`distill.pipeline.config.PipelineConfig`'s per-role fields of the same names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperatures: Optional[dict[str, float]] = None
+    top_p: Optional[dict[str, float]] = None
+    min_p: Optional[dict[str, float]] = None
+
+
 class Variant(BaseModel):
-    """A lever: a student made like `like`, with other dataset options or its own budget."""
+    """A lever: a student made like `like`, with other dataset options, its own budget or other decoding."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -71,11 +82,27 @@ class Variant(BaseModel):
     like: Literal["traces", "direct", "rationale"]
     options: VariantOptions = Field(default_factory=VariantOptions)
     tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
+    decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
+
+    def retrains(self) -> bool:
+        """Whether the variant needs adapters of its own (other data or budget) rather than `like`'s."""
+        return bool(self.options.model_dump(exclude_none=True)) or self.tokens_per_conversation is not None
 
     def student(self) -> Student:
         base = STUDENTS[self.like]
+        decoding = self.decoding.model_dump(exclude_none=True) if self.decoding else {}
+        pipeline = {**base.pipeline, **decoding}
+        if not self.retrains():  # the same adapters, sampled otherwise: borrow all of them from `like`
+            borrowed = base.trains + base.borrows
+            return replace(base, name=self.name, trains=(), borrows=borrowed, lender=base.name, pipeline=pipeline)
         options = {**base.options, **self.options.model_dump(exclude_none=True)}
-        return replace(base, name=self.name, options=options, tokens_per_conversation=self.tokens_per_conversation)
+        return replace(
+            base,
+            name=self.name,
+            options=options,
+            pipeline=pipeline,
+            tokens_per_conversation=self.tokens_per_conversation,
+        )
 
 
 class CurveConfig(BaseModel):
@@ -127,6 +154,8 @@ class CurveConfig(BaseModel):
         for name in ("joint", "teacher-reply"):
             if self.task == "emotion" and name in self.students:
                 raise ValueError(f"students: '{name}' trains more than asi; task 'emotion' runs asi alone")
+        if self.task == "emotion" and any(v.decoding for v in self.variants):
+            raise ValueError("variants: decoding changes how replies are sampled; task 'emotion' runs asi alone")
         return self
 
     def ordered_students(self) -> list[Student]:
@@ -134,9 +163,15 @@ class CurveConfig(BaseModel):
         chosen = [STUDENTS[n] for n in dict.fromkeys(self.students)] + [v.student() for v in self.variants]
         if self.task == "emotion":
             return [emotion_only(s) for s in chosen]
-        if any(s.borrows for s in chosen) and "traces" not in self.students:
-            chosen.insert(0, STUDENTS["traces"])
-        return sorted(chosen, key=lambda s: s.name != "traces")
+        names = {s.name for s in chosen}
+        for lender in dict.fromkeys(s.lender for s in chosen if s.borrows):  # lenders train before borrowers
+            if lender not in names:
+                chosen.insert(0, STUDENTS[lender])
+                names.add(lender)
+                if STUDENTS[lender].borrows and "traces" not in names:
+                    chosen.insert(0, STUDENTS["traces"])
+                    names.add("traces")
+        return sorted(chosen, key=lambda s: (s.name != "traces", s.name not in STUDENTS))
 
     def sources(self) -> dict[str, dict[str, dict[str, str]]]:
         """What each student's adapters learn, and from whom: `role_sources` of every chosen student."""
@@ -230,8 +265,9 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     datasets = point / f"datasets-{student.name}"
     train_stale(datasets, adapters, student.trains, budget, Path(config.train_config), card_example=False)
+    adapters.mkdir(parents=True, exist_ok=True)
     for role in student.borrows:
-        link, target = adapters / role, (point / "adapters-traces" / role).resolve()
+        link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
         if not link.exists():
             link.symlink_to(target, target_is_directory=True)
     return adapters
@@ -293,12 +329,14 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
 
     point = out / f"n{n}"
     point.mkdir(parents=True, exist_ok=True)
-    systems = []
-    for student in config.ordered_students():
-        build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
-        before = _adapter_stamps(point / f"adapters-{student.name}", student.trains)
+    systems, students = [], config.ordered_students()
+    # stamped before any training: a lender retrained makes its borrowers' generations stale too
+    before = {s.name: _adapter_stamps(point / f"adapters-{s.name}", s.trains + s.borrows) for s in students}
+    for student in students:
+        if student.trains:  # a decoding variant trains nothing: its datasets are its lender's
+            build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         adapters = train_student(student, n, point, config)
-        if _adapter_stamps(adapters, student.trains) != before:  # retrained: its old generations are stale
+        if _adapter_stamps(adapters, student.trains + student.borrows) != before[student.name]:
             shutil.rmtree(point / "eval" / "systems" / f"student-{student.name}", ignore_errors=True)
         systems.append(student_system(student, adapters, config))
     if config.probe:

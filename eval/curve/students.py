@@ -17,7 +17,8 @@ class Student:
 
     name: str
     trains: tuple[str, ...]  # roles trained on this student's own datasets
-    borrows: tuple[str, ...] = ()  # roles whose adapters are the `traces` student's (the same recipe)
+    borrows: tuple[str, ...] = ()  # roles whose adapters are the lender's (the same recipe)
+    lender: str = "traces"  # whose adapters the borrowed roles run (a decoding variant: its `like`)
     options: dict[str, Any] = field(default_factory=dict)  # DatasetOptions beyond the curve's own
     pipeline: dict[str, Any] = field(default_factory=dict)  # PipelineConfig beyond the student defaults
     joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
@@ -79,6 +80,9 @@ def role_sources(student: Student, gold_filtered: bool, rationale: str) -> dict[
     """Per role: the source of the target the adapter learns and of the input it sees (the `traces`
     student's for a borrowed role), given the curve's `require_gold_emotion` and rationale source. The curve
     report prints this beside every figure."""
+    if student.lender != "traces":  # a decoding variant: its lender's adapters, every one borrowed
+        lent = role_sources(STUDENTS[student.lender], gold_filtered, rationale)
+        return {role: {**row, "adapter": f"student-{student.lender}'s"} for role, row in lent.items()}
     base = STUDENTS["traces"]
     out = {}
     for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or CORE_ROLES:
