@@ -465,7 +465,8 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
                 "backend": {**local, "adapters": adapters},
                 "pipeline": {"prompt_style": "student", "use_adapters": True, **fast},
             },
-            {"name": "base", "backend": local, "pipeline": fast},
+            # the teacher's own traces, as the quickstart's base is (a generated base: the README workflow test)
+            {"name": "base", "traces": str(tmp_path / "teacher-run")},
         ],
         "judge": {"backend": local, "against": "teacher", "aspects": ["empathy"]},
         "ppl": {"model": "smollm2-135m", "context": "response"},
@@ -482,6 +483,7 @@ def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smoll
         assert s["n"] == 4 and s["ppl"]["value"] > 1 and s["i_acc"]["ekman6"]["n"] == 4
         assert s["bertscore"]["f1"]["n"] == 4 and s["cost"]["n"] == 4
     assert systems["teacher"]["agreement"] is None and systems["student"]["agreement"]["emotion"]["n"] == 4
+    assert systems["base"]["same_outputs_as"] == "teacher" and systems["student"]["same_outputs_as"] is None
     assert systems["student"]["cost"]["peak_rss_mb"] > 100 and systems["teacher"]["cost"]["peak_rss_mb"] is None
     # the student used its compact prompts: far fewer prompt tokens than the prompted base
     assert (
