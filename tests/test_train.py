@@ -76,7 +76,9 @@ def tiny_config(datasets: Path, out: Path, **overrides):
         lora_r=8,
         lora_alpha=16,
         num_threads=1,
-    )  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl
+        card_example=False,
+    )  # one thread: the CI CPU is shared, and oversubscribed torch threads crawl; the card's example answer
+    # (greedy to the role's token cap on a barely trained adapter) only where a test reads it: `two_roles`
     values.update(overrides)
     return config_from_dict(values, source="test")
 
@@ -105,7 +107,7 @@ def two_roles(role_datasets, tmp_path_factory):
     """asi and cae trained in turn from one base-model load."""
     out = tmp_path_factory.mktemp("adapters")
     watch = WeightWatch()
-    metas = train_roles(tiny_config(role_datasets, out, roles="asi,cae"), callbacks=[watch])
+    metas = train_roles(tiny_config(role_datasets, out, roles="asi,cae", card_example=True), callbacks=[watch])
     return out, metas, watch
 
 
@@ -300,7 +302,17 @@ def test_trl_style_yaml_trains_a_role(role_datasets, tmp_path):
         "num_train_epochs: 1\nmax_steps: 2\nlora_r: 4\nlora_alpha: 8\nlogging_steps: 1\n"
         f"output_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\n"
     )
-    assert main(["--config", str(trl_yaml), "--dataset_name", str(role_datasets), "--roles", "asi"]) == 0
+    argv = [
+        "--config",
+        str(trl_yaml),
+        "--dataset_name",
+        str(role_datasets),
+        "--roles",
+        "asi",
+        "--card_example",
+        "false",
+    ]
+    assert main(argv) == 0
     meta = read_metadata(tmp_path / "out" / "asi")
     assert meta["global_step"] == 2 and meta["lora"]["r"] == 4
     assert meta["train_config"]["per_device_train_batch_size"] == 4 and meta["train_config"]["learning_rate"] == 1e-3
@@ -388,7 +400,9 @@ def test_shipped_cpu_config_resumes_and_names_each_role_run(role_datasets, tmp_p
     values = read_yaml(REPO / "configs" / "train" / "smollm2-cpu.yaml")
     assert values["save_steps"] < 1  # a ratio of the role's steps
     values.update(dataset_name=str(role_datasets), output_dir=str(tmp_path / "run7"), roles="asi,cae", max_steps=8)
-    values.update(max_tokens_budget=0, per_device_train_batch_size=4, num_threads=1, logging_steps=1)
+    values.update(
+        max_tokens_budget=0, per_device_train_batch_size=4, num_threads=1, logging_steps=1, card_example=False
+    )
     cfg = config_from_dict(values, source="smollm2-cpu.yaml")
     names = RunNames()
     train_roles(cfg, callbacks=[StopAt(2), names])  # "crashes" after step 2 of each role
@@ -448,6 +462,8 @@ def _launch(
         "4",
         "--num_threads",
         "1",
+        "--card_example",
+        "false",
     ]
     return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
 
