@@ -90,13 +90,16 @@ def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
 def fill_bitmask(bitmask: torch.Tensor, matchers: Sequence[Any]) -> None:
     """Row j of `bitmask` gets matchers[j]'s allowed tokens (only the stop tokens once its answer is
     complete); a None matcher, a row that is over, allows every token."""
-    import llguidance.torch
+    # llguidance.numpy, not llguidance.torch: the same pointer call, but llguidance.torch imports torch._dynamo
+    # for a torch.compile kernel this code never uses (about 2 s in every process that generates)
+    import llguidance.numpy
 
+    words = bitmask.numpy()  # shares the tensor's memory (CPU)
     for j, matcher in enumerate(matchers):
         if matcher is None:
             bitmask[j].fill_(-1)
         else:
-            llguidance.torch.fill_next_token_bitmask(matcher, bitmask, j)
+            llguidance.numpy.fill_next_token_bitmask(matcher, words, j)
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
