@@ -402,6 +402,7 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     from datasets import load_from_disk
 
     from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.students import STUDENTS
 
     traces = [handmade_trace(d) for d in tiny_dialogues]
     traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
@@ -417,6 +418,19 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
         cae = load_from_disk(str(tmp_path / name / "cae"))
         rows[name] = {r["dialogue_id"] for split in cae.values() for r in split}
     assert rows["unfiltered"] - rows["traces"] == {tiny_dialogues[2].id}
+
+    # the teacher-reply student's ers learns the teacher's replies: that is where replies are gated
+    traces[3].outputs["ers"]["response"] = "#181181"  # no words: a non_reply
+    config = CurveConfig(
+        traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
+        variants=[{"name": "replies-unfiltered", "like": "teacher-reply", "options": {"quality": "off"}}],
+    )  # fmt: skip
+    students = {s.name: s for s in config.ordered_students()} | {"teacher-reply": STUDENTS["teacher-reply"]}
+    for name in ("teacher-reply", "replies-unfiltered"):
+        build_datasets(students[name], traces, tmp_path / name, config, None)
+        ers = load_from_disk(str(tmp_path / name / "ers"))
+        rows[name] = {r["dialogue_id"] for split in ers.values() for r in split}
+    assert rows["replies-unfiltered"] - rows["teacher-reply"] == {tiny_dialogues[3].id}
 
 
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):

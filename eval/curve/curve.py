@@ -79,7 +79,7 @@ class Variant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="the system is `student-<name>`")
-    like: Literal["traces", "direct", "rationale"]
+    like: Literal["traces", "direct", "rationale", "teacher-reply"]
     options: VariantOptions = Field(default_factory=VariantOptions)
     tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
     decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
@@ -152,7 +152,7 @@ class CurveConfig(BaseModel):
         if clash:
             raise ValueError(f"variants: name {', '.join(clash)} is taken (a student or another variant)")
         for name in ("joint", "teacher-reply"):
-            if self.task == "emotion" and name in self.students:
+            if self.task == "emotion" and name in self.students + [v.like for v in self.variants]:
                 raise ValueError(f"students: '{name}' trains more than asi; task 'emotion' runs asi alone")
         if self.task == "emotion" and any(v.decoding for v in self.variants):
             raise ValueError("variants: decoding changes how replies are sampled; task 'emotion' runs asi alone")
