@@ -91,7 +91,7 @@ def fill_bitmask(bitmask: torch.Tensor, matchers: Sequence[Any]) -> None:
     """Row j of `bitmask` gets matchers[j]'s allowed tokens (only the stop tokens once its answer is
     complete); a None matcher, a row that is over, allows every token."""
     # llguidance.numpy, not llguidance.torch: the same pointer call, but llguidance.torch imports torch._dynamo
-    # for a torch.compile kernel this code never uses (about 2 s in every process that generates)
+    # for a torch.compile kernel this code never uses (about a second in every process that generates)
     import llguidance.numpy
 
     words = bitmask.numpy()  # shares the tensor's memory (CPU)
