@@ -77,22 +77,19 @@ def _input_source(role: str, options: dict[str, Any]) -> str:
 
 
 def role_sources(student: Student, gold_filtered: bool, rationale: str) -> dict[str, dict[str, str]]:
-    """Per role: the source of the target the adapter learns and of the input it sees (the `traces`
-    student's for a borrowed role), given the curve's `require_gold_emotion` and rationale source. The curve
-    report prints this beside every figure."""
-    if student.lender != "traces":  # a decoding variant: its lender's adapters, every one borrowed
-        lent = role_sources(STUDENTS[student.lender], gold_filtered, rationale)
-        return {role: {**row, "adapter": f"student-{student.lender}'s"} for role, row in lent.items()}
-    base = STUDENTS["traces"]
+    """Per role: the source of the target the adapter learns and of the input it sees (its lender's for a
+    borrowed role), given the curve's `require_gold_emotion` and rationale source. The curve report prints
+    this beside every figure."""
+    lender = STUDENTS[student.lender]
     out = {}
     for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or CORE_ROLES:
-        owner = base if role in student.borrows else student
+        owner = lender if role in student.borrows else student
         options = {"ers_target": "gold", **owner.options}
         row = {"target": _target_source(role, options, gold_filtered), "input": _input_source(role, options)}
         if owner.rationale_task and role in ("asi", "srp"):
             human = options.get("rationale", rationale) == "situation"
             row["target"] += "; rationale-task twin: " + ("ED's situation (human)" if human else "teacher's reasoning")
         if role in student.borrows:
-            row["adapter"] = "student-traces's"
+            row["adapter"] = f"student-{lender.name}'s"
         out[role] = row
     return dict(sorted(out.items(), key=lambda kv: CORE_ROLES.index(kv[0])))
