@@ -347,7 +347,7 @@ def test_unknown_adapter_is_a_clear_error(tiny, tmp_path):
 
 
 def test_top_p_and_min_p_keep_exactly_the_likely_tokens():
-    from distill.backends.continuous import Sampler
+    from distill.backends.sampler import Sampler
 
     # at temperature 1 the first row's probabilities are [0.5, 0.3, 0.15, 0.05]; the second row reverses them
     logits = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()

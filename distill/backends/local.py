@@ -267,7 +267,7 @@ class LocalBackend:
 
         # Built from scratch so a model's own sampling defaults (top_k, top_p, repetition penalty)
         # never leak in: the request alone decides, as it does for the OpenAI-compatible backend.
-        # transformers applies top-p, then min-p, after the grammar's processor, as the continuous Sampler does.
+        # transformers applies top-p, then min-p, after the grammar's processor, as `distill.backends.sampler` does.
         sampling = (
             dict(do_sample=True, temperature=temperature, top_k=0, top_p=top_p, min_p=min_p if min_p > 0 else None)
             if temperature > 0

@@ -1,0 +1,72 @@
+"""Next-token choice for the continuous decoder (`distill.backends.continuous`): each row's grammar mask
+(one llguidance matcher per row), then argmax, or sampling at the request's temperature cut by its top-p
+and min-p, in the order transformers' `generate` applies them, so both decode paths sample the same set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from distill.backends.constrained import CompiledSchema, allocate_bitmask, apply_bitmask, fill_bitmask
+
+
+@dataclass
+class Sampler:
+    """Next-token choice per row: its grammar's mask (one llguidance matcher per row), then argmax or sampling
+    from the temperature's distribution, cut to its top-p nucleus and min-p floor."""
+
+    temperature: float
+    grammar: Optional[CompiledSchema]
+    vocab_size: int
+    generator: Optional[torch.Generator]
+    bitmask: Optional[torch.Tensor]
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    @classmethod
+    def make(
+        cls,
+        temperature: float,
+        grammar: Optional[CompiledSchema],
+        vocab_size: int,
+        seed: Optional[int],
+        device: str,
+        rows: int,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+    ):
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        bitmask = allocate_bitmask(rows, vocab_size) if grammar is not None else None
+        return cls(temperature, grammar, vocab_size, generator, bitmask, top_p, min_p)
+
+    def matcher(self) -> Any:
+        return self.grammar.matcher() if self.grammar is not None else None
+
+    def choose(self, logits: torch.Tensor, matchers: list[Any]) -> list[int]:
+        """Pick each row's next token; `logits` are [len(matchers), vocab], row j masked by matchers[j]."""
+        logits = logits.float()
+        if self.grammar is not None:
+            fill_bitmask(self.bitmask, matchers)
+            apply_bitmask(logits, self.bitmask)
+        if self.temperature > 0:
+            probs = self.probabilities(logits)
+            return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
+        return logits.argmax(dim=-1).tolist()
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """softmax(logits / temperature) cut by top-p, then min-p (transformers' order, so the `generate`
+        fallback samples the same set); cut tokens get 0, the rest stay unnormalised, as `multinomial` allows.
+        The most likely token survives both cuts, and the grammar masked the logits first."""
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        if self.top_p < 1:
+            ranked, order = probs.sort(dim=-1, descending=True)
+            before = ranked.cumsum(dim=-1) - ranked  # the mass ranked above each token
+            probs = probs.scatter(-1, order, ranked.masked_fill(before >= self.top_p, 0.0))
+        if self.min_p > 0:
+            probs = probs.masked_fill(probs < self.min_p * probs.amax(dim=-1, keepdim=True), 0.0)
+        return probs
