@@ -86,7 +86,7 @@ def _teacher(traces: Sequence[Trace], run: Optional[RunInfo]) -> dict[str, Any]:
 
 def render_card(dd: DatasetDict, record: dict[str, Any]) -> str:
     """The role dataset's README.md, from its build record (`build_record`) and the saved splits."""
-    role, teacher, options, counts = record["role"], record["teacher"], record["options"], record["counts"]
+    role, options, counts = record["role"], record["options"], record["counts"]
     spec = ROLES[role]
     drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts["dropped"].items())) or "| (none) | 0 |"
     splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
@@ -112,18 +112,7 @@ compact JSON of `{spec.schema_for("student").__name__}`. `messages` is prompt + 
 
 ## Teacher
 
-- trace run: `{record["trace_run"]}`
-- backend: `{json.dumps(teacher["backend"], sort_keys=True)}`
-- teacher prompt version(s): {", ".join(map(str, teacher["prompt_versions"]))}
-- gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, \
-response {"yes" if teacher["gold_response"] else "no"}
-- created: {datetime.now(timezone.utc).isoformat(timespec="seconds")}
-
-Pipeline config:
-
-```json
-{json.dumps(teacher["config"], indent=2, sort_keys=True)}
-```
+{teacher_section(record)}
 
 ## Filters
 
@@ -147,6 +136,23 @@ Traces read: {counts["read"]}; kept: {counts["kept"]}.
 |---|---|---|
 {splits}
 """
+
+
+def teacher_section(record: dict[str, Any]) -> str:
+    """Where the rows came from: the trace run, its backend, prompts, gold guidance and pipeline config."""
+    teacher = record["teacher"]
+    return f"""- trace run: `{record["trace_run"]}`
+- backend: `{json.dumps(teacher["backend"], sort_keys=True)}`
+- teacher prompt version(s): {", ".join(map(str, teacher["prompt_versions"]))}
+- gold guidance shown to the teacher: emotion {"yes" if teacher["gold_emotion"] else "no"}, \
+response {"yes" if teacher["gold_response"] else "no"}
+- created: {datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+Pipeline config:
+
+```json
+{json.dumps(teacher["config"], indent=2, sort_keys=True)}
+```"""
 
 
 def quality_section(role: str, quality: dict[str, Any]) -> str:
