@@ -241,10 +241,18 @@ def _curve_on_sample(tmp_path, settings: str):
 
     from data_prep.loaders import load_split
 
+    from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
+
     dialogues = _sample_dialogues(tmp_path)
     handmade_run(load_split(dialogues, "train")[:12], tmp_path / "teacher")
+    # The shipped train config at 2 rows a step: a budget of a few hundred tokens is one step either way,
+    # and one of 8 rows costs 4 times the compute while proving nothing more here.
+    shipped = CPU_TRAIN_CONFIG.read_text()
+    assert "per_device_train_batch_size: 8\n" in shipped
+    train = tmp_path / "train.yaml"
+    train.write_text(shipped.replace("per_device_train_batch_size: 8\n", "per_device_train_batch_size: 2\n"))
     config = tmp_path / "curve.yaml"
-    config.write_text(f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\n{settings}")
+    config.write_text(f"traces: {tmp_path / 'teacher'}\ndialogues: {dialogues}\ntrain_config: {train}\n{settings}")
     return argparse.Namespace(config=str(config), out=str(tmp_path / "curve"))
 
 
