@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="pairwise judge (the embedded model) of student and base against the teacher",
     )
+    parser.add_argument(
+        "--card-example",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each adapter's model card shows its answer to a validation prompt (one greedy decode per role)",
+    )
 
 
 def _stage(n: int, title: str) -> float:
@@ -210,7 +216,9 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
     from eval.curve.adapter_runs import train_stale
 
-    if not train_stale(out / "datasets", out / "adapters", CORE_ROLES, args.max_tokens_budget):
+    if not train_stale(
+        out / "datasets", out / "adapters", CORE_ROLES, args.max_tokens_budget, card_example=args.card_example
+    ):
         print(f"reusing {out / 'adapters'}")
 
 

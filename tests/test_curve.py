@@ -240,7 +240,6 @@ def _curve_on_sample(tmp_path, settings: str):
     import argparse
 
     from data_prep.loaders import load_split
-
     from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
 
     dialogues = _sample_dialogues(tmp_path)
@@ -264,36 +263,36 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     args = _curve_on_sample(
         tmp_path,
         "points: [3, 5]\ntest_limit: 2\nmax_tokens_budget: 300\nbase: false\nrequire_gold_emotion: false\n"
-        "ppl: null\nstudents: [traces, direct, rationale, teacher-reply, joint]\n",
-    )
+        "ppl: null\nstudents: [traces, teacher-reply, joint]\n",
+    )  # direct and rationale train and run in the emotion curve's test, at a fraction of the cost; their
+    # datasets and sources have fast tests above
     assert run(args) == 0
     first = capsys.readouterr().out
     curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
     assert curve["points"] == [3, 5]
     trained = {(t["n"], t["system"], t["role"]) for t in curve["tokens"] if t["tokens_seen"] > 0}
-    assert (5, "student-teacher-reply", "ers") in trained and (5, "student-direct", "asi") in trained
+    assert (5, "student-teacher-reply", "ers") in trained and (5, "student-traces", "asi") in trained
     assert (5, "student-teacher-reply", "asi") not in trained  # borrowed from traces: not trained twice
     assert curve["sources"]["student-teacher-reply"]["ers"]["target"] == "teacher's reply"
     systems = {(r["n"], r["system"]) for r in curve["rows"]}
     for n in (3, 5):
-        for name in ("traces", "direct", "rationale", "teacher-reply", "joint"):
+        for name in ("traces", "teacher-reply", "joint"):
             assert (n, f"student-{name}") in systems
         assert (n, "probe") in systems
     asked = {(p["n"], tuple(p["pair"]), p["metric"]) for p in curve["paired"]}
-    assert (5, ("student-traces", "student-direct"), "i_acc") in asked
-    assert (5, ("student-rationale", "student-direct"), "bertscore_f1") in asked
+    assert (5, ("student-joint", "student-traces"), "i_acc") in asked
+    assert (5, ("student-teacher-reply", "student-traces"), "bertscore_f1") in asked
     md = (tmp_path / "curve" / "curve.md").read_text()
     assert md.splitlines()[2].startswith("At N = 5 train conversations, on 2 test dialogues")
     assert (tmp_path / "curve" / "curve.png").stat().st_size > 1000
-    # the rationale student borrows the traces student's cae and ers, and trains asi on twins
-    rationale = tmp_path / "curve" / "n5" / "adapters-rationale"
-    assert (rationale / "cae").resolve() == (tmp_path / "curve" / "n5" / "adapters-traces" / "cae").resolve()
-    assert "rationale" in load_split_tasks(tmp_path / "curve" / "n5" / "datasets-rationale" / "asi")
-    joint = json.loads(
-        (tmp_path / "curve" / "n5" / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text()
-    )
+    # the teacher-reply student borrows the traces student's asi, cae and srp, and trains ers alone
+    point = tmp_path / "curve" / "n5"
+    for role in ("asi", "cae", "srp"):
+        assert (point / "adapters-teacher-reply" / role).resolve() == (point / "adapters-traces" / role).resolve()
+    assert not (point / "adapters-teacher-reply" / "ers").is_symlink()
+    joint = json.loads((point / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text())
     assert joint["role"] == "joint" and joint["train_config"]["max_tokens_budget"] == 4 * 300
-    traces_asi = tmp_path / "curve" / "n5" / "adapters-traces" / "asi" / "trace_distill_adapter.json"
+    traces_asi = point / "adapters-traces" / "asi" / "trace_distill_adapter.json"
     assert "example" not in json.loads(traces_asi.read_text())  # a sweep decodes no card example per adapter
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "curve").rglob("adapter_model.safetensors")}
 
@@ -582,25 +581,29 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
     args = _curve_on_sample(
         tmp_path,
         "points: [5]\ntest_limit: 3\ntask: emotion\ntokens_per_conversation: 60\nbase: true\n"
-        "require_gold_emotion: false\nppl: null\nbertscore: null\nstudents: [direct]\n"
+        "require_gold_emotion: false\nppl: null\nbertscore: null\nstudents: [direct, rationale]\n"
         "variants: [{name: balanced, like: direct, options: {balance_emotions: true}}]\n",
     )
     assert run(args) == 0
     point = tmp_path / "curve" / "n5"
-    for name in ("direct", "balanced"):
+    for name in ("direct", "rationale", "balanced"):
         assert sorted(p.name for p in (point / f"adapters-{name}").iterdir()) == ["asi"]
         meta = json.loads((point / f"adapters-{name}" / "asi" / "trace_distill_adapter.json").read_text())
         assert meta["train_config"]["max_tokens_budget"] == 5 * 60
     report = json.loads((point / "eval" / "report.json").read_text())
     systems = {s["name"]: s for s in report["systems"]}
-    assert set(systems) == {"student-direct", "student-balanced", "probe", "base"}
+    assert set(systems) == {"student-direct", "student-rationale", "student-balanced", "probe", "base"}
+    assert "rationale" in load_split_tasks(point / "datasets-rationale" / "asi")  # asi learns on rationale twins
     for s in systems.values():
         assert s["i_acc"]["ekman6"]["accuracy"]["value"] is not None and not s.get("diversity")
     generated = TraceStore(point / "eval" / "systems" / "student-direct").read()[0]
     assert {tuple(t.outputs) for t in generated} == {("asi", "ers")}
     assert all(t.response == t.dialogue.gold_response for t in generated)  # the human reply: no generation
     curve = json.loads((tmp_path / "curve" / "curve.json").read_text())
-    assert {tuple(p["pair"]) for p in curve["paired"]} >= {("student-balanced", "student-direct")}
+    assert {tuple(p["pair"]) for p in curve["paired"]} >= {
+        ("student-balanced", "student-direct"),
+        ("student-rationale", "student-direct"),
+    }
 
 
 def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 import yaml
+from report_checks import numbers_in_tables, unbacked_numbers
 
 from data_prep.loaders import load_sample, save_dialogues
 from distill.pipeline.store import RunInfo, TraceStore
@@ -108,9 +108,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.00 [-0." in md
     assert report["systems"][1]["same_outputs_as"] is None  # different replies
     assert "![metrics per system](metrics.png)" in md and "![emotion confusion matrices](confusion.png)" in md
-    numbers = _numbers_in_tables(md)
-    stored = _json_numbers(report)
-    assert len(numbers) > 20 and not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
+    assert len(numbers_in_tables(md)) > 20 and not unbacked_numbers(md, report)
 
 
 def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
@@ -272,9 +270,7 @@ def test_report_shows_reflection_figures_and_retries_per_role(tmp_path, tiny_dia
     md = (out / "report.md").read_text()
     assert "| reflect | 6 / 6 | 3 | srp 1, ers 2 | 0.50 [" in md and "| plain | " not in md.split("## Reflection")[1]
     assert "| reflect | ≥ 0.7 | asi | 4 | 4 | 4 | 0 |" in md and "| plain | same settings | asi | 4 | 0 | 0 | 0 |" in md
-    numbers = _numbers_in_tables(md)
-    stored = _json_numbers(report)
-    assert not [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
+    assert not unbacked_numbers(md, report)
 
 
 def _write_config(tmp_path: Path, cfg: dict) -> str:
@@ -359,22 +355,6 @@ def _tiny_adapters(smollm_path: str, out: Path) -> str:
     return str(out)
 
 
-def _numbers_in_tables(markdown: str) -> list[str]:
-    """Numbers in table body cells, the system-name column excluded (headers are labels, not data)."""
-    found, in_body = [], False
-    for line in markdown.splitlines():
-        if not line.startswith("|"):
-            in_body = False
-            continue
-        if line.startswith("|---"):
-            in_body = True
-            continue
-        if in_body:
-            for cell in line.strip("|").split("|")[1:]:
-                found += re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", cell)
-    return found
-
-
 def test_report_rounds_to_meaningful_digits():
     from eval.compare.report import fmt, interval, with_ci
 
@@ -383,24 +363,6 @@ def test_report_rounds_to_meaningful_digits():
     assert interval(-0.1429, -0.3571, 0.0) == "-0.14 [-0.36, 0.00]"
     assert fmt(1030.1111) == "1030" and fmt(0.193442) == "0.193" and fmt(14.6049) == "14.6" and fmt(100) == "100"
     assert fmt(None) == "–" and with_ci({"value": 0.25, "ci_low": None}) == "0.250"
-
-
-def _reads_as(stored: float, shown: str) -> bool:
-    """`shown` is `stored` rounded to the decimals `shown` has (report.md rounds for reading)."""
-    decimals = len(shown.split(".")[1]) if "." in shown else 0
-    return f"{stored:.{decimals}f}" == shown
-
-
-def _json_numbers(value) -> set[float]:
-    if isinstance(value, bool):
-        return set()
-    if isinstance(value, (int, float)):
-        return {value}
-    if isinstance(value, dict):
-        return set().union(*map(_json_numbers, value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*map(_json_numbers, value)) if value else set()
-    return set()
 
 
 def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart():
@@ -428,75 +390,8 @@ def test_plot_whiskers_only_where_there_are_intervals_and_human_bars_stand_apart
     plt.close(fig)
 
 
-@pytest.mark.slow
-def test_compare_end_to_end_teacher_student_base(tmp_path, tiny_dialogues, smollm_path):
-    from data_prep.retrieval import build_index
-    from distill.backends.local import LocalBackend
-    from distill.pipeline.config import PipelineConfig
-    from distill.pipeline.pipeline import Pipeline
-
-    # four dialogues: every figure below is as much exercised as with eight, at half of three pipelines' cost
-    tiny_dialogues = tiny_dialogues[:4]
-    dataset = _dataset(tmp_path, "ds", tiny_dialogues)
-    build_index(load_sample()[:20]).save(tmp_path / "index")
-    from data_prep.retrieval import ExemplarIndex
-
-    index = ExemplarIndex.load(tmp_path / "index")
-    # the teacher is an existing trace run, as if produced earlier by `distill generate`
-    # one attempt per step and one exemplar keep the CPU cost of three pipeline runs small
-    fast = {"max_attempts": 1, "rag_k": 1}
-    teacher_cfg = PipelineConfig(**fast)
-    store = TraceStore(tmp_path / "teacher-run")
-    _claim(store, teacher_cfg.key_dict(), "test")
-    Pipeline(teacher_cfg, LocalBackend("smollm2-135m", batch_size=8), index).run_into(
-        store, tiny_dialogues, progress=False
-    )
-    adapters = _tiny_adapters(smollm_path, tmp_path / "adapters")
-    local = {"type": "local", "model": "smollm2-135m", "batch_size": 8}
-    cfg = {
-        "dialogues": dataset,
-        "split": "test",
-        "limit": 4,
-        "index": str(tmp_path / "index"),
-        "systems": [
-            {"name": "teacher", "traces": str(tmp_path / "teacher-run")},
-            {
-                "name": "student",
-                "backend": {**local, "adapters": adapters},
-                "pipeline": {"prompt_style": "student", "use_adapters": True, **fast},
-            },
-            # the teacher's own traces, as the quickstart's base is (a generated base: the README workflow test)
-            {"name": "base", "traces": str(tmp_path / "teacher-run")},
-        ],
-        "judge": {"backend": local, "against": "teacher", "aspects": ["empathy"]},
-        "ppl": {"model": "smollm2-135m", "context": "response"},
-        "bertscore": {"model": "minilm"},
-    }
-    out = tmp_path / "report"
-    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
-    for name in ("report.json", "report.md", "metrics.png", "confusion.png"):
-        assert (out / name).is_file() and (out / name).stat().st_size > 0
-    report = json.loads((out / "report.json").read_text())
-    systems = {s["name"]: s for s in report["systems"]}
-    assert list(systems) == ["teacher", "student", "base"] and report["test"]["n"] == 4
-    for s in systems.values():
-        assert s["n"] == 4 and s["ppl"]["value"] > 1 and s["i_acc"]["ekman6"]["n"] == 4
-        assert s["bertscore"]["f1"]["n"] == 4 and s["cost"]["n"] == 4
-    assert systems["teacher"]["agreement"] is None and systems["student"]["agreement"]["emotion"]["n"] == 4
-    assert systems["base"]["same_outputs_as"] == "teacher" and systems["student"]["same_outputs_as"] is None
-    assert systems["student"]["cost"]["peak_rss_mb"] > 100 and systems["teacher"]["cost"]["peak_rss_mb"] is None
-    # the student used its compact prompts: far fewer prompt tokens than the prompted base
-    assert (
-        systems["student"]["cost"]["prompt_tokens_per_dialogue"] < systems["base"]["cost"]["prompt_tokens_per_dialogue"]
-    )
-    emp = report["judge"]["results"]["student"]["aspects"]["empathy"]
-    assert emp["win"] + emp["lose"] + emp["tie"] == emp["n"] == 4
-    numbers = _numbers_in_tables((out / "report.md").read_text())
-    assert len(numbers) > 50
-    stored = _json_numbers(report)
-    missing = [n for n in numbers if not any(_reads_as(x, n) for x in stored)]
-    assert not missing, f"numbers in report.md that are no report.json value rounded: {missing[:5]}"
-
+# The end-to-end report (stored teacher, trained student, generated base, every metric) is the README
+# workflow's: tests/test_readme_workflow.py checks it with report_checks.
 
 # Every shipped compare config parses: tests/test_shipped_configs.py.
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from report_checks import assert_teacher_student_base_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,7 +132,8 @@ def test_readme_workflow_commands_connect(tmp_path):
     # The path the issue asks for, end to end: sample traces, adapters, an eval report, a scored CSV.
     assert (tmp_path / "runs/sample/teacher-train/traces.jsonl").is_file()
     assert (tmp_path / "runs/adapters/asi/adapter_config.json").is_file()
-    assert (tmp_path / "runs/sample/eval/report.md").is_file()
+    # its report is the end-to-end compare's: a stored teacher, the trained student and a generated base
+    assert_teacher_student_base_report(tmp_path / "runs/sample/eval", n=int(EVAL_LIMIT))
     assert (tmp_path / "runs/export/serve_vllm.sh").is_file()
     assert (tmp_path / "runs/sample/score.json").is_file()
     assert len(ran) >= 9 and len(helped) >= 6, (ran, helped)
