@@ -12,7 +12,7 @@ from report_checks import numbers_in_tables, unbacked_numbers
 from data_prep.loaders import load_sample, save_dialogues
 from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Trace
-from distill.roles.roles import CORE_ROLES, PROMPT_VERSION
+from distill.roles.roles import PROMPT_VERSION
 from eval.__main__ import main
 
 
@@ -335,24 +335,6 @@ def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogu
     build_index(copies[4:]).save(tmp_path / "clean-index")
     cfg["index"] = str(tmp_path / "clean-index")
     check_index_disjoint(load_index(tmp_path / "clean-index"), tiny_dialogues[:4], "clean-index")
-
-
-def _tiny_adapters(smollm_path: str, out: Path) -> str:
-    """One small LoRA adapter per core role, nudged away from the identity so the student differs from base."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    for i, role in enumerate(CORE_ROLES):
-        base = AutoModelForCausalLM.from_pretrained(smollm_path, dtype=torch.float32)
-        model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
-        torch.manual_seed(i)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0, 0.02)
-        model.save_pretrained(out / role)
-    return str(out)
 
 
 def test_report_rounds_to_meaningful_digits():
