@@ -112,20 +112,3 @@ def shared_ed_csv() -> Path:
     if not SHARED_ED.is_file():
         pytest.skip(f"real ED data not present at {SHARED_ED}")
     return SHARED_ED
-
-
-# The modules that take longest (`pytest --durations`), longest first: each holds minutes of model work.
-LONGEST = ("test_pipeline", "test_readme_workflow", "test_faithfulness", "test_curve", "test_train", "test_quickstart")
-
-
-def pytest_collection_modifyitems(config, items):
-    """The longest modules first, then the other modules with slow tests, then the rest. Under `--dist
-    loadfile` a worker takes whole modules in collection order, so a long module that starts last is the
-    run's tail while the other worker sits idle."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-
-    def rank(item) -> tuple[int, int]:
-        name = item.module.__name__
-        return (LONGEST.index(name), 0) if name in LONGEST else (len(LONGEST), name not in slow)
-
-    items.sort(key=rank)  # stable: file order kept within each group
