@@ -451,42 +451,19 @@ def test_top_p_is_sent_below_1_and_min_p_only_when_set():
     assert client_arguments(unset) == unset
 
 
-def test_top_p_and_min_p_reach_a_served_model(smollm_path, tmp_path):
-    """The openai backend against `distill serve` on 127.0.0.1 (a tiny random model): a cut that leaves only
-    the most likely token samples the greedy answer, so top_p and min_p (sent as extra_body) reached its sampler."""
-    import threading
-    import time
+@pytest.mark.slow
+def test_top_p_and_min_p_reach_a_served_model(tiny_server):
+    """The openai backend against `distill serve` (the module's tiny random model): a cut that leaves only the
+    most likely token samples the greedy answer, so top_p and min_p (sent as extra_body) reached its sampler."""
+    backend = _backend(tiny_server.url, max_retries=0)
+    prompts = [[{"role": "user", "content": f"tell me about day {i}"}] for i in range(3)]
 
-    import uvicorn
-    from fault_proxy import free_port
+    def texts(**sampling):
+        results = backend.generate([GenerationRequest(m, max_new_tokens=10, seed=3, **sampling) for m in prompts])
+        assert not any(r.error for r in results), [r.error for r in results]
+        return [r.text for r in results]
 
-    from distill.backends.local import LocalBackend
-    from distill.serving.serve import create_app
-
-    model = str(make_tiny_model(smollm_path, tmp_path / "model"))
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(LocalBackend(model, dtype="fp32"), [model]), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(200):
-            if server.started:
-                break
-            time.sleep(0.05)
-        backend = OpenAIBackend(model=model, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
-        prompts = [[{"role": "user", "content": f"tell me about day {i}"}] for i in range(3)]
-
-        def texts(**sampling):
-            results = backend.generate([GenerationRequest(m, max_new_tokens=10, seed=3, **sampling) for m in prompts])
-            assert not any(r.error for r in results), [r.error for r in results]
-            return [r.text for r in results]
-
-        greedy = texts()
-        assert texts(temperature=1.0) != greedy
-        assert texts(temperature=1.0, top_p=1e-6) == greedy
-        assert texts(temperature=1.0, min_p=1 - 1e-6) == greedy
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    greedy = texts()
+    assert texts(temperature=1.0) != greedy
+    assert texts(temperature=1.0, top_p=1e-6) == greedy
+    assert texts(temperature=1.0, min_p=1 - 1e-6) == greedy
