@@ -419,12 +419,14 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     )  # fmt: skip
     students = {s.name: s for s in config.ordered_students()}
     assert students["unfiltered"].trains == students["traces"].trains  # its own four adapters, none borrowed
-    rows = {}
-    for name in ("traces", "unfiltered"):
-        build_datasets(students[name], traces, tmp_path / name, config, None)
-        cae = load_from_disk(str(tmp_path / name / "cae"))
-        rows[name] = {r["dialogue_id"] for split in cae.values() for r in split}
-    assert rows["unfiltered"] - rows["traces"] == {tiny_dialogues[2].id}
+
+    def dialogues_with_rows(student, config: CurveConfig, role: str) -> set[str]:
+        build_datasets(student, traces, tmp_path / student.name, config, None)
+        folder = tmp_path / student.name / role
+        return {r["dialogue_id"] for split in load_from_disk(str(folder)).values() for r in split}
+
+    kept = {name: dialogues_with_rows(students[name], config, "cae") for name in ("traces", "unfiltered")}
+    assert kept["unfiltered"] - kept["traces"] == {tiny_dialogues[2].id}
 
     # the teacher-reply student's ers learns the teacher's replies: that is where replies are gated
     traces[3].outputs["ers"]["response"] = "#181181"  # no words: a non_reply
@@ -433,11 +435,9 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
         variants=[{"name": "replies-unfiltered", "like": "teacher-reply", "options": {"quality": "off"}}],
     )  # fmt: skip
     students = {s.name: s for s in config.ordered_students()} | {"teacher-reply": STUDENTS["teacher-reply"]}
-    for name in ("teacher-reply", "replies-unfiltered"):
-        build_datasets(students[name], traces, tmp_path / name, config, None)
-        ers = load_from_disk(str(tmp_path / name / "ers"))
-        rows[name] = {r["dialogue_id"] for split in ers.values() for r in split}
-    assert rows["replies-unfiltered"] - rows["teacher-reply"] == {tiny_dialogues[3].id}
+    names = ("teacher-reply", "replies-unfiltered")
+    kept = {name: dialogues_with_rows(students[name], config, "ers") for name in names}
+    assert kept["replies-unfiltered"] - kept["teacher-reply"] == {tiny_dialogues[3].id}
 
 
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
