@@ -630,10 +630,36 @@ def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
         (point / "adapters-direct" / role).mkdir(parents=True)
     adapters = train_student(hot, 5, point, config)  # trains nothing: it would need datasets-direct-hot
     assert (adapters / "ers").resolve() == (point / "adapters-direct" / "ers").resolve()
-    assert student_system(hot, adapters, config)["pipeline"]["top_p"] == {"ers": 0.9}
+    pipeline = student_system(hot, adapters, config)["pipeline"]
+    assert pipeline["top_p"] == {"ers": 0.9}
+    # its asi runs as the direct student's does: copied from that system's run, not generated again
+    assert (pipeline["reuse"], pipeline["reuse_from"]) == (["asi"], str(point / "eval" / "systems" / "student-direct"))
 
     with pytest.raises(ValueError, match="decoding changes how replies are sampled"):
         CurveConfig(traces="t", dialogues="d", points=[5], task="emotion", variants=config.variants)
+
+
+def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
+    from eval.curve.curve import CurveConfig
+    from eval.curve.students import reused_stages
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces", "direct", "rationale", "teacher-reply"],
+        variants=[
+            {"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}},
+            {"name": "hot-srp", "like": "traces", "decoding": {"temperatures": {"srp": 0.7, "ers": 1.0}}},
+            {"name": "same", "like": "traces", "decoding": {"top_p": {"ers": 0.9}}},
+            {"name": "unfiltered", "like": "traces", "options": {"quality": "off"}},
+            {"name": "reply-unfiltered", "like": "teacher-reply", "options": {"quality": "off"}},
+        ],
+    )  # fmt: skip
+    reused = {s.name: reused_stages(s, config.lender(s)) for s in config.ordered_students()}
+    assert reused == {
+        "traces": (), "direct": (), "rationale": (),  # each trains its first stage
+        "teacher-reply": ("asi", "cae", "srp"),  # trains ers alone; the rest are traces' adapters
+        "hot": ("asi", "cae", "srp"), "hot-srp": ("asi", "cae"), "same": ("asi", "cae", "srp"),
+        "unfiltered": (), "reply-unfiltered": ("asi", "cae", "srp"),
+    }  # fmt: skip
 
 
 def test_a_retrained_lender_drops_its_borrowers_stale_generations(tmp_path, monkeypatch):

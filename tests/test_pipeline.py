@@ -268,6 +268,32 @@ def test_run_into_resumes_without_repeat_calls(backend, tiny_dialogues, tmp_path
     assert problems == [] and [t.dialogue.id for t in traces] == [d.id for d in tiny_dialogues[:3]]
 
 
+def test_reused_stages_give_what_a_rerun_gives_and_keep_their_cost(backend, tiny_dialogues, tmp_path):
+    """A variant that samples ers otherwise copies asi, cae and srp from its lender's run: the same traces
+    as running them again (greedy stages, same batches), no request for them, their tokens kept."""
+    dialogues = tiny_dialogues[:2]
+    lender = TraceStore(tmp_path / "lender")
+    Pipeline(PipelineConfig(max_attempts=2), backend).run_into(lender, dialogues)
+    hot = dict(max_attempts=2, temperatures={"ers": 1.0})
+    rerun = Pipeline(PipelineConfig(**hot), backend).run(dialogues, progress=False)
+    counting = CountingBackend(backend)
+    reuse = PipelineConfig(**hot, reuse=["asi", "cae", "srp"], reuse_from=str(tmp_path / "lender"))
+    reused = Pipeline(reuse, counting).run(dialogues + tiny_dialogues[2:3], progress=False)
+
+    assert [t.outputs for t in reused[:2]] == [t.outputs for t in rerun]
+    assert {role for call in counting.calls for role, _ in call} == {"ers"}
+    stored = {t.dialogue.id: {s.role: s for s in t.steps} for t in lender.read()[0]}
+    for trace in reused[:2]:
+        for step in trace.steps[:3]:
+            kept = stored[trace.dialogue.id][step.role]
+            assert (step.prompt_tokens, step.completion_tokens, step.latency_s, step.raw) == (
+                kept.prompt_tokens, kept.completion_tokens, kept.latency_s, kept.raw,
+            )  # fmt: skip
+            assert step.events[-1] == f"reused from {tmp_path / 'lender'}"
+    missing = reused[2]  # a dialogue the lender never ran fails, saying so
+    assert missing.status == "failed" and "has no asi step" in missing.failure
+
+
 def test_hostile_input_neither_breaks_the_schema_nor_the_run(backend, tiny_dialogues, capsys):
     base = tiny_dialogues[0]
     empty = Dialogue(id="empty#1", conv_id="empty", turns=[], situation="", emotion="sadness")

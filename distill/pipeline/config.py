@@ -23,6 +23,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
+    "reuse", "reuse_from",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -65,6 +66,12 @@ class _PipelineSettings(BaseModel):
         "instead of generating it: role attribution, e.g. {asi: gold} or {cae: teacher}",
     )
     oracle_traces: Optional[str] = Field(None, description="the teacher's trace run that `oracle: teacher` reads")
+    reuse: list[str] = Field(
+        default_factory=list,
+        description="the first stages, copied from `reuse_from` (a run of this pipeline with the same adapters and "
+        "decoding for them) instead of generated again: e.g. a variant that samples only ers otherwise",
+    )
+    reuse_from: Optional[str] = Field(None, description="the stored trace run that `reuse` copies stages from")
 
     max_attempts: int = Field(3, ge=1, description="generations per step before it is recorded as failed")
     retry_temperature: Optional[float] = Field(
@@ -98,6 +105,20 @@ class _PipelineSettings(BaseModel):
                 raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: asi, ers; else teacher)")
         if "teacher" in self.oracle.values() and not self.oracle_traces:
             raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
+        return self
+
+    @model_validator(mode="after")
+    def _reused_prefix(self) -> _PipelineSettings:
+        if not self.reuse:
+            return self
+        # a later stage reads the earlier ones: a copied stage above a regenerated one would not be the
+        # answer this pipeline gives, and reflection reruns stages the copy cannot follow
+        if self.reuse != self.stages()[: len(self.reuse)]:
+            raise ValueError(f"reuse: {self.reuse} must be the first stages in order (stages: {self.stages()})")
+        if set(self.reuse) & set(self.oracle):
+            raise ValueError(f"reuse: {sorted(set(self.reuse) & set(self.oracle))} also has an oracle")
+        if self.reflection or not self.reuse_from:
+            raise ValueError("reuse: needs reuse_from (the stored run) and runs without reflection")
         return self
 
     @field_validator("top_p", "min_p")

@@ -29,6 +29,7 @@ from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, G
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.oracle import Oracle
 from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
+from distill.pipeline.reuse import StoredStages
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
 from distill.roles.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
@@ -71,6 +72,7 @@ class Pipeline:
         self.stages = config.stages()
         self._teacher = config.prompt_style == "teacher"
         self.oracle = Oracle(config.oracle, config.oracle_traces)
+        self.reused = StoredStages(config.reuse_from, tuple(config.reuse)) if config.reuse else None
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -171,6 +173,9 @@ class Pipeline:
             if self.oracle.covers(role):
                 self._fill_from_oracle(role, active, iteration)
                 continue
+            if role in self.config.reuse:
+                self._fill_from_run(role, active)
+                continue
             if spec.uses_exemplars:
                 self._retrieve([r for r in active if r.exemplars is None or r.exemplar_emotion != _emotion(r)])
             inputs = [self._role_input(spec, r, iteration) for r in active]
@@ -193,6 +198,16 @@ class Pipeline:
             else:
                 step.parsed, step.raw = answer.model_dump(), answer.model_dump_json()
                 r.iterations[iteration][role] = answer
+            r.trace.steps.append(step)
+
+    def _fill_from_run(self, role: str, runs: list[_DialogueRun]) -> None:
+        """The stage's step as the `reuse_from` run stored it (first pass only: reuse excludes reflection)."""
+        for r in runs:
+            step = self.reused.step(role, r.dialogue.id)
+            if step.parsed is None:
+                r.broken.add(0)
+            else:  # parsed again as this pipeline parses an answer, so later stages read the same object
+                r.iterations[0][role] = parse_output(ROLES[role], step.raw, self.stages, self.config.prompt_style)
             r.trace.steps.append(step)
 
     def _role_input(self, spec: RoleSpec, r: _DialogueRun, iteration: int) -> RoleInput:

@@ -286,7 +286,8 @@ def generate_system(
         [by_key[pipeline.key(d)] for d in test],
         "generated" if len(todo) == len(test) else f"generated {len(todo)} of {len(test)}, the rest reused",
         {"backend": backend.describe(), "pipeline": pipeline_config.model_dump()},
-        wall_s=wall if len(todo) == len(test) else None,
+        # a wall clock that saw every stage: stages copied from another run (`reuse`) cost their stored latency
+        wall_s=wall if len(todo) == len(test) and not pipeline_config.reuse else None,
         peak_rss_mb=memory.peak_mb if local else None,
         memory_method=memory.method if local else None,
     )

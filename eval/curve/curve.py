@@ -41,9 +41,9 @@ from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
-from eval.compare.systems import BertScoreSpec, CompareError, PplSpec
+from eval.compare.systems import SYSTEMS_DIR, BertScoreSpec, CompareError, PplSpec
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
-from eval.curve.students import EMOTION_ONLY, STUDENTS, Student, emotion_only, role_sources
+from eval.curve.students import EMOTION_ONLY, STUDENTS, Student, emotion_only, reused_stages, role_sources
 from train import TOKENS_BUDGET
 
 BASE = "base"
@@ -173,6 +173,10 @@ class CurveConfig(BaseModel):
                     names.add("traces")
         return sorted(chosen, key=lambda s: (s.name != "traces", s.name not in STUDENTS))
 
+    def lender(self, student: Student) -> Student:
+        """The student whose adapters `student` borrows: a chosen one (a variant's `like`) or a built-in."""
+        return next((s for s in self.ordered_students() if s.name == student.lender), STUDENTS[student.lender])
+
     def sources(self) -> dict[str, dict[str, dict[str, str]]]:
         """What each student's adapters learn, and from whom: `role_sources` of every chosen student."""
         return {
@@ -275,6 +279,11 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
 
 def student_system(student: Student, adapters: Path, config: CurveConfig) -> dict[str, Any]:
     pipeline = {"prompt_style": "student", "use_adapters": True, "max_attempts": 2, **student.pipeline}
+    reuse = reused_stages(student, config.lender(student))
+    if reuse:  # the lender's system is generated first (`ordered_students`), in the same compare folder
+        pipeline.update(
+            reuse=list(reuse), reuse_from=str(adapters.parent / "eval" / SYSTEMS_DIR / f"student-{student.lender}")
+        )
     folders = {role: str(adapters / JOINT) for role in CORE_ROLES} if student.joint else str(adapters)
     return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
 
@@ -337,7 +346,7 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
             build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         adapters = train_student(student, n, point, config)
         if _adapter_stamps(adapters, student.trains + student.borrows) != before[student.name]:
-            shutil.rmtree(point / "eval" / "systems" / f"student-{student.name}", ignore_errors=True)
+            shutil.rmtree(point / "eval" / SYSTEMS_DIR / f"student-{student.name}", ignore_errors=True)
         systems.append(student_system(student, adapters, config))
     if config.probe:
         systems.append({"name": PROBE, "probe": {"split": config.train_split, "limit": n}})

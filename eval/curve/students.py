@@ -53,6 +53,31 @@ def emotion_only(student: Student) -> Student:
     return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
 
 
+DECODING = ("temperatures", "top_p", "min_p")  # the pipeline fields a decoding variant sets
+
+
+def reused_stages(student: Student, lender: Student) -> tuple[str, ...]:
+    """The first stages `student` runs exactly as `lender` does (the lender's adapters, the same decoding),
+    so its generation copies them from the lender's run (`PipelineConfig.reuse`) instead of rerunning them."""
+    from distill.pipeline.config import PipelineConfig
+
+    def rest(pipeline: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in pipeline.items() if k not in DECODING}
+
+    if student.name == lender.name or rest(student.pipeline) != rest(lender.pipeline):
+        return ()
+    stages = PipelineConfig(**student.pipeline).stages()
+    same: list[str] = []
+    for role in stages:
+        decoded = [
+            (student.pipeline.get(f) or {}).get(role) == (lender.pipeline.get(f) or {}).get(role) for f in DECODING
+        ]
+        if role not in student.borrows or role in student.pipeline.get("oracle", {}) or not all(decoded):
+            break
+        same.append(role)
+    return tuple(same)
+
+
 # --- what each student learns from whom ------------------------------------------------------------
 
 _TEACHER_TARGETS = {"cae": "teacher's triggers, cause and category", "srp": "teacher's strategy label"}
