@@ -290,6 +290,20 @@ def test_curve_with_two_points_writes_report_and_plot_then_reuses_both(tmp_path,
     for role in ("asi", "cae", "srp"):
         assert (point / "adapters-teacher-reply" / role).resolve() == (point / "adapters-traces" / role).resolve()
     assert not (point / "adapters-teacher-reply" / "ers").is_symlink()
+    # ... so it copies their steps from the traces student's run and generates ers alone
+    runs = {
+        name: {t.dialogue.id: t for t in TraceStore(point / "eval" / "systems" / f"student-{name}").read()[0]}
+        for name in ("traces", "teacher-reply")
+    }
+    assert runs["traces"].keys() == runs["teacher-reply"].keys()
+    for key, own in runs["teacher-reply"].items():
+        lent = {s.role: s for s in runs["traces"][key].steps}
+        for step in own.steps:
+            if step.role == "ers":
+                assert step.attempts >= 1
+            else:
+                assert step.raw == lent[step.role].raw and step.events[-1].startswith("reused from")
+    assert any(s.role == "ers" for t in runs["teacher-reply"].values() for s in t.steps)
     joint = json.loads((point / "adapters-joint" / "joint" / "trace_distill_adapter.json").read_text())
     assert joint["role"] == "joint" and joint["train_config"]["max_tokens_budget"] == 4 * 300
     traces_asi = point / "adapters-traces" / "asi" / "trace_distill_adapter.json"
