@@ -562,6 +562,52 @@ def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
     assert "| GPT-4o TRACE (paper, Table 1) * | 0.91 |" in table
 
 
+def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_papers_decoding(tmp_path):
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import write_curve
+    from eval.paper import load_paper_reference
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces", "direct"],
+        variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}},
+                  {"name": "warm", "like": "traces", "decoding": {"temperatures": {"ers": 0.8}}}],
+    )  # fmt: skip
+    assert config.decoding_lenders() == {"student-hot": "student-traces", "student-warm": "student-traces"}
+
+    def system(name, ratio, i_acc, bertscore):  # the paper's row: 0.91, 0.81, 0.82, 0.84 and I-ACC 0.4428
+        return {
+            "name": name, "human_ratio": dict(zip(("dist1", "dist2", "ead1", "ead2"), ratio)),
+            "i_acc": {"ekman6": {"accuracy": {"value": i_acc}}}, "bertscore": {"f1": {"value": bertscore}},
+        }  # fmt: skip
+
+    systems = [
+        system("student-traces", (0.6, 0.5, 0.6, 0.5), 0.60, 0.300),  # TRACE's decoding: below on diversity
+        system("student-hot", (0.95, 0.9, 0.9, 0.9), 0.60, 0.285),  # above on all five, 0.015 below: met
+        system("student-warm", (0.95, 0.9, 0.9, 0.9), 0.60, 0.270),  # above on all five, 0.03 below: not met
+        system("student-direct", (0.95, 0.9, 0.9, 0.9), 0.40, 0.310),  # I-ACC below 44.28
+    ]
+    report = tmp_path / "n5" / "eval" / "report.json"
+    report.parent.mkdir(parents=True)
+    paper = load_paper_reference("trace-table1")
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems,
+                                  "paper": paper}))  # fmt: skip
+    curve = write_curve({5: report}, tmp_path, config)
+    target = {t["system"]: t for t in curve["target"]}
+    assert {name for name, t in target.items() if t["met"]} == {"student-hot"}
+    assert target["student-warm"]["bertscore_drop"] == pytest.approx(0.03) and all(
+        target["student-warm"]["beats"].values()
+    )
+    assert (
+        target["student-direct"]["beats"]["I-ACC (6)"] is False
+        and target["student-direct"]["bertscore_reference"] == "student-direct"
+    )
+    assert list(target["student-traces"]["beats"].values()) == [False] * 4 + [True]  # I-ACC alone
+    md = (tmp_path / "curve.md").read_text()
+    assert "## The target: beat GPT-4o TRACE (paper, Table 1) on every figure" in md
+    assert "| student-hot | yes | yes | yes | yes | yes | student-traces | 0.015 | **yes** |" in md
+    assert "Met by: student-hot." in md
+
+
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
     from eval.curve.curve import CurveConfig
     from eval.curve.curve_report import CURVE_PNG, write_curve

@@ -173,6 +173,12 @@ class CurveConfig(BaseModel):
                     names.add("traces")
         return sorted(chosen, key=lambda s: (s.name != "traces", s.name not in STUDENTS))
 
+    def decoding_lenders(self) -> dict[str, str]:
+        """Each decoding variant's system -> its lender's: the same adapters at the decoding they came with."""
+        return {
+            f"student-{s.name}": f"student-{s.lender}" for s in self.ordered_students() if s.borrows and not s.trains
+        }
+
     def lender(self, student: Student) -> Student:
         """The student whose adapters `student` borrows: a chosen one (a variant's `like`) or a built-in."""
         return next((s for s in self.ordered_students() if s.name == student.lender), STUDENTS[student.lender])
