@@ -51,7 +51,7 @@ OUTPUT_FLAGS = ("--out", "--output_dir")
 
 def workflow_commands() -> list[list[str]]:
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## The three workflows") : text.index("## Does distillation pay?")]
+    section = text[text.index("## The three workflows") : text.index("## Results")]
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", section, re.S):
         for line in block.replace("\\\n", " ").splitlines():
