@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -43,66 +43,19 @@ from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
 from eval.compare.systems import SYSTEMS_DIR, BertScoreSpec, CompareError, PplSpec
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
-from eval.curve.students import EMOTION_ONLY, STUDENTS, Student, emotion_only, reused_stages, role_sources
+from eval.curve.students import (
+    EMOTION_ONLY,
+    STUDENTS,
+    Student,
+    Variant,
+    emotion_only,
+    reused_stages,
+    role_sources,
+)
 from train import TOKENS_BUDGET
 
 BASE = "base"
 PROBE = "probe"
-
-
-class VariantOptions(BaseModel):
-    """The dataset options a variant may change (`distill.datasets.options.DatasetOptions`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    balance_emotions: Optional[bool] = None
-    rationale: Optional[Literal["teacher", "situation"]] = None
-    rationale_share: Optional[float] = Field(None, gt=0, le=1)
-    quality: Optional[Literal["filter", "report", "off"]] = Field(
-        None, description="the trace quality checks on the student's rows: off trains on what the teacher wrote"
-    )
-
-
-class DecodingOptions(BaseModel):
-    """How a variant samples (`distill.pipeline.config.PipelineConfig`'s per-role fields of the same names)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    temperatures: Optional[dict[str, float]] = None
-    top_p: Optional[dict[str, float]] = None
-    min_p: Optional[dict[str, float]] = None
-
-
-class Variant(BaseModel):
-    """A lever: a student made like `like`, with other dataset options, its own budget or other decoding."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="the system is `student-<name>`")
-    like: Literal["traces", "direct", "rationale", "teacher-reply"]
-    options: VariantOptions = Field(default_factory=VariantOptions)
-    tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
-    decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
-
-    def retrains(self) -> bool:
-        """Whether the variant needs adapters of its own (other data or budget) rather than `like`'s."""
-        return bool(self.options.model_dump(exclude_none=True)) or self.tokens_per_conversation is not None
-
-    def student(self) -> Student:
-        base = STUDENTS[self.like]
-        decoding = self.decoding.model_dump(exclude_none=True) if self.decoding else {}
-        pipeline = {**base.pipeline, **decoding}
-        if not self.retrains():  # the same adapters, sampled otherwise: borrow all of them from `like`
-            borrowed = base.trains + base.borrows
-            return replace(base, name=self.name, trains=(), borrows=borrowed, lender=base.name, pipeline=pipeline)
-        options = {**base.options, **self.options.model_dump(exclude_none=True)}
-        return replace(
-            base,
-            name=self.name,
-            options=options,
-            pipeline=pipeline,
-            tokens_per_conversation=self.tokens_per_conversation,
-        )
 
 
 class CurveConfig(BaseModel):

@@ -1,11 +1,14 @@
-"""The curve's students: how each is made from a point's traces (`Student`, `STUDENTS`), and what each of
-its adapters learns, from whom (`role_sources`, which curve.md prints beside every figure).
+"""The curve's students: how each is made from a point's traces (`Student`, `STUDENTS`, a config's `Variant`s),
+which first stages it copies from its lender (`reused_stages`), and what each of its adapters learns, from
+whom (`role_sources`, which curve.md prints beside every figure).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from distill.datasets.sft_tasks import JOINT
 from distill.roles.roles import CORE_ROLES, ROLES
@@ -53,7 +56,62 @@ def emotion_only(student: Student) -> Student:
     return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
 
 
-DECODING = ("temperatures", "top_p", "min_p")  # the pipeline fields a decoding variant sets
+class VariantOptions(BaseModel):
+    """The dataset options a variant may change (`distill.datasets.options.DatasetOptions`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    balance_emotions: Optional[bool] = None
+    rationale: Optional[Literal["teacher", "situation"]] = None
+    rationale_share: Optional[float] = Field(None, gt=0, le=1)
+    quality: Optional[Literal["filter", "report", "off"]] = Field(
+        None, description="the trace quality checks on the student's rows: off trains on what the teacher wrote"
+    )
+
+
+class DecodingOptions(BaseModel):
+    """How a variant samples (`distill.pipeline.config.PipelineConfig`'s per-role fields of the same names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperatures: Optional[dict[str, float]] = None
+    top_p: Optional[dict[str, float]] = None
+    min_p: Optional[dict[str, float]] = None
+
+
+class Variant(BaseModel):
+    """A lever: a student made like `like`, with other dataset options, its own budget or other decoding."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="the system is `student-<name>`")
+    like: Literal["traces", "direct", "rationale", "teacher-reply"]
+    options: VariantOptions = Field(default_factory=VariantOptions)
+    tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
+    decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
+
+    def retrains(self) -> bool:
+        """Whether the variant needs adapters of its own (other data or budget) rather than `like`'s."""
+        return bool(self.options.model_dump(exclude_none=True)) or self.tokens_per_conversation is not None
+
+    def student(self) -> Student:
+        base = STUDENTS[self.like]
+        decoding = self.decoding.model_dump(exclude_none=True) if self.decoding else {}
+        pipeline = {**base.pipeline, **decoding}
+        if not self.retrains():  # the same adapters, sampled otherwise: borrow all of them from `like`
+            borrowed = base.trains + base.borrows
+            return replace(base, name=self.name, trains=(), borrows=borrowed, lender=base.name, pipeline=pipeline)
+        options = {**base.options, **self.options.model_dump(exclude_none=True)}
+        return replace(
+            base,
+            name=self.name,
+            options=options,
+            pipeline=pipeline,
+            tokens_per_conversation=self.tokens_per_conversation,
+        )
+
+
+DECODING = tuple(DecodingOptions.model_fields)  # the pipeline fields a decoding variant sets
 
 
 def reused_stages(student: Student, lender: Student) -> tuple[str, ...]:
