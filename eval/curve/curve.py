@@ -56,6 +56,7 @@ from train import TOKENS_BUDGET
 
 BASE = "base"
 PROBE = "probe"
+COMPARE_DIR = "eval"  # a point's `eval compare` folder
 
 
 class CurveConfig(BaseModel):
@@ -236,13 +237,16 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     return adapters
 
 
+def system_run(point: Path, student: str) -> Path:
+    """Where the point's compare keeps a student's generated traces."""
+    return point / COMPARE_DIR / SYSTEMS_DIR / f"student-{student}"
+
+
 def student_system(student: Student, adapters: Path, config: CurveConfig) -> dict[str, Any]:
     pipeline = {"prompt_style": "student", "use_adapters": True, "max_attempts": 2, **student.pipeline}
     reuse = reused_stages(student, config.lender(student))
     if reuse:  # the lender's system is generated first (`ordered_students`), in the same compare folder
-        pipeline.update(
-            reuse=list(reuse), reuse_from=str(adapters.parent / "eval" / SYSTEMS_DIR / f"student-{student.lender}")
-        )
+        pipeline.update(reuse=list(reuse), reuse_from=str(system_run(adapters.parent, student.lender)))
     folders = {role: str(adapters / JOINT) for role in CORE_ROLES} if student.joint else str(adapters)
     return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
 
@@ -280,13 +284,13 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     from eval.compare.cli_compare import run as compare_run
     from eval.compare.compare import REPORT_JSON
 
-    path, report = point / "compare.yaml", point / "eval" / REPORT_JSON
+    path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
     text = yaml.safe_dump(compare, sort_keys=False)
     if report.is_file() and path.is_file() and path.read_text() == text:
         print(f"reusing {report}", flush=True)
         return report
     path.write_text(text)
-    if compare_run(argparse.Namespace(config=str(path), out=str(point / "eval"))):
+    if compare_run(argparse.Namespace(config=str(path), out=str(point / COMPARE_DIR))):
         raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
     return report
 
@@ -305,7 +309,7 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
             build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         adapters = train_student(student, n, point, config)
         if _adapter_stamps(adapters, student.trains + student.borrows) != before[student.name]:
-            shutil.rmtree(point / "eval" / SYSTEMS_DIR / f"student-{student.name}", ignore_errors=True)
+            shutil.rmtree(system_run(point, student.name), ignore_errors=True)
         systems.append(student_system(student, adapters, config))
     if config.probe:
         systems.append({"name": PROBE, "probe": {"split": config.train_split, "limit": n}})
