@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+import yaml
 
 from data_prep.taxonomy import CAUSE_CATEGORIES, to_ekman
 from distill.datasets.sft_data import DatasetOptions, build_role_datasets
@@ -753,3 +754,33 @@ def test_a_retrained_lender_drops_its_borrowers_stale_generations(tmp_path, monk
     monkeypatch.setattr(curve, "run_compare", lambda point, compare: point / "eval" / "report.json")
     run_point(5, [], None, config, tmp_path)
     assert not (point / "eval" / "systems" / "student-hot").exists()  # it ran the old ers adapter
+
+
+def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
+    """A compare killed midway leaves the new compare.yaml beside the old config's report: rerun it."""
+    import eval.compare.cli_compare as cli_compare
+    from eval.compare.compare import REPORT_JSON, load_config
+    from eval.curve.curve import COMPARE_DIR, run_compare
+
+    def compare(*systems):
+        return {"dialogues": "d", "split": "test", "systems": [{"name": s, "traces": f"t-{s}"} for s in systems]}
+
+    ran = []
+
+    def fake_run(args):  # what cli_compare.run stores: the validated config of the file it was given
+        ran.append(args.config)
+        report = {"config": load_config(args.config).model_dump(), "systems": {}}
+        (tmp_path / COMPARE_DIR / REPORT_JSON).write_text(json.dumps(report))
+        return 0
+
+    monkeypatch.setattr(cli_compare, "run", fake_run)
+    (tmp_path / COMPARE_DIR).mkdir()
+    run_compare(tmp_path, compare("a"))
+    assert len(ran) == 1
+    run_compare(tmp_path, compare("a"))
+    assert len(ran) == 1  # the same config: its report is reused
+    (tmp_path / "compare.yaml").write_text(yaml.safe_dump(compare("a", "b"), sort_keys=False))  # then killed
+    run_compare(tmp_path, compare("a", "b"))
+    assert len(ran) == 2
+    report = json.loads((tmp_path / COMPARE_DIR / REPORT_JSON).read_text())
+    assert [s["name"] for s in report["config"]["systems"]] == ["a", "b"]

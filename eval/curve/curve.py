@@ -282,14 +282,16 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     import argparse
 
     from eval.compare.cli_compare import run as compare_run
-    from eval.compare.compare import REPORT_JSON
+    from eval.compare.compare import REPORT_JSON, load_config
 
     path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
-    text = yaml.safe_dump(compare, sort_keys=False)
-    if report.is_file() and path.is_file() and path.read_text() == text:
+    path.write_text(yaml.safe_dump(compare, sort_keys=False))
+    # The report's own record of its config decides, not compare.yaml: that file is written before the
+    # compare runs, so a compare killed midway left the new compare.yaml beside the old config's report.
+    wanted = json.loads(json.dumps(load_config(str(path)).model_dump()))
+    if report.is_file() and json.loads(report.read_text(encoding="utf-8")).get("config") == wanted:
         print(f"reusing {report}", flush=True)
         return report
-    path.write_text(text)
     if compare_run(argparse.Namespace(config=str(path), out=str(point / COMPARE_DIR))):
         raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
     return report
