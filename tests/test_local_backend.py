@@ -233,10 +233,10 @@ def test_continuous_batching_matches_one_request_at_a_time(tiny_model_dir, monke
     assert max(shared) > 32 and min(len(continuous.encode(m)[0]) for m in instructed) > max(shared)
 
 
-def test_decode_attention_equals_sdpa():
+def test_cpu_attention_equals_sdpa_on_a_decode_step():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from distill.backends.attention import MIN_ROWS, decode_attention
+    from distill.backends.attention import MIN_ROWS, cpu_attention
 
     class Attn(torch.nn.Module):
         num_key_value_groups, is_causal = 3, True
@@ -248,15 +248,53 @@ def test_decode_attention_equals_sdpa():
     mask = torch.rand(rows, 1, 1, cols) > 0.3
     mask[:, :, :, -1] = True  # every row attends to its own token
     want, _ = sdpa_attention_forward(Attn(), q, k, v, mask, scaling=0.25)
-    got, _ = decode_attention(Attn(), q, k, v, mask, scaling=0.25)
+    got, _ = cpu_attention(Attn(), q, k, v, mask, scaling=0.25)
     assert got.shape == want.shape == (rows, 1, 9, 16)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # float masks (additive) and a single row (handed to sdpa) agree too
     additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
-    torch.testing.assert_close(decode_attention(Attn(), q, k, v, additive, scaling=0.25)[0], want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cpu_attention(Attn(), q, k, v, additive, scaling=0.25)[0], want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(
-        decode_attention(Attn(), q[:1], k[:1], v[:1], mask[:1], scaling=0.25)[0], want[:1], rtol=1e-5, atol=1e-5
+        cpu_attention(Attn(), q[:1], k[:1], v[:1], mask[:1], scaling=0.25)[0], want[:1], rtol=1e-5, atol=1e-5
     )
+
+
+def test_cpu_attention_attends_by_example_in_a_flattened_row_with_sdpas_outputs_and_gradients(monkeypatch):
+    """Padding-free training: one row of examples whose positions restart at 0, a block-causal mask."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from distill.backends import attention
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups, is_causal = 3, True
+
+    torch.manual_seed(0)
+    lengths = [3, 5, 4]
+    n = sum(lengths)
+    position_ids = torch.cat([torch.arange(k) for k in lengths])[None]
+    example = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    block = (example[:, None] == example[None, :]) & torch.ones(n, n, dtype=torch.bool).tril()
+    tensors = [torch.randn(1, 9, n, 16), torch.randn(1, 3, n, 16), torch.randn(1, 3, n, 16)]
+
+    def run(fn, mask):
+        q, k, v = (t.clone().requires_grad_() for t in tensors)
+        out, _ = fn(Attn(), q, k, v, mask[None, None], scaling=0.25, position_ids=position_ids)
+        out.pow(2).sum().backward()
+        return out, [t.grad for t in (q, k, v)]
+
+    calls = []
+    real = attention._by_example
+    monkeypatch.setattr(attention, "_by_example", lambda *a: calls.append(a[3]) or real(*a))
+    want, want_grads = run(sdpa_attention_forward, block)
+    got, got_grads = run(attention.cpu_attention, block)
+    assert calls == [[0, 3, 8]] and got.shape == want.shape == (1, n, 9, 16)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    # a mask that is not the examples' blocks (here plain causal: one long example) goes to sdpa as given
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    torch.testing.assert_close(run(attention.cpu_attention, causal)[0], run(sdpa_attention_forward, causal)[0])
+    assert len(calls) == 1
 
 
 def _save_random_lora(model_dir: str, out_dir, seed: int) -> None:

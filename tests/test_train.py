@@ -580,3 +580,39 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
         err = ((our_grads[name] - grad).norm() / grad.norm().clamp(min=1e-12)).item()
         assert err < 1e-3, f"{name}: relative gradient error {err:.2e}"
     assert our_acc == pytest.approx(trl_acc)
+
+
+def test_padding_free_training_attends_by_example_with_sdpas_loss_and_gradients(role_datasets, tmp_path, monkeypatch):
+    """The shipped CPU recipe loads the base on distill's CPU attention: the same objective, computed by example."""
+    from peft import get_peft_model
+
+    from distill.backends import attention
+    from train.sft import load_base, load_role_dataset, lora_config, role_args, trainer_class
+
+    calls = []
+    real = attention._by_example
+    monkeypatch.setattr(attention, "_by_example", lambda *a: calls.append(len(a[3])) or real(*a))
+    results = []
+    for implementation in (None, "sdpa"):  # None: the recipe's choice
+        cfg = tiny_config(role_datasets, tmp_path, bf16=False, padding_free=True, attn_implementation=implementation)
+        torch.manual_seed(0)
+        base, tokenizer, _ = load_base(cfg)
+        model = get_peft_model(base, lora_config(cfg))
+        trainer = trainer_class(cfg)(
+            model=model,
+            args=role_args(cfg, "asi", tmp_path / str(implementation), False),
+            train_dataset=load_role_dataset(cfg.distill.dataset_name, "asi")["train"],
+            processing_class=tokenizer,
+        )
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=(batch["labels"][:, 1:] != -100).sum())
+        loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((base.config._attn_implementation, loss.item(), grads, len(calls)))
+    (ours, our_loss, our_grads, our_calls), (theirs, their_loss, their_grads, their_calls) = results
+    assert (ours, theirs) == (attention.NAME, "sdpa") and their_calls == our_calls > 0  # sdpa never called it
+    assert set(calls) == {4}  # four examples in the flattened row, attended one by one in every layer
+    assert our_loss == pytest.approx(their_loss, rel=1e-5)
+    for name, grad in their_grads.items():
+        err = ((our_grads[name] - grad).norm() / grad.norm().clamp(min=1e-12)).item()
+        assert err < 1e-4, f"{name}: relative gradient error {err:.2e}"

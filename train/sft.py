@@ -28,6 +28,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
+from distill.backends.attention import use_cpu_attention
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 from train.adapter_card import card_example
 from train.adapter_save import save_adapter
@@ -115,7 +116,12 @@ def load_base(cfg: TrainConfig):
             kwargs["device_map"] = {"": "cpu"}
         else:  # bitsandbytes quantises on the GPU this process trains on (its local rank under accelerate)
             kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", 0))}
+    if cfg.model.attn_implementation:
+        kwargs["attn_implementation"] = cfg.model.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if cfg.device() == "cpu" and cfg.sft.padding_free and not cfg.model.attn_implementation:
+        # sdpa attends every flattened example to every other and masks it away; this attends by example
+        use_cpu_attention(model)
     if cfg.model.load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
@@ -149,6 +155,13 @@ def steps_for_budget(cfg: TrainConfig, n_train: int, mean_tokens: float, world_s
     epoch_tokens = max(1.0, n_train * mean_tokens)
     steps = max(1, round(budget / epoch_tokens * math.ceil(max(n_train, 1) / per_batch)))
     return steps if sft.max_steps <= 0 else min(steps, sft.max_steps)
+
+
+def trainer_class(cfg: TrainConfig):
+    """TRL's SFTTrainer, or its subclass with the completion-only LM head where the config turns it on."""
+    from trl import SFTTrainer
+
+    return completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
 
 
 def role_args(cfg: TrainConfig, role: str, checkpoints: Path, has_eval: bool):
@@ -263,15 +276,13 @@ def _last_checkpoint(cfg: TrainConfig, role: str, checkpoints: Path) -> Optional
 
 def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDict, callbacks: Optional[list]):
     """The role's SFTTrainer (its dataset truncated, its steps capped by the token budget) and token counts."""
-    from trl import SFTTrainer
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     # Evaluation during training only when asked; the validation split is always scored once at the
     # end (train_role), so the adapter's metadata and card carry its validation loss.
     has_eval = (cfg.sft.do_eval or cfg.sft.eval_strategy != "no") and has_validation
     args = role_args(cfg, role, Path(cfg.sft.output_dir) / role / "checkpoints", has_eval)
-    trainer_cls = completion_head_trainer() if cfg.use_completion_head() else SFTTrainer
-    trainer = trainer_cls(
+    trainer = trainer_class(cfg)(
         model=model,
         args=args,
         train_dataset=data["train"],

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from data_prep.models import resolve_dtype, resolve_model
 from distill.backends.adapter_switch import AdapterSwitch, adapter_dirs
-from distill.backends.attention import use_decode_attention
+from distill.backends.attention import use_cpu_attention
 from distill.backends.base import TRUNCATED_EVENT, GenerationRequest, GenerationResult, ProgressFn
 from distill.backends.constrained import SchemaGrammars
 from distill.backends.continuous import decode as continuous_decode
@@ -79,7 +79,7 @@ class LocalBackend:
         if quantize:
             base = quantize_linear_int8(base)
         # One-token decode steps use two matmuls instead of CPU sdpa (distill.backends.attention).
-        self.decode_attention = use_decode_attention(base)
+        self.cpu_attention = use_cpu_attention(base)
         self._adapters = AdapterSwitch(base, merge_adapters, cache_merged_mb)
         self._eos_ids = self._stop_token_ids()
         self._pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self._eos_ids[0]
@@ -302,7 +302,7 @@ class LocalBackend:
             "merge_adapters": self.merge_adapters,
             "merged_cached": self._adapters.cached,
             "continuous": self.continuous,
-            "decode_attention": self.decode_attention,
+            "decode_attention": self.cpu_attention,  # the key older runs recorded
             "adapters": dict(self._adapters.paths),
             **({"quantize": self.quantize} if self.quantize else {}),  # unset keeps older runs' records equal
         }
