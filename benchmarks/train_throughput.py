@@ -22,7 +22,13 @@ loaded model, and is timed around
 - ``train_bs16``, ``train_bs32``: our default recipe at twice and four times the batch size (fewer,
   larger steps: the loss after one epoch is not comparable at the same learning rate);
 - ``train_compile``: our default recipe with ``torch_compile: true`` (inductor); its compile time is
-  inside the timed region, as a user pays it.
+  inside the timed region, as a user pays it;
+- ``train_sdpa``: our default recipe on transformers' sdpa attention instead of distill's per-example CPU
+  attention (isolates it: sdpa attends over the whole flattened batch and masks across examples).
+
+``--datasets DIR --role ROLE`` trains on an existing ``python -m distill datasets`` folder instead (the
+quickstart's ``runs/quickstart/datasets``, whose cae, srp and ers rows are about three times as long as
+the built asi rows).
 
 ``--peak`` also times a bf16 and an fp32 matmul of the model's shape on the same threads, and reports
 each variant's model FLOP/s (4 x the base's parameters per token: a forward pass and the backward pass
@@ -53,7 +59,7 @@ from train.sft import lora_config, train_role  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"
 VARIANTS = ("trl_defaults", "train_padded", "train_fp32", "train_trl_head", "train", "train_packing")
-EXTRA_VARIANTS = ("train_bs16", "train_bs32", "train_compile")  # --variants names them
+EXTRA_VARIANTS = ("train_bs16", "train_bs32", "train_compile", "train_sdpa")  # --variants names them
 FLOPS_PER_TOKEN = 4 * 134.5e6  # a LoRA step on SmolLM2-135M: forward + backward through the frozen weights
 
 
@@ -74,7 +80,7 @@ def build_dataset(csv: Path, n: int, root: Path) -> Path:
     return root
 
 
-def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Path) -> dict:
+def run_trl_defaults(model, tokenizer, datasets: Path, role: str, batch_size: int, out: Path) -> dict:
     """The baseline: what a user gets from TRL's docs with only the batch size, CPU and fp32 set."""
     from datasets import load_from_disk
     from peft import get_peft_model
@@ -95,7 +101,7 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
     trainer = SFTTrainer(
         model=peft_model,
         args=args,
-        train_dataset=load_from_disk(str(datasets / "asi"))["train"],
+        train_dataset=load_from_disk(str(datasets / role))["train"],
         processing_class=tokenizer,
     )
     start = time.perf_counter()
@@ -113,11 +119,11 @@ def run_trl_defaults(model, tokenizer, datasets: Path, batch_size: int, out: Pat
     }
 
 
-def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overrides: dict) -> dict:
+def run_ours(model, tokenizer, datasets: Path, role: str, batch_size: int, out: Path, overrides: dict) -> dict:
     values = {
         "dataset_name": str(datasets),
         "output_dir": str(out),
-        "roles": "asi",
+        "roles": role,
         "per_device_train_batch_size": batch_size,
         "num_train_epochs": 1,  # TRL's default is 3; every variant sees each row once
         "use_cpu": True,
@@ -133,7 +139,7 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
         **overrides,
     }
     cfg = config_from_dict(values, source="benchmark")
-    _, meta = train_role(model, tokenizer, "", cfg, "asi")
+    base, meta = train_role(model, tokenizer, "", cfg, role)
     return {
         "seconds": meta["train_seconds"],
         "tokens": meta["tokens_seen"],  # what the timed steps trained on (TRL's count), not the dataset's size
@@ -142,6 +148,7 @@ def run_ours(model, tokenizer, datasets: Path, batch_size: int, out: Path, overr
         "examples": meta["tokens"]["examples"],
         "gradient_checkpointing": cfg.sft.gradient_checkpointing,
         "padding_free": cfg.sft.padding_free or cfg.sft.packing,
+        "attention": base.config._attn_implementation,
         "loss": meta["train_loss"],
     }
 
@@ -202,6 +209,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--examples", type=int, default=64)
+    parser.add_argument("--datasets", type=Path, help="an existing `distill datasets` folder instead of built asi rows")
+    parser.add_argument("--role", default="asi", help="the role of --datasets to train")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default); 1 on a shared CPU")
@@ -220,10 +229,11 @@ def main(argv=None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(path)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        datasets = build_dataset(data, args.examples, Path(tmp) / "datasets")
+        datasets = args.datasets or build_dataset(data, args.examples, Path(tmp) / "datasets")
+        role = args.role if args.datasets else "asi"
         from datasets import load_from_disk
 
-        n_rows = len(load_from_disk(str(datasets / "asi"))["train"])
+        n_rows = len(load_from_disk(str(datasets / role))["train"])
         # A variant may be listed twice (e.g. trl_defaults,train,trl_defaults,train) to interleave
         # repeats on a noisy shared CPU; repeats are reported as name#2.
         for i, name in enumerate(args.variants.split(",")):
@@ -231,7 +241,7 @@ def main(argv=None) -> int:
             # A fresh model per variant: TRL's gradient checkpointing and input-grad hooks outlive the adapter.
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             if name == "trl_defaults":
-                row = run_trl_defaults(model, tokenizer, datasets, args.batch_size, out)
+                row = run_trl_defaults(model, tokenizer, datasets, role, args.batch_size, out)
             else:
                 extra = {
                     "train_padded": {"padding_free": False},
@@ -250,8 +260,9 @@ def main(argv=None) -> int:
                     "train_bs16": {"per_device_train_batch_size": 16},
                     "train_bs32": {"per_device_train_batch_size": 32},
                     "train_compile": {"torch_compile": True},
+                    "train_sdpa": {"attn_implementation": "sdpa"},
                 }[name]
-                row = run_ours(model, tokenizer, datasets, args.batch_size, out, extra)
+                row = run_ours(model, tokenizer, datasets, role, args.batch_size, out, extra)
             if row["tokens"] != row["dataset_tokens"]:  # a variant that stopped early would overstate tokens/s
                 raise SystemExit(f"{key_of(name, results)}: trained {row['tokens']} of {row['dataset_tokens']} tokens")
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once
@@ -277,8 +288,9 @@ def main(argv=None) -> int:
                 path, tokenizer, build_dataset(data, args.batch_size, Path(tmp)), args.batch_size
             )
     report = {
-        "data": str(data),
-        "examples": args.examples,
+        "data": str(args.datasets / role) if args.datasets else str(data),
+        "role": role,
+        "examples": n_rows,
         "batch_size": args.batch_size,
         "model": "smollm2-135m",
         "torch_threads": torch.get_num_threads(),

@@ -587,7 +587,7 @@ def test_padding_free_training_attends_by_example_with_sdpas_loss_and_gradients(
     from peft import get_peft_model
 
     from distill.backends import attention
-    from train.sft import load_base, load_role_dataset, lora_config, role_args, trainer_class
+    from train.sft import attend_by_example, load_base, load_role_dataset, lora_config, role_args, trainer_class
 
     calls = []
     real = attention._by_example
@@ -597,6 +597,7 @@ def test_padding_free_training_attends_by_example_with_sdpas_loss_and_gradients(
         cfg = tiny_config(role_datasets, tmp_path, bf16=False, padding_free=True, attn_implementation=implementation)
         torch.manual_seed(0)
         base, tokenizer, _ = load_base(cfg)
+        assert attend_by_example(base, cfg) is (implementation is None)  # as train_role does
         model = get_peft_model(base, lora_config(cfg))
         trainer = trainer_class(cfg)(
             model=model,

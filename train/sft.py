@@ -119,9 +119,6 @@ def load_base(cfg: TrainConfig):
     if cfg.model.attn_implementation:
         kwargs["attn_implementation"] = cfg.model.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if cfg.device() == "cpu" and cfg.sft.padding_free and not cfg.model.attn_implementation:
-        # sdpa attends every flattened example to every other and masks it away; this attends by example
-        use_cpu_attention(model)
     if cfg.model.load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
@@ -129,6 +126,17 @@ def load_base(cfg: TrainConfig):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, path
+
+
+def attend_by_example(base, cfg: TrainConfig) -> bool:
+    """Padding-free CPU training on distill's CPU attention, unless the config names an attention.
+
+    transformers' sdpa gets one flattened row and a block-diagonal mask: it attends every example to every
+    other and masks the result away. This attends within each example (distill.backends.attention).
+    """
+    if cfg.device() != "cpu" or not cfg.sft.padding_free or cfg.model.attn_implementation:
+        return False
+    return use_cpu_attention(base)
 
 
 def lora_config(cfg: TrainConfig):
@@ -309,6 +317,7 @@ def train_role(
     data = load_role_dataset(cfg.distill.dataset_name, role)
     out = Path(cfg.sft.output_dir) / role
     resume_from = _last_checkpoint(cfg, role, out / "checkpoints")
+    attend_by_example(base, cfg)
     # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
     # breaks both vLLM paths and Trainer's resume: transformers#28531).
     model = get_peft_model(base, lora_config(cfg))
