@@ -284,7 +284,6 @@ def _last_checkpoint(cfg: TrainConfig, role: str, checkpoints: Path) -> Optional
 
 def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDict, callbacks: Optional[list]):
     """The role's SFTTrainer (its dataset truncated, its steps capped by the token budget) and token counts."""
-
     has_validation = "validation" in data and len(data["validation"]) > 0
     # Evaluation during training only when asked; the validation split is always scored once at the
     # end (train_role), so the adapter's metadata and card carry its validation loss.
