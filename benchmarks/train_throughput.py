@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--examples", type=int, default=64)
     parser.add_argument("--datasets", type=Path, help="an existing `distill datasets` folder instead of built asi rows")
-    parser.add_argument("--role", default="asi", help="the role of --datasets to train")
+    parser.add_argument("--role", default="asi", help="the role of --datasets to train (the built rows are asi)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default); 1 on a shared CPU")
@@ -218,6 +218,8 @@ def main(argv=None) -> int:
     parser.add_argument("--peak", action="store_true", help="time bf16/fp32 matmuls: each variant's share of peak")
     parser.add_argument("--profile", action="store_true", help="the top operators of one training step")
     args = parser.parse_args(argv)
+    if args.role != "asi" and not args.datasets:
+        parser.error("--role picks a role of --datasets; the built rows are asi rows")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -230,7 +232,7 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         datasets = args.datasets or build_dataset(data, args.examples, Path(tmp) / "datasets")
-        role = args.role if args.datasets else "asi"
+        role = args.role
         from datasets import load_from_disk
 
         n_rows = len(load_from_disk(str(datasets / role))["train"])
