@@ -50,8 +50,8 @@ def test_combine_orders_rule():
 
 def test_both_orders_are_asked_and_bias_cancels(tiny_dialogues):
     dialogues = tiny_dialogues[:4]
-    mine = ["GOOD reply", "plain", "GOOD too", "plain"]
-    other = ["plain", "GOOD other", "GOOD too", "plain"]
+    mine = ["GOOD reply", "plain", "GOOD too!", "plain"]
+    other = ["plain", "GOOD other", "GOOD too", "plain too"]
     judge = ScriptedJudge()
     res = judge_pairs(judge, dialogues, mine, other, aspects=["empathy", "fluency"])
     assert isinstance(judge, Backend) and len(judge.seen) == 8
@@ -74,6 +74,20 @@ def test_invalid_verdicts_count_as_ties(tiny_dialogues):
 
     res = judge_pairs(Broken(), tiny_dialogues[:2], ["x", "y"], ["z", "w"], aspects=["empathy"])
     assert res["aspects"]["empathy"]["tie"] == 2 and res["aspects"]["empathy"]["invalid"] == 4
+
+
+def test_identical_replies_are_a_tie_without_asking(tiny_dialogues):
+    dialogues = tiny_dialogues[:3]
+    judge = ScriptedJudge(always_a=True)
+    res = judge_pairs(judge, dialogues, ["same", "GOOD mine", ""], ["same", "plain", None], aspects=["empathy"])
+    # only the one differing pair reaches the judge, in both orders
+    assert len(judge.seen) == 2 and "Reply A: GOOD mine" in judge.seen[0].messages[-1]["content"]
+    emp = res["aspects"]["empathy"]
+    assert (emp["tie"], emp["identical"], emp["invalid"], emp["n"]) == (3, 2, 0, 3)
+    assert [o["empathy"] for o in res["outcomes"]] == ["tie", "tie", "tie"]
+    nobody = ScriptedJudge()
+    res = judge_pairs(nobody, dialogues[:1], ["same"], ["same"], aspects=["empathy"])
+    assert nobody.seen == [] and res["aspects"]["empathy"]["identical"] == 1
 
 
 def test_parse_verdict_and_schema():

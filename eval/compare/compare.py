@@ -184,7 +184,8 @@ def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[D
         "against": against.name,
         "aspects": list(config.judge.aspects),
         "judge": backend.describe(),
-        "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie; "
+        "rule": "a win or loss counts only when both presentation orders agree; anything else is a tie, and two "
+        "identical replies are a tie without asking the judge; "
         "p is a two-sided sign test on wins vs losses (ties excluded); p_holm is Holm's adjustment over "
         "one pair's aspects (family-wise error rate), the p to read when claiming any aspect",
         "results": results,

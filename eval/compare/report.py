@@ -251,9 +251,21 @@ def judge_table(judge: dict) -> list[str]:
                     fmt(c["p_value"]),
                     fmt(c.get("p_holm")),
                     fmt(c["invalid"]),
+                    fmt(c.get("identical", 0)),
                 ]
             )
-    header = ["Pair", "Aspect", "Win", "Lose", "Tie", "n", "sign-test p", "Holm p", "invalid verdicts"]
+    header = [
+        "Pair",
+        "Aspect",
+        "Win",
+        "Lose",
+        "Tie",
+        "n",
+        "sign-test p",
+        "Holm p",
+        "invalid verdicts",
+        "identical replies",
+    ]
     return markdown_table(header, rows)
 
 

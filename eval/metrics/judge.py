@@ -9,6 +9,9 @@ wins (or loses) an aspect only when BOTH orders prefer the same reply; a disagre
 orders, a tie in either order, or an unparseable verdict counts as a tie. Unparseable verdicts are
 also counted under ``invalid`` so a weak judge is visible. W/L are then tested with a two-sided
 sign test (ties excluded).
+
+Two identical replies are a tie without asking: both orders would show the judge the same prompt, so
+no verdict could prefer one reply in both. Such pairs are counted under ``identical``.
 """
 
 from __future__ import annotations
@@ -89,34 +92,37 @@ def judge_pairs(
 ) -> dict:
     """Judge ``system_replies`` against ``other_replies`` dialogue by dialogue, in both orders.
 
-    Returns per aspect ``{win, lose, tie, invalid, n, p_value}`` from the system's point of view,
+    Returns per aspect ``{win, lose, tie, invalid, identical, n, p_value}`` from the system's point of view,
     plus the raw per-dialogue outcomes.
     """
     if not (len(dialogues) == len(system_replies) == len(other_replies)):
         raise ValueError("judge_pairs: dialogues, system and other replies must have the same length")
     schema = verdict_schema(aspects)
-    requests = []
-    for d, mine, other in zip(dialogues, system_replies, other_replies):
-        for a, b in ((mine, other), (other, mine)):
-            requests.append(
-                GenerationRequest(
-                    messages=judge_messages(d, a or "", b or "", aspects),
-                    schema=schema,
-                    temperature=0.0,
-                    max_new_tokens=max_new_tokens,
-                )
-            )
-    results = backend.generate(requests)
-    per_aspect = {a: {"win": 0, "lose": 0, "tie": 0, "invalid": 0} for a in aspects}
+    pairs = [(d, mine or "", other or "") for d, mine, other in zip(dialogues, system_replies, other_replies)]
+    asked = [i for i, (_, mine, other) in enumerate(pairs) if mine != other]
+    requests = [
+        GenerationRequest(
+            messages=judge_messages(pairs[i][0], a, b, aspects),
+            schema=schema,
+            temperature=0.0,
+            max_new_tokens=max_new_tokens,
+        )
+        for i in asked
+        for a, b in ((pairs[i][1], pairs[i][2]), (pairs[i][2], pairs[i][1]))
+    ]
+    results = backend.generate(requests) if requests else []
+    verdicts = {i: [parse_verdict(r.text, schema) for r in results[2 * k : 2 * k + 2]] for k, i in enumerate(asked)}
+    per_aspect = {a: {"win": 0, "lose": 0, "tie": 0, "invalid": 0, "identical": 0} for a in aspects}
     outcomes = []
-    for i, d in enumerate(dialogues):
-        first = parse_verdict(results[2 * i].text, schema)
-        second = parse_verdict(results[2 * i + 1].text, schema)
-        row = {}
+    for i, (d, _, _) in enumerate(pairs):
+        first, second = verdicts.get(i, (None, None))
+        row = {a: combine_orders(first and first[a], second and second[a]) for a in aspects}
         for a in aspects:
-            row[a] = combine_orders(first and first[a], second and second[a])
             per_aspect[a][row[a]] += 1
-            per_aspect[a]["invalid"] += (first is None) + (second is None)
+            if i in verdicts:
+                per_aspect[a]["invalid"] += (first is None) + (second is None)
+            else:
+                per_aspect[a]["identical"] += 1
         outcomes.append({"dialogue_id": d.id, **row})
     for counts in per_aspect.values():
         counts["n"] = len(dialogues)
@@ -125,5 +131,6 @@ def judge_pairs(
         "aspects": per_aspect,
         "outcomes": outcomes,
         "judge": backend.describe(),
-        "rule": "win/lose only if both presentation orders agree; otherwise tie; sign test excludes ties",
+        "rule": "win/lose only if both presentation orders agree; otherwise tie (identical replies: a tie, not asked); "
+        "sign test excludes ties",
     }
