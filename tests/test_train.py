@@ -617,3 +617,30 @@ def test_padding_free_training_attends_by_example_with_sdpas_loss_and_gradients(
     for name, grad in their_grads.items():
         err = ((our_grads[name] - grad).norm() / grad.norm().clamp(min=1e-12)).item()
         assert err < 1e-4, f"{name}: relative gradient error {err:.2e}"
+
+
+def test_padding_free_attention_benchmark_times_both_attentions_on_the_same_objective(tmp_path, monkeypatch):
+    """benchmarks/padding_free_attention.py (the bf16-machine A/B): its by_example variant really attends by
+    example (a cache in its forward would hide the packed row from transformers), with sdpa's loss."""
+    import importlib.util
+
+    from transformers import LlamaConfig
+
+    from distill.backends import attention
+
+    script = Path(__file__).parents[1] / "benchmarks" / "padding_free_attention.py"
+    spec = importlib.util.spec_from_file_location("pf_bench", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    LlamaConfig(**shape, num_key_value_heads=2, vocab_size=128).save_pretrained(tmp_path / "tiny")
+    calls = []
+    real = attention._by_example
+    monkeypatch.setattr(attention, "_by_example", lambda *a: calls.append(len(a[3])) or real(*a))
+    out = tmp_path / "pf.json"
+    argv = ["--model", str(tmp_path / "tiny"), "--lengths", "5,7,3", "--steps", "1", "--pairs", "1", "--out", str(out)]
+    assert bench.main(argv) == 0
+    (row,) = json.loads(out.read_text())["pairs"]
+    assert row["sdpa"]["loss"] == pytest.approx(row["by_example"]["loss"], rel=1e-5)
+    assert row["by_example_over_sdpa"] > 0
+    assert calls and set(calls) == {3}  # three examples, in both layers of every by_example forward
