@@ -644,3 +644,18 @@ def test_padding_free_attention_benchmark_times_both_attentions_on_the_same_obje
     assert row["sdpa"]["loss"] == pytest.approx(row["by_example"]["loss"], rel=1e-5)
     assert row["by_example_over_sdpa"] > 0
     assert calls and set(calls) == {3}  # three examples, in both layers of every by_example forward
+
+
+def test_a_roles_lora_starts_from_the_seed_whatever_ran_before(role_datasets, tmp_path):
+    """A role trained alone and the same role trained after others start from the same LoRA weights."""
+    from train.sft import load_base, with_new_lora
+
+    cfg = tiny_config(role_datasets, tmp_path)
+    inits = []
+    for earlier_draws in (1, 5):
+        base, _, _ = load_base(cfg)
+        torch.rand(earlier_draws)  # another role's training, say, moved the global generator
+        model = with_new_lora(base, cfg)
+        inits.append({n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n})
+    assert inits[0] and inits[0].keys() == inits[1].keys()
+    assert all(torch.equal(inits[0][n], inits[1][n]) for n in inits[0])

@@ -139,6 +139,22 @@ def attend_by_example(base, cfg: TrainConfig) -> bool:
     return use_cpu_attention(base)
 
 
+def with_new_lora(base, cfg: TrainConfig):
+    """`base` wrapped in a fresh LoRA whose initial weights depend on `seed` alone.
+
+    The Trainer seeds only when it is built, after the LoRA exists: unseeded, a role's init came from whatever
+    the process had drawn before, so a role trained alone (`--roles cae`) started from another init than the
+    same role trained after others, and the first role's depended on what ran before it.
+    """
+    from peft import get_peft_model
+    from transformers import set_seed
+
+    set_seed(cfg.sft.seed)
+    # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
+    # breaks both vLLM paths and Trainer's resume: transformers#28531).
+    return get_peft_model(base, lora_config(cfg))
+
+
 def lora_config(cfg: TrainConfig):
     """TRL's own LoraConfig from ModelConfig (lora_r, lora_alpha, lora_dropout, lora_target_modules, ...)."""
     from trl import get_peft_config
@@ -311,15 +327,11 @@ def train_role(
     base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
 ) -> tuple[object, dict]:
     """Train one role's adapter on `base`; returns (the base with LoRA removed, the metadata)."""
-    from peft import get_peft_model
-
     data = load_role_dataset(cfg.distill.dataset_name, role)
     out = Path(cfg.sft.output_dir) / role
     resume_from = _last_checkpoint(cfg, role, out / "checkpoints")
     attend_by_example(base, cfg)
-    # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
-    # breaks both vLLM paths and Trainer's resume: transformers#28531).
-    model = get_peft_model(base, lora_config(cfg))
+    model = with_new_lora(base, cfg)
     trainer, counts = make_trainer(model, tokenizer, cfg, role, data, callbacks)
     trainable, total = model.get_nb_trainable_parameters()
     log(
