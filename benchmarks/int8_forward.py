@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from train_throughput import cpu_flags  # the script directory is on sys.path
+from machine import cpu_flags  # the script directory is on sys.path
 
 from distill.backends.local import LocalBackend
 

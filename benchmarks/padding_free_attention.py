@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_flags  # the script directory is on sys.path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from distill.backends.attention import use_cpu_attention  # noqa: E402
@@ -72,14 +73,6 @@ def timed_steps(model, batch: dict, steps: int, bf16: bool) -> tuple[float, floa
     for _ in range(steps):
         loss = one()
     return time.perf_counter() - started, loss
-
-
-def cpu_flags() -> list[str]:
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split()
-    except (OSError, IndexError):
-        return []
-    return sorted(f for f in flags if f in {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
 
 
 def main(argv=None) -> int:

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_flags  # the script directory is on sys.path
 
 from data_prep.loaders import SAMPLE_PATH, read_csv  # noqa: E402
 from distill.roles.roles import ROLES, RoleInput  # noqa: E402
@@ -198,13 +199,6 @@ def key_of(name: str, results: dict) -> str:
     return name if name not in results else f"{name}#{sum(k.split('#')[0] == name for k in results) + 1}"
 
 
-def cpu_flags() -> list[str]:
-    """The CPU's bf16 and AVX-512 flags: the figures differ by an order of magnitude between these classes."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
-    return sorted(f for f in flags if f in {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma"})
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -232,10 +226,9 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         datasets = args.datasets or build_dataset(data, args.examples, Path(tmp) / "datasets")
-        role = args.role
         from datasets import load_from_disk
 
-        n_rows = len(load_from_disk(str(datasets / role))["train"])
+        n_rows = len(load_from_disk(str(datasets / args.role))["train"])
         # A variant may be listed twice (e.g. trl_defaults,train,trl_defaults,train) to interleave
         # repeats on a noisy shared CPU; repeats are reported as name#2.
         for i, name in enumerate(args.variants.split(",")):
@@ -243,7 +236,7 @@ def main(argv=None) -> int:
             # A fresh model per variant: TRL's gradient checkpointing and input-grad hooks outlive the adapter.
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             if name == "trl_defaults":
-                row = run_trl_defaults(model, tokenizer, datasets, role, args.batch_size, out)
+                row = run_trl_defaults(model, tokenizer, datasets, args.role, args.batch_size, out)
             else:
                 extra = {
                     "train_padded": {"padding_free": False},
@@ -264,7 +257,7 @@ def main(argv=None) -> int:
                     "train_compile": {"torch_compile": True},
                     "train_sdpa": {"attn_implementation": "sdpa"},
                 }[name]
-                row = run_ours(model, tokenizer, datasets, role, args.batch_size, out, extra)
+                row = run_ours(model, tokenizer, datasets, args.role, args.batch_size, out, extra)
             if row["tokens"] != row["dataset_tokens"]:  # a variant that stopped early would overstate tokens/s
                 raise SystemExit(f"{key_of(name, results)}: trained {row['tokens']} of {row['dataset_tokens']} tokens")
             row["examples"] = n_rows  # packing reports blocks, not rows; every variant sees every row once
@@ -290,8 +283,8 @@ def main(argv=None) -> int:
                 path, tokenizer, build_dataset(data, args.batch_size, Path(tmp)), args.batch_size
             )
     report = {
-        "data": str(args.datasets / role) if args.datasets else str(data),
-        "role": role,
+        "data": str(args.datasets / args.role) if args.datasets else str(data),
+        "role": args.role,
         "examples": n_rows,
         "batch_size": args.batch_size,
         "model": "smollm2-135m",

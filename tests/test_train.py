@@ -629,6 +629,7 @@ def test_padding_free_attention_benchmark_times_both_attentions_on_the_same_obje
     from distill.backends import attention
 
     script = Path(__file__).parents[1] / "benchmarks" / "padding_free_attention.py"
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/...` has it
     spec = importlib.util.spec_from_file_location("pf_bench", script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
