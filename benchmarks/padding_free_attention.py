@@ -33,7 +33,12 @@ def base_model(model: str, variant: str):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    path = model if Path(model).is_dir() else _resolve(model)
+    if Path(model).is_dir():
+        path = model
+    else:  # an alias needs the toolkit's model cache; a config folder does not
+        from data_prep.models import resolve_model
+
+        path = resolve_model(model)
     config = AutoConfig.from_pretrained(path)
     torch.manual_seed(0)  # both variants start from the same random weights
     base = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
@@ -41,12 +46,6 @@ def base_model(model: str, variant: str):
         raise SystemExit("padding_free_attention: distill's CPU attention did not switch on")
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     return get_peft_model(base, lora)
-
-
-def _resolve(model: str) -> str:
-    from data_prep.models import resolve_model
-
-    return resolve_model(model)
 
 
 def flattened_row(lengths: list[int], vocab: int) -> dict:
