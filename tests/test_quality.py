@@ -144,6 +144,55 @@ def test_echo_and_non_reply():
         assert echo(reply, SEEKER, T) is None and non_reply(reply, T) is None
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "I'm sorry, but I'm unable to assist with your request.",
+        "I can\u2019t help with that.",
+        "As an AI language model, I do not have feelings, but that sounds hard.",
+        "I cannot provide advice on this.",
+        "I'm just a language model.",
+    ],
+)
+def test_non_reply_fails_a_refusal_or_ai_boilerplate(reply):
+    assert (non_reply(reply, T) or "").startswith("a refusal, not a reply: "), reply
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "emotion: anger",
+        "anger",
+        "Sadness.",
+        "Strategy: ER",
+        "ER",
+        "Emotional Reaction",
+        "reasoning: the seeker is sad",
+        "response: That must have hurt.",
+        '{"emotion": "fear"}',
+    ],
+)
+def test_non_reply_fails_a_label_in_place_of_a_reply(reply):
+    assert (non_reply(reply, T) or "").startswith("a label in place of a reply: "), reply
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "I'm sorry to hear that. Did the client call you back?",
+        "I'm so sorry, that's awful.",
+        "Anger is understandable here, did you tell him?",
+        "That is a lot of fear and anger to carry at once, are you sleeping?",
+        "Upset?",
+        "I'm so happy for you!",
+        "You can't help it, connections drop. Worrying won't help either.",
+        "Note: a wired connection drops less often.",
+    ],
+)
+def test_non_reply_passes_listeners_who_say_sorry_or_name_a_feeling(reply):
+    assert non_reply(reply, T) is None
+
+
 def test_near_duplicate_counts_different_dialogues():
     same = "I'm so sorry to hear that, it must have been really hard for you."
     nearly = "I'm so sorry to hear that, it must have been really hard on you."

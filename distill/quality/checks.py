@@ -18,10 +18,12 @@ from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, STRATEGIES
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.roles import ROLES
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case identifier reads as its parts
 _IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
 _SENTENCE_END = re.compile(r"[.!?]+")
+_UNFINISHED_WORD = re.compile(r"[^\W_]+(?:'[^\W_]*)*$|'$")  # the next token may still extend it
 _URL = re.compile(r"\b(?:https?://|www\.)\S+|\b\S+@\S+\.\w+", re.I)
 # Copies of the seeker are matched on word trigrams; of the prompt's instructions on 4-grams, so that a
 # reasoning sharing a common three-word phrase with the instructions ("the seeker's word") keeps it as its own.
@@ -55,6 +57,35 @@ _EMOTION_WORDS = (
 _STRATEGY_WORDS = {s.lower() for s in STRATEGIES} | {"reaction", "interpretation", "exploration"}
 LABEL_WORDS = frozenset(_EMOTION_WORDS | _STRATEGY_WORDS)
 
+# An assistant's refusal or AI boilerplate, on `_folded` lower-cased text. Each pattern needs an assistant's
+# wording (assist, comply, "with that", a request, "as an AI"), never a bare "sorry", "can't help" or "won't
+# help": listeners write "I'm sorry to hear that", "you can't help it", "worrying won't help", and those pass.
+_NOT_ABLE = r"(?:can't|cannot|can not|unable to|not able to|(?:won't|will not) be able to)"
+_REFUSAL = re.compile(
+    rf"\bi(?:'m| am)? {_NOT_ABLE} (?:assist|comply|fulfill?|provide)\b"
+    rf"|\b{_NOT_ABLE} (?:help|assist)\b[^.!?]{{0,40}}?(?:\bwith (?:that|this)\b|\brequests?\b)"
+    rf"|\bi(?:'m| am)? {_NOT_ABLE} (?:help|assist)(?: you)? *(?:[.!]|$)"
+    r"|\b(?:as|i'm|i am) (?:just |only )?an? (?:ai|artificial intelligence|(?:ai |large )?language model"
+    r"|ai assistant|virtual assistant|chatbot)\b"
+)
+# What a role's output is made of, rather than what a listener says: the field names of every role's schema
+# (from the registry, so a new role's fields count), the keys a model wraps an answer in, the speaker prefixes of
+# a rendered dialogue, and the label sets. A reply that opens "<these>:" or is made only of these words (plus
+# `_LABEL_GLUE`) is a label in place of a reply: "emotion: anger", "Strategy: ER", "Emotional Reaction".
+_FIELD_WORDS = frozenset(
+    w
+    for spec in ROLES.values()
+    for schema in (spec.schema, spec.student_schema)
+    if schema is not None
+    for name in schema.model_fields
+    for w in name.split("_")
+) | {"answer", "label", "output", "summary", "reply", "responder", "listener", "assistant", "seeker"}
+_TAG_WORDS = _FIELD_WORDS | LABEL_WORDS | {"emotional", "class"}
+# Kept to the words that join labels ("anger and fear", "the emotion is anger"): with every function word,
+# "Was he upset?" and "I'm so happy for you" would be labels.
+_LABEL_GLUE = frozenset("a an the and or is of".split())
+_TAG_PREFIX = re.compile(r"^\W*([^\W\d_]+(?:[ _][^\W\d_]+){0,2})[\s\"'*`]*[:=]")
+
 
 @dataclass(frozen=True)
 class Check:
@@ -80,7 +111,9 @@ CHECKS: dict[str, Check] = {
         Check("parroted_rationale", ("asi", "caef", "srp"), "reasoning",
               "a reasoning that copies the seeker's turn or says nothing beyond the label and the prompt"),
         Check("echo", ("ers",), "response", "a reply that says back the seeker's last turn"),
-        Check("non_reply", ("ers",), "response", "a reply with no words: a timestamp, a number, a URL, a placeholder"),
+        Check("non_reply", ("ers",), "response",
+              "not a reply: no words (a timestamp, a number, a URL), a placeholder, an assistant's refusal or "
+              "AI boilerplate, or a label or field name in its place (\"emotion: anger\", \"ER\")"),
         Check("near_duplicate", ("ers",), "response",
               "the same reply, or nearly the same, given to many different dialogues (run-level)"),
     )
@@ -89,8 +122,13 @@ CHECKS: dict[str, Check] = {
 
 def words(text: str) -> list[str]:
     """Lower-cased words and numbers; typographic apostrophes folded, underscores and punctuation split."""
+    return _WORD.findall(_folded(text).lower())
+
+
+def _folded(text: str) -> str:
+    """NFKC, typographic apostrophes folded, runs of white space made one space."""
     text = unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2018", "'")
-    return _WORD.findall(text.lower())
+    return re.sub(r"\s+", " ", text)
 
 
 def copied(text: Sequence[str], source: Iterable[Sequence[str]], n: int) -> list[bool]:
@@ -109,6 +147,33 @@ def copied(text: Sequence[str], source: Iterable[Sequence[str]], n: int) -> list
 def loop(text: str, t: QualityThresholds) -> Optional[str]:
     """Degenerate repetition: a unit repeated in a row, a sentence said over and over, a character run, or
     text that compresses far better than prose does."""
+    if hit := _repeated_units(text, t) or _repeated_sentence(text, t.loop_phrase_repeats):
+        return hit
+    if hit := _character_run(text, t.loop_char_repeats, t.loop_chunk_repeats):
+        return hit
+    raw = text.encode("utf-8")
+    if len(raw) >= t.loop_compression_min_chars:
+        ratio = len(raw) / len(zlib.compress(raw, 9))
+        if ratio >= t.loop_compression_ratio:
+            return f"compresses {ratio:.1f}x with zlib (prose: under {t.loop_compression_ratio})"
+    return None
+
+
+def loop_so_far(text: str, t: QualityThresholds) -> Optional[str]:
+    """`loop` on a text still being decoded, by the rules more text cannot undo, so that whatever it finds
+    `loop` finds in the whole text: the runs without the possibly unfinished last word, repeated sentences up
+    to the last sentence end. The compression rule is left out: a prefix can compress better than the whole."""
+    done = _UNFINISHED_WORD.sub("", text)
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return (
+        _repeated_units(done, t)
+        or _repeated_sentence(text[: ends[-1]] if ends else "", t.loop_phrase_repeats)
+        or _character_run(done, t.loop_char_repeats, t.loop_chunk_repeats)
+    )
+
+
+def _repeated_units(text: str, t: QualityThresholds) -> Optional[str]:
+    """A unit repeated in a row: inside a snake_case identifier, one word, or a phrase."""
     for match in _IDENTIFIER.finditer(text):
         parts = [p for p in match.group(0).lower().split("_") if p]
         count, unit = _longest_run(parts, 1, len(parts) // 2)
@@ -121,15 +186,6 @@ def loop(text: str, t: QualityThresholds) -> Optional[str]:
     count, unit = _longest_run(ws, 2, len(ws) // 2)
     if count >= t.loop_phrase_repeats:
         return f"{_clip(' '.join(unit))} repeated {count} times in a row"
-    if hit := _repeated_sentence(text, t.loop_phrase_repeats):
-        return hit
-    if hit := _character_run(text, t.loop_char_repeats, t.loop_chunk_repeats):
-        return hit
-    raw = text.encode("utf-8")
-    if len(raw) >= t.loop_compression_min_chars:
-        ratio = len(raw) / len(zlib.compress(raw, 9))
-        if ratio >= t.loop_compression_ratio:
-            return f"compresses {ratio:.1f}x with zlib (prose: under {t.loop_compression_ratio})"
     return None
 
 
@@ -210,13 +266,27 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
 
 
 def non_reply(reply: str, t: QualityThresholds) -> Optional[str]:
-    """No words to read: a timestamp, a number, a URL, punctuation, or a placeholder."""
+    """Nothing a seeker could read as a reply: no words (a timestamp, a number, a URL, punctuation), a
+    placeholder, an assistant's refusal or AI boilerplate, or a label or field name in its place."""
     lexical = [w for w in words(_URL.sub(" ", reply)) if w.replace("'", "").isalpha()]
     if len(lexical) < t.non_reply_min_words:
         return f"no words: {_clip(reply.strip()) if reply.strip() else 'empty'}"
     if reply.strip().strip(".!?\"'").lower() in _PLACEHOLDERS:
         return f"a placeholder, not a reply: {_clip(reply.strip())}"
+    if m := _REFUSAL.search(_folded(reply).lower()):
+        return f"a refusal, not a reply: {_clip(m.group(0))}"
+    if _is_label(reply):
+        return f"a label in place of a reply: {_clip(reply.strip())}"
     return None
+
+
+def _is_label(reply: str) -> bool:
+    """Opens with a field name or label and a colon ("emotion: anger", "Strategy: ER", "response: ..."), or is
+    labels alone ("anger", "Emotional Reaction"). A bare question ("Upset?") asks the seeker: a listener's."""
+    if (m := _TAG_PREFIX.match(_folded(reply))) and set(words(m.group(1))) <= _TAG_WORDS:
+        return True
+    ws = set(words(reply)) - _LABEL_GLUE
+    return bool(ws) and ws <= _TAG_WORDS and not reply.rstrip().endswith("?")
 
 
 def parroted_rationale(reasoning: str, instructions: str, seeker: Sequence[str], t: QualityThresholds) -> Optional[str]:
