@@ -405,7 +405,8 @@ def test_top_p_and_min_p_keep_exactly_the_likely_tokens():
     # survivors keep their probabilities, and sampling draws from them alone
     sampler = Sampler.make(1.0, None, 4, seed=0, device="cpu", rows=2, top_p=0.75)
     assert sampler.probabilities(logits)[0, :2].tolist() == pytest.approx([0.5, 0.3])
-    drawn = {tuple(sampler.choose(logits, [None, None])) for _ in range(200)}
+    streams = [sampler.generator([5, 6]), sampler.generator([7])]
+    drawn = {tuple(sampler.choose(logits, [None, None], streams)) for _ in range(200)}
     assert {a for a, _ in drawn} == {0, 1} and {b for _, b in drawn} == {2, 3}
 
 

@@ -26,6 +26,9 @@ class GenerationRequest:
     # Truncation of the sampled distribution; greedy decoding (temperature 0) ignores both.
     top_p: float = 1.0  # nucleus: sample from the fewest most-likely tokens whose probability reaches top_p
     min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability
+    # End the answer as a failed attempt as soon as it loops (the `loop` quality check on what is written
+    # so far) rather than at max_new_tokens. Backends that stream tokens honour it; an API backend cannot.
+    stop_loops: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.top_p <= 1:
@@ -50,6 +53,7 @@ class GenerationResult:
     transport_retries: int = 0  # HTTP-level retries (429/5xx/timeouts) the backend absorbed
     events: list[str] = field(default_factory=list)  # human-readable retry/fallback log for the trace
     error: Optional[str] = None  # set when the transport gave up; text is then ""
+    gave_up: Optional[str] = None  # why the backend ended the answer early (`stop_loops`); a failed attempt
 
 
 ProgressFn = Callable[[int], None]  # called with the number of requests just finished

@@ -125,6 +125,7 @@ class _Row:
     request: int  # index into the caller's lists
     prompt_len: int
     matcher: Any
+    generator: Optional[torch.Generator]  # the request's own random stream (None when greedy)
     tokens: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -134,6 +135,7 @@ class Finished:
     request: int
     tokens: list[int]  # generated ids, the stop token included when one was produced
     seconds: float  # its share of the wall time: its prefill plus an even share of each step it was in
+    gave_up: Optional[str] = None  # why `Limits.give_up` ended the answer early, else None
 
 
 @dataclass
@@ -147,6 +149,10 @@ class Limits:
     prefill_tokens: int = 2048  # tokens per grouped prefill forward
     min_shared_prefix: int = 32  # a shorter common prefix is not worth its own forward
     on_finish: Optional[Callable[[Finished], None]] = None
+    # Asked every `give_up_every` tokens with the answer so far: a reason ends the answer there (a loop
+    # would otherwise run to max_new_tokens and only then be rejected).
+    give_up: Optional[Callable[[list[int]], Optional[str]]] = None
+    give_up_every: int = 8
 
 
 class ContinuousDecoder:
@@ -208,8 +214,12 @@ class ContinuousDecoder:
         done = token in self.limits.stop_ids or len(row.tokens) >= self.limits.max_new_tokens
         if not done and row.matcher is not None and not row.matcher.consume_token(token):
             done = True  # cannot happen with the bitmask applied; stop rather than emit invalid JSON
+        gave_up = None
+        if not done and self.limits.give_up is not None and len(row.tokens) % self.limits.give_up_every == 0:
+            gave_up = self.limits.give_up(row.tokens)
+            done = gave_up is not None
         if done:
-            finished = Finished(row.request, row.tokens, row.seconds)
+            finished = Finished(row.request, row.tokens, row.seconds, gave_up)
             self.results[row.request] = finished
             self.slots[slot] = None
             self.pool.mask[slot].zero_()
@@ -274,8 +284,16 @@ class ContinuousDecoder:
             self.pool = _Pool(cache, len(self.slots), capacity, start=self.longest)
         for j, (slot, request) in enumerate(zip(targets, take)):
             self.pool.place(slot, cache, j, shared, len(suffixes[j]))
-            self.slots[slot] = _Row(request, len(self.prompts[request]), self.sampler.matcher())
-        tokens = self.sampler.choose(self.head(hidden[:, -1].contiguous()), [self.slots[s].matcher for s in targets])
+            self.slots[slot] = _Row(
+                request,
+                len(self.prompts[request]),
+                self.sampler.matcher(),
+                self.sampler.generator(self.prompts[request]),
+            )
+        rows = [self.slots[s] for s in targets]
+        tokens = self.sampler.choose(
+            self.head(hidden[:, -1].contiguous()), [r.matcher for r in rows], [r.generator for r in rows]
+        )
         share = (time.perf_counter() - started + carried) / len(take)
         for slot, token in zip(targets, tokens):
             self.accept(slot, token, share)
@@ -317,7 +335,10 @@ class ContinuousDecoder:
         pool.n += 1
         if idle:
             pool.mask[idle, col] = False
-        tokens = self.sampler.choose(self.head(hidden[busy, -1].contiguous()), [slots[s].matcher for s in busy])
+        rows = [slots[s] for s in busy]
+        tokens = self.sampler.choose(
+            self.head(hidden[busy, -1].contiguous()), [r.matcher for r in rows], [r.generator for r in rows]
+        )
         share = (time.perf_counter() - started) / len(busy)
         for slot, token in zip(busy, tokens):
             self.accept(slot, token, share)
@@ -340,6 +361,7 @@ def decode(
     prefill_tokens: int = 2048,
     min_shared_prefix: int = 32,
     on_finish: Optional[Callable[[Finished], None]] = None,
+    give_up: Optional[Callable[[list[int]], Optional[str]]] = None,
 ) -> list[Finished]:
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
@@ -348,5 +370,5 @@ def decode(
     `min_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them.
     """
     sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, min(rows, len(prompts)), top_p, min_p)
-    limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish)
+    limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish, give_up)
     return ContinuousDecoder(model, prompts, sampler, limits).run()

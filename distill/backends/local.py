@@ -30,6 +30,7 @@ from distill.backends.base import TRUNCATED_EVENT, GenerationRequest, Generation
 from distill.backends.constrained import SchemaGrammars
 from distill.backends.continuous import decode as continuous_decode
 from distill.backends.continuous import supports as continuous_supports
+from distill.backends.loop_watch import LoopWatch
 
 # Re-tokenising a string cut at a token boundary can merge a few tokens differently; this slack
 # keeps the first truncation attempt under the limit.
@@ -203,6 +204,9 @@ class LocalBackend:
         def finished(done: Any) -> None:
             i = idxs[done.request]
             out = self._result(done.tokens, len(prompts[done.request]), first.max_new_tokens, done.seconds)
+            if done.gave_up is not None:
+                out.gave_up = done.gave_up
+                out.events = [f"stopped at {len(done.tokens)} tokens: {done.gave_up}"]
             out.events = encoded[i][1] + out.events
             results[i] = out
             bar.update(1)
@@ -223,6 +227,7 @@ class LocalBackend:
             seed=first.seed,
             device=self.device,
             on_finish=finished,
+            give_up=LoopWatch(self.tokenizer, constrained=first.schema is not None) if first.stop_loops else None,
         )
 
     def _generate_chunk(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[GenerationResult]:
@@ -316,7 +321,7 @@ def decode_groups(requests: Sequence[GenerationRequest]) -> dict[tuple, list[int
     groups: dict[tuple, list[int]] = {}
     for i, req in enumerate(requests):
         schema = f"{req.schema.__module__}.{req.schema.__qualname__}" if req.schema else ""
-        key = (req.adapter or "", schema, req.temperature, req.max_new_tokens, *req.truncation())
+        key = (req.adapter or "", schema, req.temperature, req.max_new_tokens, *req.truncation(), req.stop_loops)
         groups.setdefault(key, []).append(i)
     return groups
 

@@ -4,6 +4,7 @@ and min-p, in the order transformers' `generate` applies them, so both decode pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -20,7 +21,8 @@ class Sampler:
     temperature: float
     grammar: Optional[CompiledSchema]
     vocab_size: int
-    generator: Optional[torch.Generator]
+    seed: int  # each request's random stream derives from it and the prompt (`generator`)
+    device: str
     bitmask: Optional[torch.Tensor]
     top_p: float = 1.0
     min_p: float = 0.0
@@ -37,25 +39,35 @@ class Sampler:
         top_p: float = 1.0,
         min_p: float = 0.0,
     ):
-        generator = None
-        if temperature > 0:
-            generator = torch.Generator(device=device)
-            generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+        seed = seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item())
         bitmask = allocate_bitmask(rows, vocab_size) if grammar is not None else None
-        return cls(temperature, grammar, vocab_size, generator, bitmask, top_p, min_p)
+        return cls(temperature, grammar, vocab_size, seed, device, bitmask, top_p, min_p)
 
     def matcher(self) -> Any:
         return self.grammar.matcher() if self.grammar is not None else None
 
-    def choose(self, logits: torch.Tensor, matchers: list[Any]) -> list[int]:
-        """Pick each row's next token; `logits` are [len(matchers), vocab], row j masked by matchers[j]."""
+    def generator(self, prompt: Sequence[int]) -> Optional[torch.Generator]:
+        """A request's own random stream (None when greedy), seeded by the seed and its prompt. One stream per
+        request, not per decode, so what a request samples does not depend on which others share the call or
+        its steps, or on when one of them ends (int tuples hash the same in every process)."""
+        if self.temperature <= 0:
+            return None
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(hash((self.seed, *prompt)) % 2**63)
+        return generator
+
+    def choose(
+        self, logits: torch.Tensor, matchers: list[Any], generators: list[Optional[torch.Generator]]
+    ) -> list[int]:
+        """Pick each row's next token; `logits` are [len(matchers), vocab], row j masked by matchers[j] and
+        sampled from generators[j]."""
         logits = logits.float()
         if self.grammar is not None:
             fill_bitmask(self.bitmask, matchers)
             apply_bitmask(logits, self.bitmask)
         if self.temperature > 0:
             probs = self.probabilities(logits)
-            return torch.multinomial(probs, 1, generator=self.generator).squeeze(1).tolist()
+            return [int(torch.multinomial(p, 1, generator=g)) for p, g in zip(probs, generators)]
         return logits.argmax(dim=-1).tolist()
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:

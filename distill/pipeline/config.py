@@ -23,7 +23,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "reuse", "reuse_from",
+    "reuse", "reuse_from", "stop_loops",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -80,6 +80,12 @@ class _PipelineSettings(BaseModel):
         description="an invalid answer is regenerated at max(role temperature, this) with a new seed; null = "
         "the same settings, as TRACE's code retries (at temperature 0 a local greedy model then repeats its "
         "invalid answer, e.g. a reasoning cut at the token limit, which is why it is not the default)",
+    )
+    stop_loops: bool = Field(
+        False,
+        description="end an answer as a failed attempt as soon as it loops (the `loop` quality check on what is "
+        "decoded so far) instead of at the token cap, where the quality gates would reject it anyway; the local "
+        "backend's continuous decoder only (an API answer cannot be cut short)",
     )
     temperatures: dict[str, float] = Field(
         default_factory=dict, description="per-role override of the registry default"

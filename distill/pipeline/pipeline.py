@@ -263,6 +263,7 @@ class Pipeline:
             seed=self.config.seed + attempt,
             top_p=self.config.top_p.get(spec.name, 1.0) if sampling else 1.0,
             min_p=self.config.min_p.get(spec.name, 0.0) if sampling else 0.0,
+            stop_loops=self.config.stop_loops,
         )
 
     def _generate(
@@ -308,6 +309,10 @@ class Pipeline:
         step.raw = result.text
         if result.error is not None:
             step.parsed, step.error = None, f"transport error: {result.error}"
+            return None
+        if result.gave_up is not None:  # ended early by the backend (stop_loops): a failed attempt
+            step.parsed, step.error = None, f"invalid output: {result.gave_up}"
+            step.events.append(f"attempt {attempt + 1}: {step.error}")
             return None
         try:
             parsed = parse_output(spec, result.text, self.stages, self.config.prompt_style)
