@@ -216,6 +216,21 @@ def split_dialogues(
     return splits
 
 
+def limit_leaves_out(picked: Sequence[Dialogue], split: Sequence[Dialogue], what: str) -> Optional[str]:
+    """A warning when a limited pick of a split misses emotions the split has, else None.
+
+    A limit takes the split's first dialogues; in a source ordered by emotion those can be one or two
+    classes, and a student trained on them learns to answer only those.
+    """
+    missing = sorted({d.emotion for d in split} - {d.emotion for d in picked})
+    if not missing:
+        return None
+    return (
+        f"warning: {what} leaves out {len(missing)} of the split's emotions ({', '.join(missing)}): "
+        "a student trained or scored on it never sees them"
+    )
+
+
 def _features():
     from datasets import Features, List, Value
 

@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     from data_prep.commands import not_a_directory
-    from data_prep.loaders import load_split
+    from data_prep.loaders import limit_leaves_out, load_split
     from distill.pipeline.pipeline import Pipeline
     from distill.pipeline.store import TraceStore
 
@@ -142,7 +142,9 @@ def _generate(args: argparse.Namespace) -> int:
     config = pipeline_config(args.config, data.get("pipeline"), args)
     dialogues = load_split(args.dialogues, args.split)
     if args.limit is not None:
-        dialogues = dialogues[: args.limit]
+        whole, dialogues = dialogues, dialogues[: args.limit]
+        if warning := limit_leaves_out(dialogues, whole, f"--limit {args.limit} on the {args.split} split"):
+            print(warning, file=sys.stderr)
     index = _load_index(args.index) if args.index else None
     store = TraceStore(args.out)
     backend = build_backend(args.config, data["backend"], args)

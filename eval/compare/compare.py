@@ -9,6 +9,7 @@ stored one.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -51,7 +52,7 @@ def load_config(path: str) -> CompareConfig:
 
 
 def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogue]:
-    from data_prep.loaders import load_split
+    from data_prep.loaders import limit_leaves_out, load_split
 
     if not Path(config.dialogues).exists():
         raise CompareError(
@@ -64,7 +65,11 @@ def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogu
         raise CompareError(f"{config_file}: dialogues: {err}") from None
     if not test:
         raise CompareError(f"{config_file}: split '{config.split}' of {config.dialogues} is empty")
-    return test[: config.limit] if config.limit else test
+    if not config.limit:
+        return test
+    if warning := limit_leaves_out(test[: config.limit], test, f"limit: {config.limit} on the {config.split} split"):
+        print(warning, file=sys.stderr)
+    return test[: config.limit]
 
 
 def load_index(config: CompareConfig, test: Sequence[Dialogue], config_file: str):

@@ -29,6 +29,7 @@ turns the point reports into curve.json, curve.md and curve.png after every poin
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -169,12 +170,16 @@ def load_curve_config(path: str) -> CurveConfig:
 
 def first_conversations(dialogues: str, split: str, n: int) -> set[str]:
     """The conv_ids of the first `n` conversations of a split, in the split's own order."""
-    from data_prep.loaders import load_split
+    from data_prep.loaders import limit_leaves_out, load_split
 
-    order = list(dict.fromkeys(d.conv_id for d in load_split(dialogues, split)))
+    whole = load_split(dialogues, split)
+    order = list(dict.fromkeys(d.conv_id for d in whole))
     if n > len(order):
         raise CompareError(f"points: {n} train conversations asked, the {split} split has {len(order)}")
-    return set(order[:n])
+    picked = set(order[:n])
+    if warning := limit_leaves_out([d for d in whole if d.conv_id in picked], whole, f"point {n}"):
+        print(warning, file=sys.stderr)
+    return picked
 
 
 def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace]:
@@ -228,7 +233,9 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     datasets = point / f"datasets-{student.name}"
-    train_stale(datasets, adapters, student.trains, budget, Path(config.train_config), card_example=False)
+    train_stale(
+        datasets, adapters, dict.fromkeys(student.trains, budget), Path(config.train_config), card_example=False
+    )
     adapters.mkdir(parents=True, exist_ok=True)
     for role in student.borrows:
         link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
