@@ -15,6 +15,7 @@ from data_prep.ed_formats import DataError, content_id
 from data_prep.loaders import (
     SAMPLE_PATH,
     SPLITS,
+    limit_leaves_out,
     load_dialogues,
     load_sample,
     load_split,
@@ -286,6 +287,23 @@ def test_cli_round_trip_equals_the_originals(tmp_path, capsys):
     assert load_split(out, "valid") == splits["validation"]
     with pytest.raises(DataError, match="no split 'dev2'"):
         load_split(out, "dev2")
+
+
+def test_a_limit_on_the_shipped_sample_sees_every_emotion_and_one_that_does_not_warns():
+    """The sample is in a seeded, mixed order: any limit a user starts with trains and scores on every class."""
+    from eval.quickstart import SAMPLE_SPLIT_RATIOS
+
+    ratios = [float(r) for r in SAMPLE_SPLIT_RATIOS.split(",")]
+    for splits in (split_dialogues(load_sample(), seed=0), split_dialogues(load_sample(), seed=0, ratios=ratios)):
+        for name, limit in (("train", 24), ("test", 12)):
+            assert limit_leaves_out(splits[name][:limit], splits[name], "x") is None, name
+    train = split_dialogues(load_sample(), seed=0)["train"]
+    angry = [d for d in train if d.emotion == "anger"]
+    warning = limit_leaves_out(angry, train, "--limit 5 on the train split")
+    assert warning == (
+        "warning: --limit 5 on the train split leaves out 5 of the split's emotions "
+        "(disgust, fear, happiness, sadness, surprise): a student trained or scored on it never sees them"
+    )
 
 
 def test_split_is_by_conversation_seeded_and_stratified():

@@ -13,7 +13,8 @@ from eval.quickstart import headline, main
 
 # No card examples: each decodes to its role's token cap on these barely trained adapters, and the README
 # workflow test and test_train cover them
-SMALL = ["--train-limit", "4", "--test-limit", "2", "--max-tokens-budget", "300", "--no-judge", "--no-card-example"]
+SMALL = ["--train-limit", "4", "--test-limit", "2", "--no-judge", "--no-card-example"]
+SMALL += ["--role-budgets", "asi=400,cae=300,srp=300,ers=300"]
 
 
 @pytest.mark.slow
@@ -25,13 +26,15 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     for role in ("asi", "cae", "srp", "ers"):
         meta = json.loads((out / "adapters" / role / "trace_distill_adapter.json").read_text())
         assert meta["role"] == role and "example" not in meta  # --no-card-example reached train
+        assert meta["train_config"]["max_tokens_budget"] == (400 if role == "asi" else 300)  # --role-budgets
         assert (out / "datasets" / role / "dataset_dict.json").is_file()
     report = json.loads((out / "eval" / "report.json").read_text())
-    assert {s["name"] if isinstance(s, dict) else s for s in report["systems"]} >= {"teacher", "student", "base"}
-    assert (out / "eval" / "report.md").is_file()
+    # the teacher is the untuned model prompted: no base row repeating its outputs
+    assert [s["name"] for s in report["systems"]] == ["teacher", "student"]
     assert f"report: {out / 'eval' / 'report.md'}" in first
-    assert "result: the distilled student's emotion accuracy minus the untuned base's is " in first
-    assert "| base (the same outputs as teacher) |" in (out / "eval" / "report.md").read_text()
+    assert "result: the distilled student's emotion accuracy minus its teacher's is " in first
+    md = (out / "eval" / "report.md").read_text()
+    assert "- `student`: the same model with one LoRA adapter per role" in md and "- `teacher`: the untuned" in md
     assert "reusing" not in first
     card = (out / "adapters" / "asi" / "README.md").read_text()  # the model card carries the eval figures
     assert "| emotion accuracy (I-ACC, 6 classes) [95% CI] |" in card and "| test dialogues | 2 |" in card
@@ -118,9 +121,26 @@ def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3}
 
 
+def test_role_budgets_override_the_defaults_and_refuse_unknown_roles(capsys):
+    from eval.quickstart import ROLE_BUDGETS, _budgets
+
+    assert _budgets("asi=5") == {**ROLE_BUDGETS, "asi": 5}
+    assert set(ROLE_BUDGETS) == set(ROLES)
+    with pytest.raises(SystemExit):
+        main(["--role-budgets", "asj=5"])
+    assert "unknown role 'asj' (roles: asi, cae, srp, ers)" in capsys.readouterr().err
+
+
 def test_headline_states_the_paired_result_with_its_interval(tmp_path):
     path = tmp_path / "report.json"
-    paired = {"metric": "i_acc", "pair": ["base", "student"], "diff": -0.25, "ci_low": -0.5, "ci_high": -0.05, "n": 16}
+    paired = {
+        "metric": "i_acc",
+        "pair": ["teacher", "student"],
+        "diff": -0.25,
+        "ci_low": -0.5,
+        "ci_high": -0.05,
+        "n": 16,
+    }
     path.write_text(json.dumps({"paired": [paired]}))
     line = headline(path)
     assert "is +0.25 (paired bootstrap 95% CI [+0.05, +0.50], n = 16 test dialogues)" in line

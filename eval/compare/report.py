@@ -285,6 +285,7 @@ def _notes(report: dict) -> list[str]:
         if spec.note and settings is not None:
             notes.append(spec.note.format(**settings))
     notes.append(f"Agreement is with `{st['reference_system']}` on the same dialogue ids.")
+    notes += [f"`{s['name']}`: {s['about']}" for s in report.get("config", {}).get("systems", []) if s.get("about")]
     methods = {s["cost"].get("memory_method") for s in report["systems"]} - {None}
     if methods:
         notes.append("Peak memory: " + "; ".join(sorted(methods)) + ".")

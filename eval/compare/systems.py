@@ -50,6 +50,7 @@ class SystemSpec(BaseModel):
     backend: Optional[dict[str, Any]] = Field(None, description="backend config, as in distill's YAML `backend:`")
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
     probe: Optional[ProbeSpec] = Field(None, description="a logistic-regression emotion probe (emotion only)")
+    about: str = Field("", description="what the system is and what it learned from whom; report.md shows it")
 
     @model_validator(mode="after")
     def _one_source(self) -> SystemSpec:

@@ -7,7 +7,7 @@ token budget; otherwise it is trained again with the command a user would type (
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
 
@@ -37,27 +37,30 @@ def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Option
 def train_stale(
     datasets: Path,
     adapters: Path,
-    roles: Sequence[str],
-    max_tokens_budget: int,
+    budgets: Mapping[str, int],
     config: Path = CPU_TRAIN_CONFIG,
     card_example: bool = True,
 ) -> dict[str, str]:
-    """Train the roles whose adapters are stale, in one `python -m train` run; returns role -> why trained.
+    """Train the roles of `budgets` (role -> training tokens) whose adapters are stale, one `python -m train`
+    run per budget; returns role -> why trained.
 
     card_example=False skips the card's example answer, which decodes up to the role's token cap per adapter."""
-    stale = {r: why for r in roles if (why := stale_reason(adapters / r, datasets / r, max_tokens_budget))}
-    if not stale:
-        return {}
+    stale = {r: why for r, n in budgets.items() if (why := stale_reason(adapters / r, datasets / r, n))}
     for role, why in stale.items():
         if why != "not trained yet":
             print(f"retraining {role}: {why}", flush=True)
+    for budget in dict.fromkeys(budgets[r] for r in stale):
+        roles = [r for r in stale if budgets[r] == budget]
+        argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
+        argv += ["--roles", ",".join(roles), "--max_tokens_budget", str(budget)]
+        argv += [] if card_example else ["--card_example", "false"]
+        _train(argv, roles)
+    return stale
+
+
+def _train(argv: list[str], roles: Sequence[str]) -> None:
     from train.__main__ import main as train_main
 
-    argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
-    argv += ["--roles", ",".join(stale), "--max_tokens_budget", str(max_tokens_budget)]
-    argv += [] if card_example else ["--card_example", "false"]
     print(f"$ python -m train {shlex.join(argv)}", flush=True)
-    rc = train_main(argv)
-    if rc:
-        raise SystemExit(f"training {', '.join(stale)} failed (exit {rc}); rerun to resume from here")
-    return stale
+    if rc := train_main(argv):
+        raise SystemExit(f"training {', '.join(roles)} failed (exit {rc}); rerun to resume from here")
