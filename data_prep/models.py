@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +30,7 @@ SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIASES = {SMOLLM2_ALIAS: SMOLLM2_HUB_ID, MINILM_ALIAS: MINILM_HUB_ID}
+Need = Literal["model", "tokenizer"]  # what a local folder must hold
 
 
 class ModelNotAvailable(RuntimeError):
@@ -110,13 +111,48 @@ def _publish(tmp: Path, out: Path) -> None:
             raise
 
 
-def resolve_model(name: str) -> str:
+def check_model_name(name: str, need: Need = "model") -> None:
+    """What `resolve_model` refuses, found without converting or downloading anything, so a config can be
+    checked when it loads: a local path that holds no model (or no tokenizer, for ``need="tokenizer"``), or a
+    name that is neither an alias, an existing path, nor a hub id ``owner/name``."""
+    if name.strip().lower() in ALIASES:
+        return
+    path = Path(name).expanduser()
+    if path.exists():
+        if why := _not_loadable(path, need):
+            raise ModelNotAvailable(f"'{name}' {why}: give a model folder, a hub id or an alias ({', '.join(ALIASES)})")
+        return
+    if name.count("/") > 1 or name.startswith((".", "/", "~")):  # a path, not a hub id ('owner/name' or 'gpt2')
+        raise ModelNotAvailable(
+            f"'{name}' is neither an alias ({', '.join(ALIASES)}), an existing local path, nor a hub id 'owner/name'."
+        )
+
+
+def _not_loadable(path: Path, need: Need) -> str | None:
+    """Why `from_pretrained` could not load a model (or a tokenizer) from an existing local path, else None."""
+    if not path.is_dir():
+        return f"is a file, not a {need} folder"
+    names = {p.name for p in path.iterdir()}
+    if need == "tokenizer":
+        found = names & {"tokenizer.json", "tokenizer_config.json"}
+        return None if found else "is a directory but holds no tokenizer (no tokenizer.json or tokenizer_config.json)"
+    if "config.json" not in names:
+        if "adapter_config.json" in names:
+            return "is a LoRA adapter, not a model (no config.json; pass it as the adapters, its base as the model)"
+        return "is a directory but holds no model (no config.json)"
+    if not any(n.endswith((".safetensors", ".bin")) for n in names):
+        return "holds a config.json but no weights (no *.safetensors or *.bin file)"
+    return None
+
+
+def resolve_model(name: str, need: Need = "model") -> str:
     """Turn an alias, a local path or a hub id into something ``from_pretrained`` can load offline.
 
     Returns a local directory: the converted cache for ``smollm2-135m``, the packaged weights for
-    ``minilm``, the path itself for an existing path, or the snapshot directory of a hub id (taken
-    from the local HF cache, or downloaded when the hub is reachable). Anything else raises
-    ``ModelNotAvailable`` with one sentence saying what to do.
+    ``minilm``, the path itself for an existing path that holds a model (`check_model_name`; a tokenizer
+    alone for ``need="tokenizer"``), or the snapshot directory of a hub id (taken from the local HF cache,
+    or downloaded when the hub is reachable). Anything else raises ``ModelNotAvailable`` with one sentence
+    saying what to do, before anything loads.
     """
     alias = name.strip().lower()
     if alias == SMOLLM2_ALIAS:
@@ -128,6 +164,7 @@ def resolve_model(name: str) -> str:
         return str(out)
     if alias == MINILM_ALIAS:
         return str(minilm_dir())
+    check_model_name(name, need)
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
     return _resolve_hub_id(name)
@@ -148,10 +185,6 @@ def hub_id(name: str) -> str | None:
 
 
 def _resolve_hub_id(name: str) -> str:
-    if name.count("/") != 1 or name.startswith((".", "/")):
-        raise ModelNotAvailable(
-            f"'{name}' is neither an alias ({', '.join(ALIASES)}), an existing local path, nor a hub id 'owner/name'."
-        )
     try:
         from huggingface_hub import snapshot_download
 

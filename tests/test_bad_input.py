@@ -78,6 +78,9 @@ def _files(root: Path) -> dict[str, Path]:
         "latin1.txt": "seeker: \xe9nervant\n".encode("latin-1"),
         "local.yaml": b"backend: {type: local, model: smollm2-135m}\npipeline: {rag: false}\n",
         "bad_model.yaml": b"backend: {type: local, model: /no/such/model}\n",
+        # issue 50: a folder that holds no model (relative to the case's working directory)
+        "no_model.yaml": b"backend: {type: local, model: empty_dir}\n",
+        "eval_no_ppl_model.yaml": b"dialogues: x\nsystems: [{name: a, traces: r}]\nppl: {model: /etc}\n",
         "train_report.yaml": b"report_to: bogus\n",
         "train_empty.yaml": b"",
     }
@@ -100,25 +103,34 @@ def dialogues_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory, tiny_dialogues) -> dict[str, str]:
-    """Valid inputs that are not single files: a role dataset folder (and a corrupt copy), a model folder
-    holding only a config (enough for the checks that run before weights load), and a trace run."""
+def built(tmp_path_factory, tiny_dialogues, dialogues_dir) -> dict[str, str]:
+    """Valid inputs that are not single files: a role dataset folder (and a corrupt copy), a tiny random model
+    folder (the checks that run before weights load use its config), the same config without weights, a trace
+    run, and a compare config whose one generated system names a folder that holds no model."""
+    import yaml
     from datasets import Dataset, DatasetDict
     from test_datasets import make_trace, write_run
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("built")
     row = {"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", "content": "{}"}]}
     DatasetDict(train=Dataset.from_list([row] * 4)).save_to_disk(str(root / "roles" / "asi"))
     shutil.copytree(root / "roles", root / "roles_corrupt")
     (root / "roles_corrupt" / "asi" / "dataset_dict.json").write_text('{"splits": ["train"')
-    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
-        root / "config_only_model"
+    config = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=32
     )
+    LlamaForCausalLM(config).save_pretrained(root / "tiny_model")
+    config.save_pretrained(root / "config_only_model")
     write_run(root / "trace_run", [make_trace(d) for d in tiny_dialogues[:2]], split="train")
-    return {name: str(root / name) for name in ("roles", "roles_corrupt", "config_only_model", "trace_run")}
+    system = {"name": "s", "backend": {"type": "local", "model": "/etc"}, "pipeline": {"rag": False}}
+    compare = {"dialogues": dialogues_dir, "split": "train", "systems": [system], "ppl": None, "bertscore": None}
+    (root / "compare_no_model.yaml").write_text(yaml.safe_dump(compare))
+    names = ("roles", "roles_corrupt", "tiny_model", "config_only_model", "trace_run", "compare_no_model.yaml")
+    return {name: str(root / name) for name in names}
 
 
+_NO_MODEL = "'{}' is a directory but holds no model (no config.json): give a model folder, a hub id or an alias"
 # (cli, argv with {name} placeholders for the files above, a piece of the message)
 CASES = [
     ("data_prep", "dialogues --source {missing.csv} --out {out}", "missing.csv"),
@@ -186,13 +198,12 @@ CASES = [
     ("train", "--output_dir {existing_file}", "field 'output_dir'"),
     (
         "train",
-        "--model_name_or_path {config_only_model} --lora_target_modules nonexistent_proj --dataset_name {roles} "
-        "--roles asi",
+        "--model_name_or_path {tiny_model} --lora_target_modules nonexistent_proj --dataset_name {roles} --roles asi",
         "field 'lora_target_modules': 'nonexistent_proj' matches no layer",
     ),
     (
         "train",
-        "--model_name_or_path {config_only_model} --lora_target_modules q_proj nonexistent_proj "
+        "--model_name_or_path {tiny_model} --lora_target_modules q_proj nonexistent_proj "
         "--dataset_name {roles} --roles asi",
         "'nonexistent_proj' matches no layer",
     ),
@@ -224,6 +235,15 @@ CASES = [
     ("train", "--model_name_or_path {missing_dir} --dataset_name {roles} --roles asi", "field 'model_name_or_path'"),
     # 13. the default datasets folder is not looked up on the hub
     ("train", "--config {train_empty.yaml}", "runs/datasets/asi: no dataset for role 'asi' (build it"),
+    # issue 50: a model path that holds no model, refused before anything loads
+    ("train", "--model_name_or_path /etc --dataset_name {roles} --roles asi", _NO_MODEL.format("/etc")),
+    ("train", "--model_name_or_path {config_only_model} --dataset_name {roles} --roles asi", "but no weights"),
+    ("distill", "generate --config {no_model.yaml} --dialogues {dialogues} --out {out}", _NO_MODEL.format("empty_dir")),
+    ("distill", "serve --model {empty_dir}", "empty_dir' is a directory but holds no model (no config.json)"),
+    ("distill", "serve --model {roles}", "roles' is a directory but holds no model (no config.json)"),
+    ("eval", "compare --config {compare_no_model.yaml} --out {out}", _NO_MODEL.format("/etc")),
+    ("eval", "compare --config {eval_no_ppl_model.yaml} --out {out}", "field 'ppl.model': " + _NO_MODEL.format("/etc")),
+    ("eval", "score --responses {bom_quoted.csv} --column response --ppl-model /etc", _NO_MODEL.format("/etc")),
 ]
 
 

@@ -84,6 +84,8 @@ def test_unknown_hub_id_fails_fast_offline(monkeypatch):
 
 
 def test_existing_local_path_is_returned(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder's two parts; nothing is loaded here
+    (tmp_path / "model.safetensors").write_bytes(b"")
     assert resolve_model(str(tmp_path)) == str(tmp_path)
 
 

@@ -77,7 +77,7 @@ def resolve_tokenizer(tokenizer: Union[str, Tokenizer], vocab_size: Optional[int
 
     from data_prep.models import resolve_model
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
+    tok = AutoTokenizer.from_pretrained(resolve_model(tokenizer, need="tokenizer"))
     return (lambda text: tok.encode(text, add_special_tokens=False)), vocab_size or len(tok)
 
 
