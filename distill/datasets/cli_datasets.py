@@ -61,17 +61,25 @@ def run(args: argparse.Namespace) -> int:
         rationale_share=args.rationale_share,
         quality=args.quality,
         quality_thresholds=_changed_thresholds(args.quality_thresholds),
+        keep_unfiltered_when_empty=args.keep_unfiltered_when_empty,
     )
     report = BuildReport(problems=list(problems))
     built = build_role_datasets(traces, roles, options, report, info)
+    for line in report.lines():
+        print(line, file=sys.stderr)
+    if report.emptied:  # before anything is saved: no role of this build sits beside an older build's
+        thresholds = f"the thresholds of {args.quality_thresholds}" if args.quality_thresholds else "the thresholds"
+        failed = "; ".join(f"role {role}: {why}" for role, why in report.emptied.items())
+        raise ValueError(
+            f"{args.traces}: {failed}; nothing saved: loosen {thresholds}, fix the teacher, or pass "
+            "--keep-unfiltered-when-empty to train on the rows unfiltered"
+        )
     out = Path(args.out)
     save_role_datasets(built, out, traces, info, options, report, Path(args.traces))
     if args.joint and built:
         from distill.datasets.sft_tasks import JOINT, joint_dataset
 
         joint_dataset(built, args.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in SPLITS})
-    for line in report.lines():
-        print(line, file=sys.stderr)
     if not built:
         print(f"error: no role dataset built from {len(traces)} traces in {args.traces}", file=sys.stderr)
         return 1
@@ -130,6 +138,12 @@ def add_row_filters(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--quality-thresholds", default=None, help="YAML of QualityThresholds fields to change (docs/quality.md)"
+    )
+    parser.add_argument(
+        "--keep-unfiltered-when-empty",
+        action="store_true",
+        help="when the quality filter would leave a role no rows to train on, keep its rows unfiltered (the card "
+        "says so) instead of failing the role",
     )
     parser.add_argument("--no-dedup", action="store_true", help="keep duplicate (prompt, completion) pairs")
 

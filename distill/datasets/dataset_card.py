@@ -165,7 +165,10 @@ def quality_section(role: str, quality: dict[str, Any]) -> str:
         every = ", ".join(f"`{c}`" for c in quality["unfiltered"])
         done += f" (except on {every}: filtering on it left no rows to train on)"
     if quality.get("kept_failing"):
-        done = "meant to be dropped, but filtering left no rows to train on, so all were kept"
+        done = (
+            "meant to be dropped, but filtering left no rows to train on, so all were kept "
+            "(`--keep-unfiltered-when-empty`)"
+        )
     rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name, c in CHECKS.items() if role in c.roles)
     return f"""Mode `{mode}`: rows whose own `{role}` output failed a check were {done}. A row can fail more than \
 one check.

@@ -38,6 +38,9 @@ class DatasetOptions:
     # answers, not the teacher's, so no check reads them.
     quality: QualityMode = "filter"
     quality_thresholds: dict[str, Any] = field(default_factory=dict)  # QualityThresholds fields to change
+    # when filtering leaves a role no rows to train on (and no single check that every failing row fails can be
+    # set aside), train on its rows unfiltered rather than fail the role
+    keep_unfiltered_when_empty: bool = False
 
 
 @dataclass
@@ -48,7 +51,7 @@ class RoleCounts:
     rows: dict[str, int] = field(default_factory=dict)  # per split, after the conversation split
     quality: Counter = field(default_factory=Counter)  # check -> rows whose own output failed it
     quality_mode: QualityMode = "off"  # what was done with those rows (`quality_mode`)
-    kept_failing: bool = False  # filter would have left no train rows, whatever it ignored: all were kept
+    kept_failing: bool = False  # filter would have left no train rows: all were kept (keep_unfiltered_when_empty)
     # checks every failing row failed, set aside because filtering on them left no train rows
     unfiltered: list[str] = field(default_factory=list)
 

@@ -43,12 +43,14 @@ class BuildReport:
     counts: dict[str, RoleCounts] = field(default_factory=dict)
     skipped_roles: dict[str, str] = field(default_factory=dict)  # role -> why no dataset was built
     problems: list[str] = field(default_factory=list)  # store problems (bad lines, foreign files)
+    # role -> why the quality filter left it no rows to train on: the role failed, no dataset built
+    emptied: dict[str, str] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         out = [f"problem: {p}" for p in self.problems]
         for role, c in self.counts.items():
             drops = ", ".join(f"{why} {n}" for why, n in sorted(c.dropped.items())) or "none"
-            rows = ", ".join(f"{s} {n}" for s, n in c.rows.items())
+            rows = ", ".join(f"{s} {n}" for s, n in c.rows.items()) or "no dataset"
             flagged = ", ".join(f"{check} {n}" for check, n in sorted(c.quality.items())) or "none failed"
             quality = f"quality {c.quality_mode} [{flagged}]" if c.quality_mode != "off" else "quality off"
             if c.unfiltered or c.kept_failing:
@@ -210,7 +212,12 @@ def build_role_datasets(
     for role in wanted:
         rows, counts = _collect(role, traces, set(run_roles), options, failing)
         if not _trains(rows, held_out) and counts.dropped.get(QUALITY_DROP):
+            strict = counts
             rows, counts = _filter_what_selects(role, traces, set(run_roles), options, failing, held_out)
+            if counts.kept_failing and not options.keep_unfiltered_when_empty:
+                report.counts[role] = strict
+                report.emptied[role] = _emptied(strict)
+                continue
         report.counts[role] = counts
         if not rows:
             report.skipped_roles[role] = "no rows kept"
@@ -328,13 +335,15 @@ def _filter_what_selects(
     failing: dict,
     held_out: set[str],
 ) -> tuple[list[dict], RoleCounts]:
-    """`filter` left `role` nothing to train on. A check that every failing row fails cannot choose among
+    """`filter` left `role` nothing to train on. A single check that every failing row fails cannot choose among
     them (the embedded 135M teacher's cae triggers are almost never spans of the seeker's turns, and the few
-    rows that pass may all be held out): filter on the other checks, and when even that leaves nothing to
-    train on, keep the rows. Either way the counts say so, loudly, so the role can still be trained and the
-    run still tells what its teacher wrote badly."""
+    rows that pass may all be held out): filter on the other checks, and say so, loudly, so the role can still
+    be trained and the run still tells what its teacher wrote badly. When even that leaves nothing to train on
+    (or every failing row fails two checks or more), the rows are kept with `kept_failing` set: the caller
+    fails the role unless `keep_unfiltered_when_empty` asks for them."""
     learned = [{c for c, hit in checks.items() if hit} for (_, r), checks in failing.items() if r == role]
     every = set.intersection(*[s for s in learned if s]) if any(learned) else set()
+    every = every if len(every) == 1 else set()  # two checks every row fails are not one teacher's blind spot
     relaxed = {k: {c: hit and c not in every for c, hit in checks.items()} for k, checks in failing.items()}
     rows, counts = _collect(role, traces, run_roles, options, relaxed)
     if not _trains(rows, held_out):
@@ -342,6 +351,16 @@ def _filter_what_selects(
         counts.kept_failing = True
     counts.unfiltered = sorted(every)
     return rows, counts
+
+
+def _emptied(counts: RoleCounts) -> str:
+    """Why the quality filter leaves a role no rows to train on: the checks its rows failed, and how many."""
+    failed = ", ".join(f"{check} {n}" for check, n in sorted(counts.quality.items()))
+    held = f"; the {counts.kept} that pass are all held out for validation" if counts.kept else ""
+    return (
+        f"the quality filter leaves no rows to train on: {counts.dropped[QUALITY_DROP]} of {counts.read} rows "
+        f"fail a check ({failed}){held}"
+    )
 
 
 def _collect(
