@@ -15,12 +15,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
+from pydantic import ValidationError
 
 from data_prep.dialogues import Dialogue
 from eval.compare.cost import cost_and_speed
 from eval.compare.paired import ALPHA, human_gold, paired_comparisons
 from eval.compare.run_figures import reflection_figures, retries_per_role, trace_quality
-from eval.compare.systems import CompareConfig, CompareError, SystemRun, check_index_disjoint, collect_systems
+from eval.compare.systems import (
+    CompareConfig,
+    CompareError,
+    SystemRun,
+    check_index_disjoint,
+    collect_systems,
+    first_error,
+)
 from eval.metrics.accuracy import schema_valid_rate, teacher_agreement
 from eval.metrics.diversity import human_ratios
 from eval.metrics.registry import METRICS, Sample, score_sample
@@ -42,12 +50,9 @@ def load_config(path: str) -> CompareConfig:
         raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     try:
         return CompareConfig.model_validate(raw)
+    except ValidationError as err:
+        raise CompareError(f"{path}: {first_error(err)}") from None
     except Exception as err:
-        errors = getattr(err, "errors", lambda: [])()
-        if errors:
-            first = errors[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-            raise CompareError(f"{path}: field '{where}': {first['msg']}") from None
         raise CompareError(f"{path}: {err}") from None
 
 

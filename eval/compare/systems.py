@@ -12,11 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from data_prep.dialogues import Dialogue
+from data_prep.models import ModelNotAvailable, check_model_name
+from distill.backends import BACKEND_TYPES
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
 from eval.compare.cost import PeakRSS
@@ -30,6 +32,34 @@ SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's -
 
 class CompareError(ValueError):
     """A comparison that cannot run as configured; the message is one line naming the file/field."""
+
+
+def first_error(err: ValidationError) -> str:
+    """A config's first validation error in one line: `field 'where': message`, or the message alone for a check
+    of the whole config (whose message starts with the key it names)."""
+    first = err.errors()[0]
+    where, message = ".".join(str(p) for p in first["loc"]), first["msg"].removeprefix("Value error, ")
+    return f"field '{where}': {message}" if where else message
+
+
+def _known_paper(name: Optional[str]) -> Optional[str]:
+    if name is not None:
+        load_paper_reference(name)  # fails when the config loads, before any system is generated
+    return name
+
+
+def loadable_model(name: str) -> str:
+    """`name` when `resolve_model` can take it (`check_model_name`), else a ValueError for pydantic to report."""
+    try:
+        check_model_name(name)  # a local path must hold a model: found now, not after every system generated
+    except ModelNotAvailable as err:  # a RuntimeError, which pydantic would not report as a field's error
+        raise ValueError(str(err)) from None
+    return name
+
+
+# `paper_reference:` of a compare or a curve config: a shipped table (trace-table1) or a JSON file
+PaperReference = Annotated[Optional[str], AfterValidator(_known_paper)]
+ModelName = Annotated[str, AfterValidator(loadable_model)]  # an alias, a model folder or a hub id
 
 
 class ProbeSpec(BaseModel):
@@ -58,6 +88,11 @@ class SystemSpec(BaseModel):
             raise ValueError(f"system '{self.name}': give exactly one of 'traces', 'backend' or 'probe'")
         if self.traces is not None and self.pipeline:
             raise ValueError(f"system '{self.name}': 'pipeline' only applies to a generated system (with 'backend')")
+        if self.backend is not None and self.backend.get("type") not in BACKEND_TYPES:
+            known = ", ".join(BACKEND_TYPES)
+            raise ValueError(
+                f"system '{self.name}': backend needs a 'type', one of {known}; got {self.backend.get('type')!r}"
+            )
         return self
 
 
@@ -73,7 +108,7 @@ class JudgeSpec(BaseModel):
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics.registry)
+    model: ModelName = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics.registry)
     context: PplContext = METRICS["ppl"].settings["context"]
     batch_size: int = METRICS["ppl"].settings["batch_size"]
 
@@ -81,7 +116,7 @@ class PplSpec(BaseModel):
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = METRICS["bertscore_f1"].settings["model"]
+    model: ModelName = METRICS["bertscore_f1"].settings["model"]
     num_layers: Optional[int] = METRICS["bertscore_f1"].settings["num_layers"]
     batch_size: int = METRICS["bertscore_f1"].settings["batch_size"]
 
@@ -111,7 +146,7 @@ class CompareConfig(BaseModel):
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
     ead: EadSpec = Field(default_factory=EadSpec)
-    paper_reference: Optional[str] = Field(
+    paper_reference: PaperReference = Field(
         None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
     )
 
@@ -125,13 +160,6 @@ class CompareConfig(BaseModel):
             if name and name not in names:
                 raise ValueError(f"{where}: no system named '{name}' (systems: {', '.join(names)})")
         return self
-
-    @field_validator("paper_reference")
-    @classmethod
-    def _known_paper(cls, name: Optional[str]) -> Optional[str]:
-        if name is not None:
-            load_paper_reference(name)  # fails here, before any system is generated
-        return name
 
     def reference_system(self) -> str:
         return self.reference or (self.judge.against if self.judge else self.systems[0].name)

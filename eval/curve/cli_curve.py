@@ -32,9 +32,8 @@ USER_ERRORS = (CompareError, ValueError)  # one line, exit 2 (data_prep.commands
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_curve_config(args.config)
-    if getattr(args, "points", None):
-        config = config.model_copy(update={"points": args.points})
+    points = getattr(args, "points", None)
+    config = load_curve_config(args.config, **({"points": points} if points else {}))  # validated as one
     curve = run_curve(config, Path(args.out), args.config)
     print("\n".join(headline(curve)))
     print(f"report: {Path(args.out) / CURVE_MD}")

@@ -33,16 +33,24 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
-from eval.compare.systems import SYSTEMS_DIR, BertScoreSpec, CompareError, PplSpec
+from eval.compare.systems import (
+    SYSTEMS_DIR,
+    BertScoreSpec,
+    CompareError,
+    PaperReference,
+    PplSpec,
+    first_error,
+    loadable_model,
+)
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
 from eval.curve.students import (
     EMOTION_ONLY,
@@ -71,7 +79,9 @@ class CurveConfig(BaseModel):
     train_split: str = "train"
     test_split: str = "test"
     test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
-    points: list[int] = Field(min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]")
+    points: list[Annotated[int, Field(ge=1)]] = Field(
+        min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]"
+    )
     students: list[Literal["traces", "direct", "rationale", "teacher-reply", "joint"]] = Field(
         default_factory=lambda: ["traces", "direct", "rationale"]
     )
@@ -92,7 +102,7 @@ class CurveConfig(BaseModel):
     backend: dict[str, Any] = Field(
         default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
     )
-    paper_reference: Optional[str] = Field(
+    paper_reference: PaperReference = Field(
         None, description="published rows shown beside the largest point (a shipped table, e.g. trace-table1)"
     )
     base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
@@ -111,6 +121,43 @@ class CurveConfig(BaseModel):
                 raise ValueError(f"students: '{name}' trains more than asi; task 'emotion' runs asi alone")
         if self.task == "emotion" and any(v.decoding for v in self.variants):
             raise ValueError("variants: decoding changes how replies are sampled; task 'emotion' runs asi alone")
+        return self
+
+    @field_validator("backend")
+    @classmethod
+    def _runnable_model(cls, backend: dict[str, Any]) -> dict[str, Any]:
+        if backend.get("type") == "local":  # the model every student runs: checked as compare checks a metric's
+            loadable_model(backend.get("model", "smollm2-135m"))
+        return backend
+
+    @model_validator(mode="after")
+    def _compare_accepts(self) -> CurveConfig:
+        """What a point's `eval compare` would refuse after its adapters trained, refused when the config loads:
+        the smallest point's systems and pipelines, built as `run_point` builds them, through compare's config."""
+        from distill.pipeline.config import PipelineConfig
+        from eval.compare.systems import CompareConfig
+
+        n, point = min(self.points), Path(f"n{min(self.points)}")
+        variants = {v.name: f"variants.{i}{'.decoding' if v.decoding else ''}" for i, v in enumerate(self.variants)}
+        systems = []
+        for student in self.ordered_students():
+            try:
+                systems.append(student_system(student, point / f"adapters-{student.name}", self))
+                PipelineConfig(**systems[-1]["pipeline"])
+            except ValidationError as err:
+                key = variants.get(student.name, f"students ({student.name})")
+                raise ValueError(f"{key}: {first_error(err)}") from None
+        systems += anchor_systems(n, point.parent, self)
+        if not systems:
+            raise ValueError("students: none, and base and probe are off: each point would score nothing")
+        try:
+            CompareConfig.model_validate(point_compare(point, systems, self))
+        except ValidationError as err:
+            where = err.errors()[0]["loc"]
+            key = {"limit": "test_limit", "split": "test_split"}.get(where[0], where[0])
+            if where[0] == "systems":  # the probe learns from a point's N dialogues; a student runs the backend
+                key = "points" if systems[where[1]]["name"] == PROBE else "backend"
+            raise ValueError(f"{key}: eval compare refuses it: {first_error(err)}") from None
         return self
 
     def ordered_students(self) -> list[Student]:
@@ -151,18 +198,19 @@ class CurveConfig(BaseModel):
         return n * per_conversation if per_conversation else self.max_tokens_budget
 
 
-def load_curve_config(path: str) -> CurveConfig:
+def load_curve_config(path: str, **overrides: Any) -> CurveConfig:
+    """The curve YAML, validated with `overrides` (the CLI's --points) in place; one line naming the key."""
     file = Path(path)
     if not file.is_file():
         raise CompareError(f"{path}: no such config file")
     try:
-        return CurveConfig.model_validate(yaml.safe_load(file.read_text(encoding="utf-8")) or {})
+        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    except ValueError as err:
-        errors = getattr(err, "errors", lambda: [])()
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "(top level)"
-        raise CompareError(f"{path}: field '{where}': {errors[0]['msg'] if errors else err}") from None
+    try:
+        return CurveConfig.model_validate({**raw, **overrides} if isinstance(raw, dict) else raw)
+    except ValidationError as err:
+        raise CompareError(f"{path}: {first_error(err)}") from None
 
 
 # --- the traces of one point -----------------------------------------------------------------------
@@ -320,11 +368,17 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
         if _adapter_stamps(adapters, student.trains + student.borrows) != before[student.name]:
             shutil.rmtree(system_run(point, student.name), ignore_errors=True)
         systems.append(student_system(student, adapters, config))
+    return run_compare(point, point_compare(point, systems + anchor_systems(n, out, config), config))
+
+
+def anchor_systems(n: int, out: Path, config: CurveConfig) -> list[dict[str, Any]]:
+    """A point's systems beside the students: the probe trained on its N dialogues, the base generated once."""
+    systems: list[dict[str, Any]] = []
     if config.probe:
         systems.append({"name": PROBE, "probe": {"split": config.train_split, "limit": n}})
     if config.base:
         systems.append({"name": BASE, "traces": str(out / BASE)})
-    return run_compare(point, point_compare(point, systems, config))
+    return systems
 
 
 def _adapter_stamps(adapters: Path, roles: Sequence[str]) -> dict[str, Optional[str]]:
