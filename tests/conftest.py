@@ -108,7 +108,33 @@ def smollm_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm_path) -> str:
+    """A random 2-layer llama saved with the real tokenizer, so the backends and training load it like any model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    cfg = AutoConfig.from_pretrained(smollm_path)
+    cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size = 2, 64, 128
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 4, 2, 16
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    out = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm_path).save_pretrained(out)
+    return str(out)
+
+
+def require_shared_data(path: Path) -> Path:
+    """`path`, a file of ../shared/data; when it is missing the test skips saying where it looked, except under
+    CI (`CI=true` in the environment), where it fails: CI must run the real-data tests, never skip them."""
+    if path.is_file():
+        return path
+    why = f"real data not present at {path}"
+    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        pytest.fail(f"{why} (CI={os.environ['CI']}: the real-data tests must run)", pytrace=False)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
 def shared_ed_csv() -> Path:
-    if not SHARED_ED.is_file():
-        pytest.skip(f"real ED data not present at {SHARED_ED}")
-    return SHARED_ED
+    return require_shared_data(SHARED_ED)

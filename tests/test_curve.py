@@ -127,6 +127,24 @@ def test_oracle_config_names_only_answers_that_exist():
     assert PipelineConfig(oracle={"asi": "gold", "ers": "gold"}).oracle == {"asi": "gold", "ers": "gold"}
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"reuse": ["cae"]}, r"reuse: \['cae'\] must be the first stages in order"),
+        ({"reuse": ["asi", "srp"]}, "must be the first stages in order"),  # cae runs between them
+        ({"reuse": ["asi"], "oracle": {"asi": "gold"}}, r"reuse: \['asi'\] also has an oracle"),
+        ({"reuse": ["asi"], "reuse_from": None}, "reuse: needs reuse_from"),
+        ({"reuse": ["asi"], "reflection": True}, "runs without reflection"),
+    ],
+)
+def test_reuse_config_copies_only_a_prefix_of_plain_stages_from_a_stored_run(fields, message):
+    """A copied stage under a regenerated one, an oracle's, one without its stored run, or one that reflection
+    would rerun would not be what this pipeline gives: each is refused when the config loads."""
+    with pytest.raises(ValueError, match=message):
+        PipelineConfig(**{"reuse_from": "runs/lender", **fields})
+    assert PipelineConfig(reuse=["asi", "cae"], reuse_from="runs/lender").reuse == ["asi", "cae"]
+
+
 def test_a_gold_reply_longer_than_a_generated_one_may_be_is_fed_as_it_is(tiny_dialogues):
     from distill.pipeline.oracle import Oracle
 
@@ -396,6 +414,48 @@ def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
         load_curve_config(str(path))
 
 
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"points": [-5, 0]}, "field 'points.0': Input should be greater than or equal to 1"),
+        ({"paper_reference": "trace-table9"}, "paper_reference: 'trace-table9' is neither a shipped table"),
+        ({"points": [1, 5]}, r"points: eval compare refuses it: field 'systems\.\d\.probe\.limit': Input should be"),
+        ({"students": [], "base": False, "probe": False}, "students: none, and base and probe are off"),
+        (
+            {"variants": [{"name": "hot", "like": "traces", "decoding": {"top_p": {"wizard": 0.9}}}]},
+            "variants.0.decoding: field 'top_p': 'wizard' is not a role",
+        ),
+        (
+            {"backend": {"type": "carrier-pigeon"}},
+            "backend: eval compare refuses it: .* backend needs a 'type', one of",
+        ),
+        ({"backend": {"type": "local", "model": "/etc"}}, "field 'backend': '/etc' is a directory but holds no model"),
+        ({"ppl": {"model": "/etc"}}, "field 'ppl.model': '/etc' is a directory but holds no model"),
+    ],
+)
+def test_curve_config_refuses_at_load_what_would_fail_after_training(tmp_path, fields, message):
+    """A point below 1, an unknown paper table, a point too small for the probe, a decoding the pipeline refuses,
+    a backend or model that cannot run: each used to be found after the first adapters trained (or never)."""
+    from eval.compare.systems import CompareError
+    from eval.curve.curve import load_curve_config
+
+    path = tmp_path / "curve.yaml"
+    path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5], **fields}))
+    with pytest.raises(CompareError, match=message) as err:
+        load_curve_config(str(path))
+    assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
+
+
+def test_eval_curve_checks_its_points_flag_as_the_config_would(tmp_path, capsys):
+    """`--points` replaces the config's points and is validated with the rest: a point of 1 with the probe on."""
+    from eval.__main__ import main
+
+    path = tmp_path / "curve.yaml"
+    path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5]}))
+    assert main(["curve", "--config", str(path), "--points", "1", "--out", str(tmp_path / "out")]) == 2
+    assert f"{path}: points: eval compare refuses it:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
     from eval.curve.curve import CurveConfig, build_datasets
 
@@ -609,6 +669,71 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
     assert "Met by: student-hot." in md
 
 
+def test_the_target_is_not_met_without_a_bertscore_to_compare(tmp_path):
+    """Above the paper on every figure, but no BERTScore (none computed, or none for the lender at the paper's
+    decoding): the fall cannot be measured, so the target is not met."""
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import write_curve
+    from eval.paper import load_paper_reference
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces", "direct"],
+        variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}],
+    )  # fmt: skip
+    above = {"human_ratio": {"dist1": 0.95, "dist2": 0.9, "ead1": 0.9, "ead2": 0.9},
+             "i_acc": {"ekman6": {"accuracy": {"value": 0.6}}}}  # fmt: skip
+    systems = [
+        {"name": "student-traces", **above},  # no BERTScore at all
+        {"name": "student-hot", **above, "bertscore": {"f1": {"value": 0.3}}},  # its lender has none
+        {"name": "student-direct", **above, "bertscore": None},
+    ]
+    report = tmp_path / "n5" / "eval" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems,
+                                  "paper": load_paper_reference("trace-table1")}))  # fmt: skip
+    curve = write_curve({5: report}, tmp_path, config)
+    target = {t["system"]: t for t in curve["target"]}
+    assert all(all(t["beats"].values()) for t in target.values()) and len(target) == 3
+    assert {name: (t["bertscore_drop"], t["met"]) for name, t in target.items()} == {
+        "student-traces": (None, False),
+        "student-hot": (None, False),
+        "student-direct": (None, False),
+    }
+    md = (tmp_path / "curve.md").read_text()
+    assert "No system meets it: the table above is the frontier." in md and "Met by" not in md
+
+
+def test_curve_md_says_which_student_is_better_as_the_paired_intervals_show(tmp_path):
+    """The headline's verdict follows the difference's sign, oriented as the question names the pair."""
+    from eval.curve.curve_report import write_curve
+
+    def paired(pair, metric, diff, low, high):
+        return {"pair": pair, "metric": metric, "reading": "higher is better", "diff": diff, "ci_low": low,
+                "ci_high": high, "n": 4}  # fmt: skip
+
+    report = tmp_path / "report.json"
+    report.write_text(
+        json.dumps(
+            {
+                "test": {"dialogues": "d", "split": "test", "n": 4},
+                "systems": [{"name": n} for n in ("student-traces", "student-direct", "base")],
+                "paired": [
+                    paired(["student-direct", "student-traces"], "i_acc", -0.2, -0.3, -0.1),  # read as traces − direct
+                    paired(["student-traces", "base"], "bertscore_f1", -0.05, -0.08, -0.02),
+                    paired(["student-direct", "base"], "i_acc", 0.05, -0.01, 0.1),
+                ],
+            }
+        )
+    )
+    write_curve({5: report}, tmp_path)
+    verdicts = [line.split(": ", 1)[1] for line in (tmp_path / "curve.md").read_text().splitlines() if line[:2] == "- "]
+    assert verdicts == [
+        "0.20 [0.10, 0.30]; the interval excludes 0: the first is better.",
+        "-0.050 [-0.080, -0.020]; the interval excludes 0: the first is worse.",
+        "0.050 [-0.010, 0.100]; the interval includes 0: no difference this test set can show.",
+    ]
+
+
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
     from eval.curve.curve import CurveConfig
     from eval.curve.curve_report import CURVE_PNG, write_curve
@@ -723,7 +848,7 @@ def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
     }  # fmt: skip
 
 
-def test_a_retrained_lender_drops_its_borrowers_stale_generations(tmp_path, monkeypatch):
+def test_a_retrained_lender_drops_its_own_and_its_borrowers_stale_generations(tmp_path, monkeypatch):
     from eval.curve import curve
     from eval.curve.curve import CurveConfig, run_point
 
@@ -753,6 +878,7 @@ def test_a_retrained_lender_drops_its_borrowers_stale_generations(tmp_path, monk
     monkeypatch.setattr(curve, "build_datasets", lambda *args: None)
     monkeypatch.setattr(curve, "run_compare", lambda point, compare: point / "eval" / "report.json")
     run_point(5, [], None, config, tmp_path)
+    assert not (point / "eval" / "systems" / "student-traces").exists()  # its own: the old ers adapter's replies
     assert not (point / "eval" / "systems" / "student-hot").exists()  # it ran the old ers adapter
 
 

@@ -377,6 +377,21 @@ def test_load_sample_gives_valid_dialogues():
 # ---------------------------------------------------------------- the real data, when present
 
 
+def test_missing_shared_data_skips_saying_where_and_fails_under_ci(tmp_path, monkeypatch):
+    from conftest import require_shared_data
+
+    missing = tmp_path / "shared" / "data" / "ed_ekman_dev.csv"
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=f"real data not present at {re.escape(str(missing))}"):
+        require_shared_data(missing)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=f"not present at {re.escape(str(missing))} .CI=true"):
+        require_shared_data(missing)
+    missing.parent.mkdir(parents=True)
+    missing.write_text("conv_id\n")
+    assert require_shared_data(missing) == missing
+
+
 def test_shared_ed_dev_file_loads_with_its_class_counts(shared_ed_csv):
     dialogues = load_dialogues(shared_ed_csv).splits["all"]
     assert len(dialogues) == 1263

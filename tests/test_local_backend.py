@@ -26,22 +26,6 @@ def _messages(text: str) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smollm_path):
-    """A random 2-layer llama saved with the real tokenizer, so LocalBackend loads it like any model."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    cfg = AutoConfig.from_pretrained(smollm_path)
-    cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size = 2, 64, 128
-    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 4, 2, 16
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(smollm_path).save_pretrained(out)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
 def tiny(tiny_model_dir):
     return LocalBackend(tiny_model_dir, dtype="fp32", batch_size=4)
 

@@ -92,6 +92,17 @@ def test_exemplar_copy_catches_the_issues_reply_and_not_its_own_words():
     assert exemplar_copy("That is a huge violation.", exemplars, T) is None  # a short stock phrase is shared
 
 
+def test_exemplar_copy_needs_a_share_of_the_text_not_only_a_count_of_copied_words():
+    """A long reply that quotes a whole exemplar reply and goes on in its own words answers this seeker."""
+    exemplars = [EXEMPLAR.situation, EXEMPLAR.response]
+    reply = (
+        f"{EXEMPLAR.response} I only ask because when my cousin lost her files last spring we spent a whole week "
+        "calling the phone company about the broken router."
+    )
+    assert exemplar_copy(reply, exemplars, T) is None  # 14 copied words of 39: past the count, under the share
+    assert exemplar_copy(reply, exemplars, T.model_copy(update={"exemplar_copy_share": 0.3}))
+
+
 def test_exemplars_are_read_back_from_the_prompt_the_trace_recorded():
     spec = ROLES["ers"]
     messages = spec.render(build_role_input(spec, dialogue(), {}, exemplars=[EXEMPLAR, EXEMPLAR]), "teacher")
@@ -133,6 +144,13 @@ def test_parroted_rationale_catches_template_label_and_copy(reasoning):
 )
 def test_parroted_rationale_passes_a_reasoning_with_its_own_cues(reasoning):
     assert parroted_rationale(reasoning, ASI_TASK, [SEEKER], T) is None
+
+
+def test_parroted_rationale_counts_the_prompts_own_wording_as_no_cue():
+    """Words the prompt gave the role are not the reasoning's own cues, even where they are no stock words."""
+    reasoning = "A seeker who sounds sentimental belongs to happiness."  # ASI_TASK's own sentence
+    assert (parroted_rationale(reasoning, ASI_TASK, [SEEKER], T) or "").startswith("only restates the label or the")
+    assert parroted_rationale(reasoning, "", [SEEKER], T) is None  # told nothing: "sounds", "belongs" are its own
 
 
 def test_echo_and_non_reply():
@@ -253,6 +271,35 @@ def test_check_replies_runs_the_reply_checks_on_bare_replies():
     replies = ["2018-08-20T18:38:27.13.00Z", SEEKER] + HUMAN_REPLIES
     report = check_replies(replies, [dialogue(i) for i in range(len(replies))])
     assert report.counts()["ers"] == {"loop": 0, "exemplar_copy": 0, "echo": 1, "non_reply": 1, "near_duplicate": 0}
+
+
+def test_check_traces_reads_srps_reasoning_for_a_copied_exemplar():
+    """srp's reasoning is what its prompt's exemplars can be copied into (ers's is its reply)."""
+    report = check_traces([trace_with_prompts(dialogue(0), {"srp": {"reasoning": COPIED, "strategy": "ER"}}, "k")])
+    assert report.failing() == {("k", "srp"): {"exemplar_copy"}}
+    assert [(f.field, f.text) for f in report.findings] == [("reasoning", COPIED)]
+
+
+def test_echo_is_of_the_seekers_last_turn_in_a_dialogue_of_several(tiny_dialogues):
+    """The checks compare a reply with the seeker's last turn, not the first, in traces and in bare replies."""
+    d = tiny_dialogues[1]  # three seeker turns, a responder's between them
+    last = d.turns[-1].text
+    assert [t.speaker for t in d.turns].count("seeker") == 3 and last != d.turns[0].text
+    report = check_traces([trace_with_prompts(d, {"ers": {"response": last}}, "k")])
+    assert report.failing() == {("k", "ers"): {"echo"}}
+    assert check_replies([last], [d]).counts()["ers"]["echo"] == 1
+
+
+def test_near_duplicate_runs_over_the_whole_run_in_check_traces_and_check_replies():
+    """Five dialogues given the same reply: each is a near_duplicate, in a trace run and in bare replies."""
+    same = "I'm so sorry to hear that, it must have been really hard for you."
+    dialogues = [dialogue(i) for i in range(6)]
+    replies = [same] * 5 + [HUMAN_REPLIES[0]]
+    traces = [
+        trace_with_prompts(d, {"ers": {"response": r}}, f"k{i}") for i, (d, r) in enumerate(zip(dialogues, replies))
+    ]
+    assert check_traces(traces).failing() == {(f"k{i}", "ers"): {"near_duplicate"} for i in range(5)}
+    assert check_replies(replies, dialogues).counts()["ers"]["near_duplicate"] == 5
 
 
 def test_false_positive_rates_on_real_ed_human_text(shared_ed_csv):

@@ -160,6 +160,22 @@ def test_a_check_every_row_fails_is_not_filtered_on_and_the_others_still_are(tin
     assert "except on `ungrounded_trigger`: filtering on it left no rows to train on" in card
 
 
+def test_a_check_is_set_aside_by_the_roles_own_failures_alone(tiny_dialogues, tmp_path):
+    """Every cae row fails ungrounded_trigger and one ers reply echoes the seeker: what every cae row fails is
+    read from cae's rows alone, so ers's echo does not stop ungrounded_trigger being set aside for cae."""
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    for out in outputs:
+        out["cae"]["triggers"] = ["disgust"]
+    outputs[3]["cae"]["cause"] = "stress_relief_relief_relief_relief_relief"
+    outputs[7]["ers"]["response"] = tiny_dialogues[7].turns[-1].text
+    write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    records = build(tmp_path / "run", tmp_path / "sft")
+    cae, ers = records["cae"]["counts"], records["ers"]["counts"]
+    assert cae["kept"] == 7 and cae["dropped"] == {QUALITY_DROP: 1}  # the looping row only
+    assert cae["quality"]["unfiltered"] == ["ungrounded_trigger"] and cae["quality"]["kept_failing"] is False
+    assert ers["kept"] == 7 and ers["quality"]["failed"] == {"echo": 1} and ers["quality"]["unfiltered"] == []
+
+
 def test_a_check_is_set_aside_when_the_rows_that_pass_it_are_all_held_out(tiny_dialogues, tmp_path, capsys):
     """Seven cae rows have ungrounded triggers and the one that passes is in the held-out conversation: the
     filter leaves rows, but none to train on (an int8 embedded teacher's quickstart stopped there), so the
@@ -178,22 +194,56 @@ def test_a_check_is_set_aside_when_the_rows_that_pass_it_are_all_held_out(tiny_d
     assert "filtering on ungrounded_trigger left NO ROWS TO TRAIN ON" in capsys.readouterr().err
 
 
-def test_when_no_check_can_be_set_aside_every_row_is_kept_loudly(tiny_dialogues, tmp_path, capsys):
+def test_when_no_check_can_be_set_aside_the_role_fails_unless_its_rows_are_asked_for(tiny_dialogues, tmp_path, capsys):
     """Half the cae rows loop, the other half have ungrounded triggers: no check fails every row, so none can
-    be set aside, and filtering would leave nothing: the rows are kept, and the build says so."""
+    be set aside, and filtering would leave nothing: the role fails in one line naming the checks and counts,
+    and nothing is saved; with --keep-unfiltered-when-empty the rows are kept, and the build and card say so."""
     outputs = [clean_outputs(d) for d in tiny_dialogues]
     for i, out in enumerate(outputs):
         if i % 2:
             out["cae"]["triggers"] = ["disgust"]
         else:
             out["cae"]["cause"] = "stress_relief_relief_relief_relief_relief"
-    write_run(tmp_path / "run", [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
-    cae = build(tmp_path / "run", tmp_path / "sft", "--roles", "cae")["cae"]["counts"]
+    run = tmp_path / "run"
+    write_run(run, [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    argv = ["datasets", "--traces", str(run), "--out", str(tmp_path / "sft"), "--eval-fraction", "0", "--roles", "cae"]
+    assert distill_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("error") == 1 and "Traceback" not in err and not (tmp_path / "sft").exists()
+    assert (
+        f"error: {run}: role cae: the quality filter leaves no rows to train on: 8 of 8 rows fail a check "
+        "(loop 4, ungrounded_trigger 4); nothing saved:" in err
+    )
+    assert "--keep-unfiltered-when-empty" in err
+    cae = build(run, tmp_path / "sft", "--roles", "cae", "--keep-unfiltered-when-empty")["cae"]["counts"]
     assert cae["kept"] == 8 and cae["quality"]["kept_failing"] is True and cae["quality"]["unfiltered"] == []
     assert "filtering on a check left NO ROWS TO TRAIN ON: every row kept" in capsys.readouterr().err
     assert "kept and counted" not in (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
     card = (tmp_path / "sft" / "cae" / "README.md").read_text(encoding="utf-8")
-    assert "filtering left no rows to train on, so all were kept" in card
+    assert "filtering left no rows to train on, so all were kept (`--keep-unfiltered-when-empty`)" in card
+
+
+def test_a_thresholds_file_that_fails_every_row_in_two_checks_fails_the_role(tiny_dialogues, tmp_path, capsys):
+    """Every loop rule at its minimum: every cae cause now loops, beside the ungrounded triggers every row has.
+    Two checks that every row fails are not one teacher's blind spot to set aside: the role fails, naming the
+    file, the role, the checks and their counts, and no role is saved."""
+    outputs = [clean_outputs(d) for d in tiny_dialogues]
+    for out in outputs:
+        out["cae"]["triggers"] = ["disgust"]
+        out["cae"]["cause"] = "I was so so tired."
+    run = tmp_path / "run"
+    write_run(run, [teacher_trace(d, out) for d, out in zip(tiny_dialogues, outputs)])
+    strict = tmp_path / "loops.yaml"
+    strict.write_text(
+        "loop_word_repeats: 2\nloop_phrase_repeats: 2\nloop_identifier_repeats: 2\nloop_char_repeats: 3\n"
+        "loop_chunk_repeats: 3\nloop_compression_ratio: 1.01\nloop_compression_min_chars: 1\n",
+        encoding="utf-8",
+    )
+    argv = ["datasets", "--traces", str(run), "--out", str(tmp_path / "sft"), "--quality-thresholds", str(strict)]
+    assert distill_main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and f"error: {run}: role cae: " in err[0] and "(loop 8, ungrounded_trigger 8)" in err[0]
+    assert f"loosen the thresholds of {strict}" in err[0] and not (tmp_path / "sft").exists()
 
 
 def test_datasets_quality_report_keeps_and_counts(tiny_dialogues, tmp_path, capsys):

@@ -582,6 +582,7 @@ def test_completion_head_loss_and_gradients_equal_trls(role_datasets, tmp_path):
     assert our_acc == pytest.approx(trl_acc)
 
 
+@pytest.mark.slow  # loads the embedded model twice
 def test_padding_free_training_attends_by_example_with_sdpas_loss_and_gradients(role_datasets, tmp_path, monkeypatch):
     """The shipped CPU recipe loads the base on distill's CPU attention: the same objective, computed by example."""
     from peft import get_peft_model
@@ -647,6 +648,7 @@ def test_padding_free_attention_benchmark_times_both_attentions_on_the_same_obje
     assert calls and set(calls) == {3}  # three examples, in both layers of every by_example forward
 
 
+@pytest.mark.slow  # loads the embedded model twice
 def test_a_roles_lora_starts_from_the_seed_whatever_ran_before(role_datasets, tmp_path):
     """A role trained alone and the same role trained after others start from the same LoRA weights."""
     from train.sft import load_base, with_new_lora
@@ -658,5 +660,41 @@ def test_a_roles_lora_starts_from_the_seed_whatever_ran_before(role_datasets, tm
         torch.rand(earlier_draws)  # another role's training, say, moved the global generator
         model = with_new_lora(base, cfg)
         inits.append({n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n})
+    assert inits[0] and inits[0].keys() == inits[1].keys()
+    assert all(torch.equal(inits[0][n], inits[1][n]) for n in inits[0])
+
+
+def test_load_base_loads_the_attention_the_config_names(role_datasets, tiny_model_dir, tmp_path):
+    from train.sft import load_base
+
+    for implementation in ("eager", "sdpa"):  # eager: not what transformers picks unasked
+        cfg = tiny_config(
+            role_datasets, tmp_path, model_name_or_path=tiny_model_dir, attn_implementation=implementation
+        )
+        base, _, _ = load_base(cfg)
+        assert base.config._attn_implementation == implementation
+
+
+@pytest.mark.slow  # trains a tiny model two steps, twice
+def test_train_role_attends_by_example_and_seeds_each_roles_lora(role_datasets, tiny_model_dir, tmp_path, monkeypatch):
+    """What the helpers' tests check, through `train_role` itself: the CPU recipe trains on distill's per-example
+    attention, and a role's LoRA starts from the seed's init whatever the process drew before it."""
+    from distill.backends import attention
+    from train.sft import load_base, train_role
+
+    calls = []
+    real = attention._by_example
+    monkeypatch.setattr(attention, "_by_example", lambda *a: calls.append(len(a[3])) or real(*a))
+    cfg = tiny_config(role_datasets, tmp_path, model_name_or_path=tiny_model_dir, padding_free=True, bf16=False,
+                      max_steps=2)  # fmt: skip
+    base, tokenizer, path = load_base(cfg)
+    inits = []
+    for earlier_draws in (1, 5):
+        torch.rand(earlier_draws)  # another role's training, say, moved the global generator
+        watch = WeightWatch()
+        base, meta = train_role(base, tokenizer, path, cfg, "asi", callbacks=[watch])
+        inits.append(watch.snapshots[0][1])  # the LoRA weights as training began
+        assert meta["global_step"] == 2
+    assert base.config._attn_implementation == attention.NAME and 4 in calls  # a batch of four, one by one
     assert inits[0] and inits[0].keys() == inits[1].keys()
     assert all(torch.equal(inits[0][n], inits[1][n]) for n in inits[0])
