@@ -37,9 +37,11 @@ def _positive(text: str) -> int:
     return value
 
 
-# Where the tokens go: the emotion (a label the gold-guided teacher gets right) and the reply (the human one)
-# are what the student can learn on a CPU's budget; the 135M teacher's causes and strategies are weak targets.
-ROLE_BUDGETS = {"asi": 12000, "cae": 2000, "srp": 2000, "ers": 8000}
+# Where the training goes: the emotion (a label the gold-guided teacher gets right) and the reply (the human
+# one) are what the student can learn on a CPU's budget; the 135M teacher's causes and strategies are weak
+# targets. asi's answer is a few tokens, so its rows are cheap to see many times, at a higher learning rate.
+ROLE_BUDGETS = {"asi": 24000, "cae": 2000, "srp": 2000, "ers": 8000}
+ROLE_LEARNING_RATES = {"asi": 2e-3, "cae": 5e-4, "srp": 5e-4, "ers": 5e-4}
 # The shipped sample is split with a larger test share than a corpus needs (51 test dialogues against 14 at
 # 0.8,0.1,0.1), so that the student-vs-teacher difference can be told from noise.
 SAMPLE_SPLIT_RATIOS = "0.6,0.1,0.3"
@@ -94,7 +96,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ROLE=TOKENS,...",
         help="training tokens per role; default "
         + ",".join(f"{r}={n}" for r, n in ROLE_BUDGETS.items())
-        + ": most where the student has the most to learn (the emotion and the reply)",
+        + ": most where the student has the most to learn (the emotion and the reply); learning rates "
+        + ",".join(f"{r}={x:g}" for r, x in ROLE_LEARNING_RATES.items()),
     )
     parser.add_argument(
         "--judge",
@@ -255,8 +258,14 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
     from eval.curve.adapter_runs import train_stale
 
-    budgets = {r: args.max_tokens_budget or args.role_budgets[r] for r in CORE_ROLES}
-    if not train_stale(out / "datasets", out / "adapters", budgets, card_example=args.card_example):
+    options = {
+        r: {
+            "max_tokens_budget": args.max_tokens_budget or args.role_budgets[r],
+            "learning_rate": ROLE_LEARNING_RATES[r],
+        }
+        for r in CORE_ROLES
+    }
+    if not train_stale(out / "datasets", out / "adapters", options, card_example=args.card_example):
         print(f"reusing {out / 'adapters'}")
 
 

@@ -27,6 +27,7 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
         meta = json.loads((out / "adapters" / role / "trace_distill_adapter.json").read_text())
         assert meta["role"] == role and "example" not in meta  # --no-card-example reached train
         assert meta["train_config"]["max_tokens_budget"] == (400 if role == "asi" else 300)  # --role-budgets
+        assert meta["train_config"]["learning_rate"] == (2e-3 if role == "asi" else 5e-4)
         assert (out / "datasets" / role / "dataset_dict.json").is_file()
     report = json.loads((out / "eval" / "report.json").read_text())
     # the teacher is the untuned model prompted: no base row repeating its outputs
@@ -66,7 +67,7 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
         return load_from_disk(str(tmp_path / "datasets" / "asi"))["train"]._fingerprint
 
     adapter, dataset = tmp_path / "adapters" / "asi", tmp_path / "datasets" / "asi"
-    assert stale_reason(adapter, dataset, 300) == "not trained yet"
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "not trained yet"
     meta = {
         "dataset_fingerprint": save([1, 2]),
         "prompt_version": STUDENT_PROMPT_VERSION,
@@ -74,16 +75,19 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     }
     (tmp_path / "adapters" / "asi").mkdir(parents=True)
     (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
-    assert stale_reason(adapter, dataset, 300) is None
-    assert stale_reason(adapter, dataset, 600) == "the token budget changed"
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 600}) == "the token budget changed"
+    assert (
+        stale_reason(adapter, dataset, {"max_tokens_budget": 300, "learning_rate": 2e-3}) == "its learning_rate changed"
+    )
     save([1, 2, 3])
-    assert stale_reason(adapter, dataset, 300) == "its dataset changed"
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "its dataset changed"
     save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
-    assert stale_reason(adapter, dataset, 300) is None
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
     (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(
         json.dumps({**meta, "prompt_version": "v1"})
     )
-    assert stale_reason(adapter, dataset, 300) == "it was trained for student prompt version v1"
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "it was trained for student prompt version v1"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):

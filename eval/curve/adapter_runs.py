@@ -1,7 +1,8 @@
 """Training adapters from inside an eval recipe (the quickstart, the learning curve), resumably.
 
 An adapter is kept while it was trained on today's dataset (its fingerprint), student prompt version and
-token budget; otherwise it is trained again with the command a user would type (`python -m train`).
+training options (token budget, learning rate); otherwise it is trained again with the command a user
+would type (`python -m train`).
 """
 
 from __future__ import annotations
@@ -9,14 +10,15 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
 
 
-def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Optional[str]:
-    """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and budget."""
+def stale_reason(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
+    """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and the training
+    `options` (train flags, e.g. max_tokens_budget, learning_rate) it was trained with."""
     from datasets import load_from_disk
 
     from distill.adapters.adapters import has_metadata, read_metadata
@@ -29,30 +31,34 @@ def stale_reason(adapter: Path, dataset: Path, max_tokens_budget: int) -> Option
         return "its dataset changed"
     if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
         return f"it was trained for student prompt version {meta.get('prompt_version')}"
-    if (meta.get("train_config") or {}).get("max_tokens_budget") != max_tokens_budget:
-        return "the token budget changed"
+    trained = meta.get("train_config") or {}
+    for key, value in options.items():
+        if trained.get(key) != value:
+            return "the token budget changed" if key == "max_tokens_budget" else f"its {key} changed"
     return None
 
 
 def train_stale(
     datasets: Path,
     adapters: Path,
-    budgets: Mapping[str, int],
+    options: Mapping[str, Mapping[str, Any]],
     config: Path = CPU_TRAIN_CONFIG,
     card_example: bool = True,
 ) -> dict[str, str]:
-    """Train the roles of `budgets` (role -> training tokens) whose adapters are stale, one `python -m train`
-    run per budget; returns role -> why trained.
+    """Train the roles of `options` (role -> train flags, e.g. {"max_tokens_budget": 6000}) whose adapters are
+    stale, one `python -m train` run per set of flags; returns role -> why trained.
 
     card_example=False skips the card's example answer, which decodes up to the role's token cap per adapter."""
-    stale = {r: why for r, n in budgets.items() if (why := stale_reason(adapters / r, datasets / r, n))}
+    stale = {r: why for r, o in options.items() if (why := stale_reason(adapters / r, datasets / r, o))}
     for role, why in stale.items():
         if why != "not trained yet":
             print(f"retraining {role}: {why}", flush=True)
-    for budget in dict.fromkeys(budgets[r] for r in stale):
-        roles = [r for r in stale if budgets[r] == budget]
+    groups: dict[tuple, list[str]] = {}
+    for role in stale:
+        groups.setdefault(tuple(sorted(options[role].items())), []).append(role)
+    for flags, roles in groups.items():
         argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
-        argv += ["--roles", ",".join(roles), "--max_tokens_budget", str(budget)]
+        argv += ["--roles", ",".join(roles), *(x for key, value in flags for x in (f"--{key}", str(value)))]
         argv += [] if card_example else ["--card_example", "false"]
         _train(argv, roles)
     return stale

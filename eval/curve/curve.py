@@ -282,7 +282,11 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     datasets = point / f"datasets-{student.name}"
     train_stale(
-        datasets, adapters, dict.fromkeys(student.trains, budget), Path(config.train_config), card_example=False
+        datasets,
+        adapters,
+        dict.fromkeys(student.trains, {"max_tokens_budget": budget}),
+        Path(config.train_config),
+        card_example=False,
     )
     adapters.mkdir(parents=True, exist_ok=True)
     for role in student.borrows:
