@@ -40,7 +40,7 @@ def _positive(text: str) -> int:
 # Where the training goes: the emotion (a label the gold-guided teacher gets right) and the reply (the human
 # one) are what the student can learn on a CPU's budget; the 135M teacher's causes and strategies are weak
 # targets. asi's answer is a few tokens, so its rows are cheap to see many times, at a higher learning rate.
-ROLE_BUDGETS = {"asi": 24000, "cae": 2000, "srp": 2000, "ers": 8000}
+ROLE_BUDGETS = {"asi": 24000, "cae": 2000, "srp": 2000, "ers": 16000}
 ROLE_LEARNING_RATES = {"asi": 2e-3, "cae": 5e-4, "srp": 5e-4, "ers": 5e-4}
 # The shipped sample is split with a larger test share than a corpus needs (51 test dialogues against 14 at
 # 0.8,0.1,0.1), so that the student-vs-teacher difference can be told from noise.
