@@ -102,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--judge",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="pairwise judge (the embedded model) of student and base against the teacher",
+        default=False,
+        help="pairwise judge (the embedded model) of the student against the teacher; off by default, since a 135M "
+        "judge calls nearly every pair a tie",
     )
     parser.add_argument(
         "--card-example",
