@@ -23,7 +23,6 @@ import torch
 from datasets import DatasetDict, load_from_disk
 from datasets import config as datasets_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.trainer_utils import get_last_checkpoint
 
 from data_prep.models import hub_id, resolve_model
 from distill import __version__
@@ -35,6 +34,7 @@ from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.preflight import check_base_model, check_launch
+from train.resume import RecordCheckpoint, last_checkpoint, tokens_at
 
 REQUIRED_COLUMNS = ("prompt", "completion")
 
@@ -237,6 +237,15 @@ def token_counts(dataset) -> dict:
     }
 
 
+def trained_from(cfg: TrainConfig, data: DatasetDict) -> dict:
+    """What an adapter, or a checkpoint on the way to it, was trained from: a recipe retrains when one changes."""
+    return {
+        "prompt_version": STUDENT_PROMPT_VERSION,
+        "dataset_fingerprint": data["train"]._fingerprint,
+        "train_config": cfg.to_dict(),
+    }
+
+
 def adapter_metadata(
     cfg: TrainConfig,
     role: str,
@@ -254,10 +263,8 @@ def adapter_metadata(
         "base_model": cfg.model.model_name_or_path,
         "base_model_hub_id": hub_id(cfg.model.model_name_or_path),
         "base_model_path": base_path,
-        "prompt_version": STUDENT_PROMPT_VERSION,
         "dataset_dir": str(Path(cfg.distill.dataset_name) / role),
-        "dataset_fingerprint": data["train"]._fingerprint,
-        "train_config": cfg.to_dict(),
+        **trained_from(cfg, data),
         "lora": {
             "r": cfg.model.lora_r,
             "alpha": cfg.model.lora_alpha,
@@ -292,7 +299,7 @@ def publish(out: Path, meta: dict, cfg: TrainConfig) -> None:
 def _last_checkpoint(cfg: TrainConfig, role: str, checkpoints: Path) -> Optional[str]:
     if not cfg.distill.resume:
         return None
-    found = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    found = last_checkpoint(checkpoints)
     if found is None:
         log(f"{role}: --resume given but no checkpoint in {checkpoints}; starting fresh")
     return found
@@ -333,6 +340,12 @@ def train_role(
     attend_by_example(base, cfg)
     model = with_new_lora(base, cfg)
     trainer, counts = make_trainer(model, tokenizer, cfg, role, data, callbacks)
+    trainer.add_callback(RecordCheckpoint(trainer, trained_from(cfg, data)))
+    if resume_from:  # TRL counts from 0 at each start; the adapter records the tokens of the whole run
+        seen = tokens_at(resume_from)
+        if seen is None:
+            log(f"{role}: {Path(resume_from).name} records no token count; tokens_seen counts this run's tokens only")
+        trainer._total_train_tokens = seen or 0
     trainable, total = model.get_nb_trainable_parameters()
     log(
         f"{role}: {counts['examples']} examples, {counts['tokens']} tokens, world_size {trainer.args.world_size}, "

@@ -2,7 +2,8 @@
 
 An adapter is kept while it was trained on today's dataset (its fingerprint), student prompt version and
 training options (token budget, learning rate); otherwise it is trained again with the command a user
-would type (`python -m train`).
+would type (`python -m train`), resumed (`--resume true`) when a killed run's last checkpoint was trained
+from the same dataset, prompt version and options.
 """
 
 from __future__ import annotations
@@ -19,14 +20,19 @@ CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
 def stale_reason(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
     """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and the training
     `options` (train flags, e.g. max_tokens_budget, learning_rate) it was trained with."""
-    from datasets import load_from_disk
-
     from distill.adapters.adapters import has_metadata, read_metadata
-    from distill.roles.roles import STUDENT_PROMPT_VERSION
 
     if not has_metadata(adapter):
         return "not trained yet"
-    meta = read_metadata(adapter)
+    return _changed(read_metadata(adapter), dataset, options)
+
+
+def _changed(meta: Mapping[str, Any], dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
+    """What differs between the record of a training run (adapter metadata, checkpoint record) and today's."""
+    from datasets import load_from_disk
+
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
+
     if meta.get("dataset_fingerprint") != load_from_disk(str(dataset))["train"]._fingerprint:
         return "its dataset changed"
     if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
@@ -50,18 +56,31 @@ def train_stale(
 
     card_example=False skips the card's example answer, which decodes up to the role's token cap per adapter."""
     stale = {r: why for r, o in options.items() if (why := stale_reason(adapters / r, datasets / r, o))}
-    for role, why in stale.items():
-        if why != "not trained yet":
-            print(f"retraining {role}: {why}", flush=True)
     groups: dict[tuple, list[str]] = {}
-    for role in stale:
-        groups.setdefault(tuple(sorted(options[role].items())), []).append(role)
-    for flags, roles in groups.items():
+    for role, why in stale.items():
+        checkpoint = resumable(adapters / role, datasets / role, options[role])
+        if checkpoint:
+            print(f"resuming {role} from {checkpoint}: {why}", flush=True)
+        elif why != "not trained yet":
+            print(f"retraining {role}: {why}", flush=True)
+        groups.setdefault((tuple(sorted(options[role].items())), bool(checkpoint)), []).append(role)
+    for (flags, resume), roles in groups.items():
         argv = ["--config", str(config), "--dataset_name", str(datasets), "--output_dir", str(adapters)]
         argv += ["--roles", ",".join(roles), *(x for key, value in flags for x in (f"--{key}", str(value)))]
         argv += [] if card_example else ["--card_example", "false"]
+        argv += ["--resume", "true"] if resume else []
         _train(argv, roles)
     return stale
+
+
+def resumable(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
+    """The name of the checkpoint `--resume true` would continue in `adapter`, when its record shows it was trained
+    from today's dataset, prompt version and `options`; None otherwise (no checkpoint, or one of another run)."""
+    from train.resume import checkpoint_record, last_checkpoint
+
+    found = last_checkpoint(adapter / "checkpoints")
+    record = checkpoint_record(found) if found else None
+    return Path(found).name if record and _changed(record, dataset, options) is None else None
 
 
 def _train(argv: list[str], roles: Sequence[str]) -> None:
