@@ -214,8 +214,8 @@ def rounded(value: Any) -> Any:
 
 
 def _mark_shared_outputs(runs: list[SystemRun], systems: list[dict[str, Any]]) -> None:
-    """A system whose replies are exactly an earlier system's says so: the quickstart's untuned base is
-    the teacher's own traces, and two identical rows must not read as an independent replication."""
+    """A system whose replies are exactly an earlier system's says so (an untuned base read from the teacher's
+    own traces, say): two identical rows must not read as an independent replication."""
     seen: dict[tuple, str] = {}
     for run, system in zip(runs, systems):
         if not run.replies:
