@@ -910,3 +910,75 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
     assert len(ran) == 2
     report = json.loads((tmp_path / COMPARE_DIR / REPORT_JSON).read_text())
     assert [s["name"] for s in report["config"]["systems"]] == ["a", "b"]
+
+
+def test_a_report_is_reused_only_over_adapters_that_hold_what_they_held(tmp_path):
+    """The curve's reuse decision (`run_compare`'s): two configs alike, adapters under the same path that hold
+    other weights or learnt another dataset make the report stale; so does a report stored without them."""
+    from eval.compare.reuse import adapter_fingerprints, report_changed
+
+    adapter = tmp_path / "adapters-traces" / "ers"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights of the first training")
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "aaaa"}))
+    config = {"dialogues": "d", "systems": [{"name": "student-traces", "backend": {"adapters": str(adapter.parent)}}]}
+    system = config["systems"][0]["backend"]
+    stored = {"config": config, "adapter_fingerprints": {"student-traces": adapter_fingerprints(system)}}
+    assert report_changed(stored, config, {"student-traces": adapter_fingerprints(system)}) is None
+
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights of the second training")  # same path, retrained
+    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
+    assert why.startswith("system 'student-traces': adapter 'ers' holds other weights (sha256 ")
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "bbbb"}))
+    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
+    assert why == "system 'student-traces': adapter 'ers' was retrained on another dataset (fingerprint aaaa → bbbb)"
+
+    old = {"config": config}  # a report written before adapters were fingerprinted
+    why = report_changed(old, config, {"student-traces": adapter_fingerprints(system)})
+    assert why == (
+        "system 'student-traces': the report holds no adapter fingerprints (written before they were recorded)"
+    )
+    assert report_changed(old, config, {}) is None  # no system with adapters: nothing more to compare
+    other = {**config, "limit": 2}
+    assert report_changed(old, other, {}) == "its config changed (limit: stored None, now 2)"
+
+
+@pytest.mark.slow  # three compares of a tiny student
+def test_a_point_whose_adapter_was_retrained_computes_its_report_again(tmp_path, tiny_model_dir, capsys):
+    """`run_compare` for real: its report is reused while the student's adapter holds what it held, and computed
+    again, saying why, once the adapter is retrained under the same path (its old report used to be shown)."""
+    from fault_proxy import save_tiny_lora
+
+    from eval.curve.curve import COMPARE_DIR, run_compare
+
+    adapters = tmp_path / "n3" / "adapters-traces"
+    save_tiny_lora(tiny_model_dir, adapters / "ers", seed=0)
+    student = {
+        "name": "student-traces",
+        "backend": {"type": "local", "model": tiny_model_dir, "batch_size": 2, "adapters": str(adapters)},
+        "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 1, "rag": False}
+        | {"use_asi": False, "use_cae": False, "use_srp": False},
+    }
+    dialogues = _sample_dialogues(tmp_path)
+    compare = {"dialogues": str(dialogues), "limit": 2, "ppl": None, "bertscore": None, "systems": [student]}
+    point, report = tmp_path / "n3", tmp_path / "n3" / COMPARE_DIR / "report.json"
+
+    def stored_weights() -> str:
+        return json.loads(report.read_text())["adapter_fingerprints"]["student-traces"]["ers"]["weights_sha256"]
+
+    capsys.readouterr()
+    run_compare(point, compare)
+    first = stored_weights()
+    run_compare(point, compare)
+    assert f"reusing {report}" in capsys.readouterr().out
+    save_tiny_lora(tiny_model_dir, adapters / "ers", seed=1)  # retrained: the same path, other weights
+    run_compare(point, compare)
+    log = capsys.readouterr().out
+    assert f"reusing {report}" not in log
+    assert (
+        f"regenerating {report}: system 'student-traces': adapter 'ers' holds other weights "
+        f"(sha256 {first[:12]} → {stored_weights()[:12]})"
+    ) in log
+    assert "regenerating system 'student-traces': adapter 'ers' holds other weights" in log  # its traces too
+    assert json.loads(report.read_text())["systems"][0]["source"] == "generated"

@@ -337,20 +337,27 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
 
 
 def run_compare(point: Path, compare: dict[str, Any]) -> Path:
-    """The point's report, computed unless a report of this very config is there already."""
+    """The point's report, computed unless a report of this very config, over adapters that hold what they hold
+    now, is there already (`eval.compare.reuse`): a retrained adapter keeps its path but not its report."""
     import argparse
 
     from eval.compare.cli_compare import run as compare_run
     from eval.compare.compare import REPORT_JSON, load_config
+    from eval.compare.reuse import adapter_fingerprints, regenerating, report_changed
 
     path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
     path.write_text(yaml.safe_dump(compare, sort_keys=False))
     # The report's own record of its config decides, not compare.yaml: that file is written before the
     # compare runs, so a compare killed midway left the new compare.yaml beside the old config's report.
-    wanted = json.loads(json.dumps(load_config(str(path)).model_dump()))
-    if report.is_file() and json.loads(report.read_text(encoding="utf-8")).get("config") == wanted:
-        print(f"reusing {report}", flush=True)
-        return report
+    config = load_config(str(path))
+    wanted = json.loads(json.dumps(config.model_dump()))
+    if report.is_file():
+        adapters = {s.name: fp for s in config.systems if (fp := adapter_fingerprints(s.backend))}
+        why = report_changed(json.loads(report.read_text(encoding="utf-8")), wanted, adapters)
+        if why is None:
+            print(f"reusing {report}", flush=True)
+            return report
+        regenerating(str(report), why)
     if compare_run(argparse.Namespace(config=str(path), out=str(point / COMPARE_DIR))):
         raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
     return report
