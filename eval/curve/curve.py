@@ -275,19 +275,17 @@ def build_datasets(
 
 def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
     """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
-    from eval.curve.adapter_runs import train_stale
+    from eval.curve.adapter_runs import link_identical, train_stale
 
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
-    # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     datasets = point / f"datasets-{student.name}"
-    train_stale(
-        datasets,
-        adapters,
-        dict.fromkeys(student.trains, {"max_tokens_budget": budget}),
-        Path(config.train_config),
-        card_example=False,
-    )
+    options = dict.fromkeys(student.trains, {"max_tokens_budget": budget})
+    others = sorted(p for p in point.glob("adapters-*") if p != adapters)
+    for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
+        link_identical(adapters / role, datasets / role, options[role], [p / role for p in others])
+    # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
+    train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
     adapters.mkdir(parents=True, exist_ok=True)
     for role in student.borrows:
         link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
