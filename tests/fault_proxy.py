@@ -1,5 +1,5 @@
 """Helpers for the transport tests (not a test module): a `distill serve` subprocess, a tiny random
-model for fast servers, and a seeded fault-injecting HTTP proxy.
+model for fast servers (and a random LoRA adapter over it), and a seeded fault-injecting HTTP proxy.
 
 It sits between the `openai` backend and a real `distill serve` and, for a fraction of requests,
 answers with 429 + Retry-After or 500, stalls past the client's timeout, returns a malformed JSON
@@ -93,6 +93,18 @@ def make_tiny_model(base_dir: str, out: Path) -> Path:
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out)
+    return out
+
+
+def save_tiny_lora(model_dir: str | Path, out: Path, seed: int) -> Path:
+    """A random LoRA adapter over `model_dir`, saved by plain PEFT: another `seed`, other weights (a retrain)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    lora = LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False, task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), lora).save_pretrained(out)
     return out
 
 

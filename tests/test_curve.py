@@ -515,6 +515,66 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     assert kept["replies-unfiltered"] - kept["teacher-reply"] == {tiny_dialogues[3].id}
 
 
+def _trained_meta(adapter, dataset, budget: int) -> None:
+    """The metadata `python -m train` writes, for an adapter trained on `dataset` at `budget` tokens."""
+    from datasets import load_from_disk
+
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
+
+    adapter.mkdir(parents=True, exist_ok=True)
+    meta = {"dataset_fingerprint": load_from_disk(str(dataset))["train"]._fingerprint}
+    meta |= {"prompt_version": STUDENT_PROMPT_VERSION, "train_config": {"max_tokens_budget": budget}}
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps(meta))
+
+
+def test_a_variant_links_the_adapters_whose_rows_its_options_left_unchanged(tiny_dialogues, tmp_path, monkeypatch):
+    """`quality: off` changes only the roles the filter dropped rows from: those train, the rest are linked to
+    the lender's adapters (the same dataset fingerprint and budget), and a link never trains into its donor."""
+    from datasets import load_from_disk
+
+    from eval.curve import adapter_runs
+    from eval.curve.curve import CurveConfig, build_datasets, train_student
+
+    traces = [handmade_trace(d) for d in tiny_dialogues]
+    traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
+    config = CurveConfig(
+        traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
+        variants=[{"name": "unfiltered", "like": "traces", "options": {"quality": "off"}}],
+    )  # fmt: skip
+    students = {s.name: s for s in config.ordered_students()}
+    point = tmp_path / "n5"
+    for name in ("traces", "unfiltered"):
+        build_datasets(students[name], traces, point / f"datasets-{name}", config, None)
+    budget = config.budget(5, students["traces"])
+    for role in students["traces"].trains:
+        _trained_meta(point / "adapters-traces" / role, point / "datasets-traces" / role, budget)
+    trained: list[str] = []
+
+    def fake_train(argv, roles):
+        trained.extend(roles)
+        for role in roles:
+            _trained_meta(point / "adapters-unfiltered" / role, point / "datasets-unfiltered" / role, budget)
+
+    monkeypatch.setattr(adapter_runs, "_train", fake_train)
+    adapters = train_student(students["unfiltered"], 5, point, config)
+
+    def fingerprint(name, role):
+        return load_from_disk(str(point / f"datasets-{name}" / role))["train"]._fingerprint
+
+    changed = {r for r in students["traces"].trains if fingerprint("traces", r) != fingerprint("unfiltered", r)}
+    assert "cae" in changed and set(trained) == changed and len(changed) < 4
+    for role in set(students["traces"].trains) - changed:
+        assert (adapters / role).resolve() == (point / "adapters-traces" / role).resolve()
+    # the lender retrained on other data: the link goes, and the variant trains its own adapter beside it
+    kept = next(iter(set(students["traces"].trains) - changed))
+    _trained_meta(point / "adapters-traces" / kept, point / "datasets-traces" / "cae", budget)
+    trained.clear()
+    train_student(students["unfiltered"], 5, point, config)
+    assert trained == [kept] and not (adapters / kept).is_symlink()
+    donor = json.loads((point / "adapters-traces" / kept / "trace_distill_adapter.json").read_text())
+    assert donor["dataset_fingerprint"] == fingerprint("traces", "cae")  # the donor was not written into
+
+
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
     from eval.compare.systems import SystemRun
 
@@ -602,6 +662,23 @@ def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
     flagged = md.split("**Unequal budgets**")[1]
     assert "N = 5, ers" in flagged and "N = 5, asi" not in flagged
     assert "## What each student learns, from whom" in md
+
+
+def test_a_bertscore_without_a_value_is_a_dash_not_a_crash(tmp_path):
+    """A system with nothing to score (`{"value": None}`) used to stop write_curve in plot_curve's whiskers."""
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import CURVE_PNG, write_curve
+
+    point = tmp_path / "n5"
+    (point / "eval").mkdir(parents=True)
+    report = point / "eval" / "report.json"
+    accuracy = {"value": 0.5, "ci_low": 0.4, "ci_high": 0.6}
+    system = {"name": "student-traces", "bertscore": {"f1": {"value": None}}}
+    system["i_acc"] = {"ekman6": {"accuracy": accuracy}}
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": [system]}))
+    write_curve({5: report}, tmp_path, CurveConfig(traces="t", dialogues="d", points=[5]))
+    assert "| 5 | student-traces | 0.50 [0.40, 0.60] | – | – |" in (tmp_path / "curve.md").read_text()
+    assert (tmp_path / CURVE_PNG).stat().st_size > 0
 
 
 def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
@@ -910,3 +987,75 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
     assert len(ran) == 2
     report = json.loads((tmp_path / COMPARE_DIR / REPORT_JSON).read_text())
     assert [s["name"] for s in report["config"]["systems"]] == ["a", "b"]
+
+
+def test_a_report_is_reused_only_over_adapters_that_hold_what_they_held(tmp_path):
+    """The curve's reuse decision (`run_compare`'s): two configs alike, adapters under the same path that hold
+    other weights or learnt another dataset make the report stale; so does a report stored without them."""
+    from eval.compare.reuse import adapter_fingerprints, report_changed
+
+    adapter = tmp_path / "adapters-traces" / "ers"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights of the first training")
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "aaaa"}))
+    config = {"dialogues": "d", "systems": [{"name": "student-traces", "backend": {"adapters": str(adapter.parent)}}]}
+    system = config["systems"][0]["backend"]
+    stored = {"config": config, "adapter_fingerprints": {"student-traces": adapter_fingerprints(system)}}
+    assert report_changed(stored, config, {"student-traces": adapter_fingerprints(system)}) is None
+
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights of the second training")  # same path, retrained
+    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
+    assert why.startswith("system 'student-traces': adapter 'ers' holds other weights (sha256 ")
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "bbbb"}))
+    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
+    assert why == "system 'student-traces': adapter 'ers' was retrained on another dataset (fingerprint aaaa → bbbb)"
+
+    old = {"config": config}  # a report written before adapters were fingerprinted
+    why = report_changed(old, config, {"student-traces": adapter_fingerprints(system)})
+    assert why == (
+        "system 'student-traces': the report holds no adapter fingerprints (written before they were recorded)"
+    )
+    assert report_changed(old, config, {}) is None  # no system with adapters: nothing more to compare
+    other = {**config, "limit": 2}
+    assert report_changed(old, other, {}) == "its config changed (limit: stored None, now 2)"
+
+
+@pytest.mark.slow  # three compares of a tiny student
+def test_a_point_whose_adapter_was_retrained_computes_its_report_again(tmp_path, tiny_model_dir, capsys):
+    """`run_compare` for real: its report is reused while the student's adapter holds what it held, and computed
+    again, saying why, once the adapter is retrained under the same path (its old report used to be shown)."""
+    from fault_proxy import save_tiny_lora
+
+    from eval.curve.curve import COMPARE_DIR, run_compare
+
+    adapters = tmp_path / "n3" / "adapters-traces"
+    save_tiny_lora(tiny_model_dir, adapters / "ers", seed=0)
+    student = {
+        "name": "student-traces",
+        "backend": {"type": "local", "model": tiny_model_dir, "batch_size": 2, "adapters": str(adapters)},
+        "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 1, "rag": False}
+        | {"use_asi": False, "use_cae": False, "use_srp": False},
+    }
+    dialogues = _sample_dialogues(tmp_path)
+    compare = {"dialogues": str(dialogues), "limit": 2, "ppl": None, "bertscore": None, "systems": [student]}
+    point, report = tmp_path / "n3", tmp_path / "n3" / COMPARE_DIR / "report.json"
+
+    def stored_weights() -> str:
+        return json.loads(report.read_text())["adapter_fingerprints"]["student-traces"]["ers"]["weights_sha256"]
+
+    capsys.readouterr()
+    run_compare(point, compare)
+    first = stored_weights()
+    run_compare(point, compare)
+    assert f"reusing {report}" in capsys.readouterr().out
+    save_tiny_lora(tiny_model_dir, adapters / "ers", seed=1)  # retrained: the same path, other weights
+    run_compare(point, compare)
+    log = capsys.readouterr().out
+    assert f"reusing {report}" not in log
+    assert (
+        f"regenerating {report}: system 'student-traces': adapter 'ers' holds other weights "
+        f"(sha256 {first[:12]} → {stored_weights()[:12]})"
+    ) in log
+    assert "regenerating system 'student-traces': adapter 'ers' holds other weights" in log  # its traces too
+    assert json.loads(report.read_text())["systems"][0]["source"] == "generated"

@@ -481,3 +481,53 @@ def test_compare_killed_mid_system_keeps_its_finished_chunks(tmp_path, smollm_pa
     report = json.loads((out / "report.json").read_text())
     n = len(test)
     assert report["systems"][0]["source"] == f"generated {n - stored} of {n}, the rest reused"
+
+
+@pytest.mark.slow
+def test_a_student_whose_adapter_was_retrained_under_the_same_path_is_generated_again(
+    tmp_path, tiny_model_dir, tiny_dialogues, capsys
+):
+    """The stored system is reused while its adapters hold what they held; retrained under the same path (or
+    stored before fingerprints were recorded), the student is generated again and the log says why."""
+    from fault_proxy import save_tiny_lora
+
+    adapter = save_tiny_lora(tiny_model_dir, tmp_path / "adapters" / "ers", seed=0)
+    student = {
+        "name": "student",
+        "backend": {"type": "local", "model": tiny_model_dir, "batch_size": 2, "adapters": {"ers": str(adapter)}},
+        "pipeline": {"prompt_style": "student", "use_adapters": True, "max_attempts": 1, "rag": False}
+        | {"use_asi": False, "use_cae": False, "use_srp": False},
+    }
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:2]), "ppl": None, "bertscore": None}
+    config, out = _write_config(tmp_path, {**cfg, "systems": [student]}), tmp_path / "out"
+    stored = out / "systems" / "student"
+
+    def compare() -> tuple[str, str]:
+        capsys.readouterr()
+        assert main(["compare", "--config", config, "--out", str(out)]) == 0
+        source = json.loads((out / "report.json").read_text())["systems"][0]["source"]
+        return source, capsys.readouterr().out
+
+    assert compare()[0] == "generated"
+    first = TraceStore(stored).run_info().backend["adapter_fingerprints"]["ers"]
+    source, log = compare()
+    assert source == f"reused from {stored}" and "regenerating" not in log  # nothing changed
+
+    save_tiny_lora(tiny_model_dir, adapter, seed=1)  # retrained: the same path, other weights
+    source, log = compare()
+    assert source == "generated"
+    now = TraceStore(stored).run_info().backend["adapter_fingerprints"]["ers"]
+    assert now != first
+    assert (
+        f"regenerating system 'student': adapter 'ers' holds other weights "
+        f"(sha256 {first['weights_sha256'][:12]} → {now['weights_sha256'][:12]})"
+    ) in log.splitlines()
+    report = json.loads((out / "report.json").read_text())
+    assert report["adapter_fingerprints"] == {"student": {"ers": now}}
+
+    # a run stored before fingerprints were recorded cannot show which adapter it ran: generated again
+    record = json.loads((stored / "run.json").read_text())
+    del record["backend"]["adapter_fingerprints"]
+    (stored / "run.json").write_text(json.dumps(record))
+    source, log = compare()
+    assert source == "generated" and "regenerating system 'student': its run.json holds no adapter fingerprints" in log

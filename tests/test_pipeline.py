@@ -214,6 +214,19 @@ def test_invalid_output_is_retried_then_only_that_dialogue_fails(backend, tiny_d
     assert [len(c) for c in counting.calls] == [3, 1, 2]
 
 
+class EmptyReply(AnswerOverride):
+    def override(self, request, result):
+        if _role_of(request) == "ers":
+            result.text = json.dumps({"response": ""})
+
+
+def test_an_empty_reply_is_an_invalid_output_not_an_ok_trace(backend, tiny_dialogues):
+    config = PipelineConfig(rag=False, use_cae=False, use_srp=False, max_attempts=2)
+    [trace] = Pipeline(config, EmptyReply(backend)).run(tiny_dialogues[:1], progress=False)
+    assert trace.status == "failed" and trace.failure.startswith("ers: invalid output"), trace.failure
+    assert not trace.response
+
+
 def test_adapters_route_per_stage(backend, tiny_dialogues, tmp_path, smollm_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM

@@ -24,6 +24,7 @@ from pydantic import validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_dtype, resolve_model
+from distill.adapters.adapters import adapter_fingerprint
 from distill.backends.adapter_switch import AdapterSwitch, adapter_dirs
 from distill.backends.attention import use_cpu_attention
 from distill.backends.base import TRUNCATED_EVENT, GenerationRequest, GenerationResult, ProgressFn
@@ -88,6 +89,7 @@ class LocalBackend:
         # Continuous batching (distill.backends.continuous) where the architecture allows it, else
         # lockstep chunks through `model.generate`.
         self.continuous = continuous and continuous_supports(base.config)
+        self._fingerprints: dict[str, dict[str, Optional[str]]] = {}
         for role, path in adapter_paths.items():
             self.load_adapter(role, path)
 
@@ -120,6 +122,8 @@ class LocalBackend:
     def load_adapter(self, name: str, path: str) -> None:
         """Add a LoRA adapter under `name`; the first one wraps the base model in a `PeftModel`."""
         self._adapters.load(name, path)
+        # recorded with the path (`describe`), so a stored run tells a retrained adapter from the one it ran
+        self._fingerprints[name] = adapter_fingerprint(path)
 
     def activate(self, adapter: Optional[str]) -> AbstractContextManager[None]:
         """The block runs with `adapter` in effect (merged when `merge_adapters`), or the bare base for None."""
@@ -309,6 +313,7 @@ class LocalBackend:
             "continuous": self.continuous,
             "decode_attention": self.cpu_attention,  # the key older runs recorded
             "adapters": dict(self._adapters.paths),
+            **({"adapter_fingerprints": dict(self._fingerprints)} if self._fingerprints else {}),
             **({"quantize": self.quantize} if self.quantize else {}),  # unset keeps older runs' records equal
         }
 

@@ -173,7 +173,7 @@ class TraceStore:
         old, new = existing.identity(), info.identity()
         for name in _IDENTITY_FIELDS:
             if old[name] != new[name]:
-                detail = _first_difference(old[name], new[name])
+                detail = first_difference(old[name], new[name])
                 raise StoreError(
                     f"{self.run_path}: field '{name}' differs from this run ({detail}); "
                     "traces from another config go to another --out directory"
@@ -195,9 +195,18 @@ def _parse_line(raw: bytes, number: int, last: bool, file: str) -> tuple[Optiona
         return None, f"{where}: not a trace (field '{field}': {err.get('msg', 'invalid')})"
 
 
-def _first_difference(old: Any, new: Any, path: str = "") -> str:
+def first_difference(old: Any, new: Any, path: str = "") -> str:
+    """The first place two records differ, in one line: `path: stored <old>, now <new>` (each cut to 80 chars)."""
     if isinstance(old, dict) and isinstance(new, dict):
         for k in sorted(set(old) | set(new)):
             if old.get(k) != new.get(k):
-                return _first_difference(old.get(k), new.get(k), f"{path}.{k}" if path else k)
-    return f"{path or 'value'}: stored {old!r}, now {new!r}"
+                return first_difference(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            if a != b:
+                return first_difference(a, b, f"{path}.{i}" if path else str(i))
+    return f"{path or 'value'}: stored {_cut(repr(old))}, now {_cut(repr(new))}"
+
+
+def _cut(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

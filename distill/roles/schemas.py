@@ -63,7 +63,8 @@ class SRPDecision(_Strict):
 
 
 class ERSOutput(_Strict):
-    response: str = Field(max_length=320, description="the 1-2 sentence empathetic reply")
+    # min_length: an empty reply is no reply, so constrained decoding cannot end the string at once
+    response: str = Field(min_length=1, max_length=320, description="the 1-2 sentence empathetic reply")
 
 
 class PerspectiveOutput(_Strict):

@@ -246,6 +246,8 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
         {
             "config_file": config_file,
             "config": config.model_dump(),
+            # what each generated system's adapters held: a rerun reuses this report only over the same ones
+            "adapter_fingerprints": {run.name: run.adapter_fingerprints for run in runs if run.adapter_fingerprints},
             "test": {
                 "dialogues": config.dialogues,
                 "split": config.split,

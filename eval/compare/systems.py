@@ -177,6 +177,7 @@ class SystemRun:
     peak_rss_mb: Optional[float] = None
     memory_method: Optional[str] = None
     replies: bool = True  # False for a system that answers the emotion alone (the probe)
+    adapter_fingerprints: dict[str, Any] = field(default_factory=dict)  # what the adapters held (`eval.compare.reuse`)
 
     def __post_init__(self) -> None:
         # a reply fed from the data (`oracle: {ers: gold}`, an emotion-only system) is the human's, not
@@ -248,17 +249,36 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
     )
 
 
-def _reused(store, spec: SystemSpec, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
-    """The stored traces of every test dialogue when an earlier compare generated this very system."""
+def _reused(store, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
+    """The stored traces of every test dialogue when an earlier compare generated this system (its inputs are
+    checked before, by `_drop_stale`)."""
     from distill.pipeline.trace import trace_key
 
     info = store.run_info()
-    if info is None or info.system != spec.model_dump(mode="json"):
+    if info is None or info.system is None:
         return None
     traces, _ = store.read()
     by_key = {t.key: t for t in traces}
     found = [by_key.get(trace_key(d, *info.identity().values())) for d in test]
     return found if all(found) else None
+
+
+def _drop_stale(store, spec: SystemSpec, pipeline_config, adapters: dict[str, Any]) -> None:
+    """Delete the system's stored run when an earlier compare made it from other inputs (`eval.compare.reuse`),
+    saying why: its traces would otherwise be reused, or resumed, as this system's."""
+    import shutil
+
+    from distill.roles.roles import prompt_version
+    from eval.compare.reuse import regenerating, system_changed
+
+    info = store.run_info()
+    if info is None or info.system is None:  # nothing stored, or a run this compare did not write: claim decides
+        return
+    spec_json, style = spec.model_dump(mode="json"), pipeline_config.prompt_style
+    why = system_changed(info, spec_json, pipeline_config.key_dict(), prompt_version(style), adapters)
+    if why:
+        regenerating(f"system '{spec.name}'", why)
+        shutil.rmtree(store.run_dir)
 
 
 def generate_system(
@@ -274,22 +294,34 @@ def generate_system(
 
     Traces are stored a chunk at a time (`Pipeline.run_into`, as `distill generate` does), so a crash or
     Ctrl-C mid-system loses at most one chunk, and a rerun reuses what an earlier run of the same system
-    stored there: a crash later in the compare (the judge, say) never costs a system's generation again.
+    stored there: a crash later in the compare (the judge, say) never costs a system's generation again. A run
+    stored from other inputs (config, prompts, what the adapters hold) is generated again (`eval.compare.reuse`).
     """
+    from distill.adapters.adapters import AdapterError
     from distill.backends import make_backend
     from distill.pipeline.config import PipelineConfig
     from distill.pipeline.pipeline import Pipeline
     from distill.pipeline.store import StoreError, TraceStore
+    from eval.compare.reuse import adapter_fingerprints
 
-    store = TraceStore(run_dir)
-    done = _reused(store, spec, test)
-    if done is not None:
-        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": store.run_info().backend})
     try:
         pipeline_config = PipelineConfig(**spec.pipeline)
     except Exception as err:  # pydantic's message lists the field; keep it to one line
         first = str(err).splitlines()
         raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
+    try:
+        adapters = adapter_fingerprints(spec.backend)
+    except (AdapterError, OSError) as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    store = TraceStore(run_dir)
+    try:
+        _drop_stale(store, spec, pipeline_config, adapters)
+    except StoreError as err:
+        raise CompareError(f"system '{spec.name}': {err}") from None
+    done = _reused(store, test)
+    if done is not None:
+        backend = store.run_info().backend
+        return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": backend}, adapter_fingerprints=adapters)
     try:
         backend = make_backend(dict(spec.backend))
     except (ValueError, OSError) as err:
@@ -319,6 +351,7 @@ def generate_system(
         wall_s=wall if len(todo) == len(test) and not pipeline_config.reuse else None,
         peak_rss_mb=memory.peak_mb if local else None,
         memory_method=memory.method if local else None,
+        adapter_fingerprints=adapters,
     )
 
 

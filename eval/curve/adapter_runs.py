@@ -73,6 +73,27 @@ def train_stale(
     return stale
 
 
+def link_identical(adapter: Path, dataset: Path, options: Mapping[str, Any], donors: Sequence[Path]) -> Optional[Path]:
+    """Link `adapter` to the first donor adapter trained on the same dataset (its fingerprint) with the same
+    `options`, which is what training it again would give; returns the donor, or None when it trains itself.
+
+    A link whose donor was since retrained on other data is removed first, so training never writes into
+    another student's adapter."""
+    if adapter.is_symlink():
+        if stale_reason(adapter, dataset, options) is None:
+            return adapter.resolve()
+        adapter.unlink()
+    if adapter.exists():  # trained here earlier: kept or retrained by `train_stale`
+        return None
+    for donor in donors:
+        if donor.is_dir() and not donor.is_symlink() and stale_reason(donor, dataset, options) is None:
+            adapter.parent.mkdir(parents=True, exist_ok=True)
+            adapter.symlink_to(donor.resolve(), target_is_directory=True)
+            print(f"{adapter}: the same dataset and training options as {donor}; linked, not trained", flush=True)
+            return donor
+    return None
+
+
 def resumable(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
     """The name of the checkpoint `--resume true` would continue in `adapter`, when its record shows it was trained
     from today's dataset, prompt version and `options`; None otherwise (no checkpoint, or one of another run)."""

@@ -275,19 +275,17 @@ def build_datasets(
 
 def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
     """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
-    from eval.curve.adapter_runs import train_stale
+    from eval.curve.adapter_runs import link_identical, train_stale
 
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
-    # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     datasets = point / f"datasets-{student.name}"
-    train_stale(
-        datasets,
-        adapters,
-        dict.fromkeys(student.trains, {"max_tokens_budget": budget}),
-        Path(config.train_config),
-        card_example=False,
-    )
+    options = dict.fromkeys(student.trains, {"max_tokens_budget": budget})
+    others = sorted(p for p in point.glob("adapters-*") if p != adapters)
+    for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
+        link_identical(adapters / role, datasets / role, options[role], [p / role for p in others])
+    # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
+    train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
     adapters.mkdir(parents=True, exist_ok=True)
     for role in student.borrows:
         link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
@@ -337,20 +335,27 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
 
 
 def run_compare(point: Path, compare: dict[str, Any]) -> Path:
-    """The point's report, computed unless a report of this very config is there already."""
+    """The point's report, computed unless a report of this very config, over adapters that hold what they hold
+    now, is there already (`eval.compare.reuse`): a retrained adapter keeps its path but not its report."""
     import argparse
 
     from eval.compare.cli_compare import run as compare_run
     from eval.compare.compare import REPORT_JSON, load_config
+    from eval.compare.reuse import adapter_fingerprints, regenerating, report_changed
 
     path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
     path.write_text(yaml.safe_dump(compare, sort_keys=False))
     # The report's own record of its config decides, not compare.yaml: that file is written before the
     # compare runs, so a compare killed midway left the new compare.yaml beside the old config's report.
-    wanted = json.loads(json.dumps(load_config(str(path)).model_dump()))
-    if report.is_file() and json.loads(report.read_text(encoding="utf-8")).get("config") == wanted:
-        print(f"reusing {report}", flush=True)
-        return report
+    config = load_config(str(path))
+    wanted = json.loads(json.dumps(config.model_dump()))
+    if report.is_file():
+        adapters = {s.name: fp for s in config.systems if (fp := adapter_fingerprints(s.backend))}
+        why = report_changed(json.loads(report.read_text(encoding="utf-8")), wanted, adapters)
+        if why is None:
+            print(f"reusing {report}", flush=True)
+            return report
+        regenerating(str(report), why)
     if compare_run(argparse.Namespace(config=str(path), out=str(point / COMPARE_DIR))):
         raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
     return report

@@ -320,13 +320,15 @@ def plot_curve(curve: dict, path: Path) -> Optional[Path]:
     import matplotlib.pyplot as plt
 
     # an emotion-only curve has no BERTScore: its one panel is I-ACC
-    panels = [(k, t) for k, t in PANELS if any(r.get(k) for r in curve["rows"])] or PANELS[:1]
+    # a statistic without a value (`{"value": None}`: nothing to score) is not a point
+    panels = [(k, t) for k, t in PANELS if any(_value(r.get(k)) is not None for r in curve["rows"])] or PANELS[:1]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     axes = axes[0]
     systems = list(dict.fromkeys(r["system"] for r in curve["rows"]))
     for ax, (key, title) in zip(axes, panels):
         for i, system in enumerate(systems):
-            points = [(r["n"], r[key]) for r in curve["rows"] if r["system"] == system and r.get(key)]
+            rows = [r for r in curve["rows"] if r["system"] == system and _value(r.get(key)) is not None]
+            points = [(r["n"], r[key]) for r in rows]
             if not points:
                 continue
             # one colour per system in both panels (the probe has no BERTScore), and a small offset
