@@ -104,6 +104,10 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
     assert paired["i_acc"]["diff"] == 0.0 and paired["i_acc"]["n"] == 4
     assert paired["i_acc"]["ci_low"] < 0 < paired["i_acc"]["ci_high"]
     assert paired["latency_s"]["diff"] == 0.0 and paired["latency_s"]["ci_low"] == 0.0
+    # Dist/EAD are paired too, a row per figure: "hmm" four times against four different replies
+    dist1 = paired["dist1"]
+    assert dist1["diff"] < 0 and dist1["ci_high"] < 0 and dist1["n"] == 4
+    assert {"dist1", "dist2", "ead1", "ead2"} <= set(paired) and "diversity" not in paired
     md = (out / "report.md").read_text()
     assert "| human (gold replies) | 4 |" in md and "| teacher − other | i_acc | 0.00 [-0." in md
     assert report["systems"][1]["same_outputs_as"] is None  # different replies
@@ -112,6 +116,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 
 
 def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
+    from eval.compare.report import with_ci
     from eval.metrics.diversity import diversity_metrics
 
     test = tiny_dialogues[:4]
@@ -128,14 +133,15 @@ def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_pa
     ours = diversity_metrics([f"so sorry to hear {d.id}" for d in test])
     human = diversity_metrics([d.gold_response for d in test])
     ratio = report["systems"][0]["human_ratio"]
-    for key in ("dist1", "dist2", "ead1", "ead2"):
-        assert ratio[key] == pytest.approx(ours[key] / human[key], abs=1e-4)
-    assert ratio["dist1"] != pytest.approx(1.0)  # the fixture's replies differ from the human ones
+    for key in ("dist1", "dist2", "ead1", "ead2"):  # each share with its CI, paired with the human replies
+        assert ratio[key]["value"] == pytest.approx(ours[key] / human[key], abs=1e-4)
+        assert ratio[key]["ci_low"] <= ratio[key]["value"] <= ratio[key]["ci_high"] and ratio[key]["n"] == 4
+    assert ratio["dist1"]["value"] != pytest.approx(1.0)  # the fixture's replies differ from the human ones
     (paper,) = report["paper"]["rows"]
     assert paper["human_ratio"]["dist2"] == pytest.approx(48.12 / 59.2, abs=1e-4)  # the paper's, on its test set
     md = (out / "report.md").read_text()
     table = md.split("## Against the paper")[1].split("\n## ")[0]
-    assert f"| teacher | {ratio['dist1']:.2f} |" in table
+    assert f"| teacher | {with_ci(ratio['dist1'])} |" in table and " [" in with_ci(ratio["dist1"])
     assert "| GPT-4o TRACE (paper, Table 1) * | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 |" in table
     assert "not re-run here" in table and "PPL is left out" in table
 

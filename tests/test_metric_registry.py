@@ -86,9 +86,9 @@ def _places(spec: MetricSpec, report: dict, markdown: str, scored: dict, usage: 
     }
     if spec.config:
         places["report.json config section"] = spec.config in report["settings"]
-    if spec.paired:
-        places["paired table"] = any(p["metric"] == spec.name for p in report["paired"])
-        places["report.md paired table"] = f"| {spec.name} |" in markdown
+    for metric in (spec.paired_figures or (spec.name,)) if spec.paired else ():  # a row per figure, or its own
+        places[f"paired table {metric}"] = any(p["metric"] == metric for p in report["paired"])
+        places[f"report.md paired table {metric}"] = f"| {metric} |" in markdown
     for figure in (*spec.shown, *spec.paper):
         places[f"report.md column {figure.header}"] = f"| {figure.header} |" in markdown
     for setting in spec.settings:

@@ -30,7 +30,7 @@ from eval.compare.systems import (
     first_error,
 )
 from eval.metrics.accuracy import schema_valid_rate, teacher_agreement
-from eval.metrics.diversity import human_ratios
+from eval.metrics.diversity_ci import human_ratio_intervals
 from eval.metrics.registry import METRICS, Sample, score_sample
 from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm
 from eval.paper import load_paper_reference
@@ -149,12 +149,13 @@ def score_system(
     return result, items
 
 
-def _versus_human(system: dict, human: dict) -> Optional[dict]:
-    """The figures the registry gives as shares of the human replies (Dist/EAD); None when there are none."""
+def _versus_human(items: dict[str, list], human_items: dict[str, list]) -> Optional[dict]:
+    """The figures the registry gives as shares of the human replies (Dist/EAD), each with its bootstrap CI paired
+    with the human replies on the same draws; None when there are none."""
     ratios = {}
-    for spec in METRICS.values():
-        if spec.versus_human and system.get(spec.row_key) and human.get(spec.row_key):
-            ratios.update(human_ratios(system[spec.row_key], human[spec.row_key], spec.versus_human))
+    for name, spec in METRICS.items():
+        if spec.versus_human and name in items and name in human_items:
+            ratios.update(human_ratio_intervals(items[name], human_items[name], spec.versus_human))
     return ratios or None
 
 
@@ -205,7 +206,8 @@ def judge_systems(config: CompareConfig, runs: list[SystemRun], test: Sequence[D
 def rounded(value: Any) -> Any:
     """Floats to DECIMALS places everywhere, so report.md can show exactly what report.json holds."""
     if isinstance(value, float):
-        return None if value != value else round(value, DECIMALS)  # NaN → null: JSON has no NaN
+        # NaN → null: JSON has no NaN; + 0.0 makes a rounded -0.0 (a difference of -1e-17, say) a plain 0
+        return None if value != value else round(value, DECIMALS) + 0.0
     if isinstance(value, dict):
         return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -236,9 +238,9 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
-    human = human_gold(test, loaded)
-    for system in systems:
-        if ratios := _versus_human(system, human):
+    human, human_items = human_gold(test, loaded)
+    for system, (_, items) in zip(systems, scored):
+        if ratios := _versus_human(items, human_items):
             system["human_ratio"] = ratios
     sections = {spec.config: None for spec in METRICS.values() if spec.config}
     sections.update({METRICS[name].config: s for name, s in settings.items() if METRICS[name].config})

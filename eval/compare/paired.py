@@ -16,6 +16,7 @@ from typing import Any
 
 from data_prep.dialogues import Dialogue
 from eval.compare.run_figures import reply_quality
+from eval.metrics.diversity_ci import paired_differences
 from eval.metrics.registry import METRICS, Sample, paired_metrics, score_sample
 from eval.metrics.stats import DEFAULT_RESAMPLES, holm, paired_bootstrap
 
@@ -29,27 +30,32 @@ def paired_resamples(family_size: int) -> int:
 
 
 def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str, Any]]:
-    """One paired bootstrap per pair of systems and metric both have; diff = first − second.
+    """One paired bootstrap per pair of systems and metric both have (per figure, for a corpus metric with
+    `paired_figures`); diff = first − second.
 
-    The family is every row of the table (each pair of systems × each metric both have). Holm's
+    The family is every row of the table (each pair of systems × each metric or figure both have). Holm's
     adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
     holds at a family-wise error rate of ALPHA. A CI that excludes 0 alone is not a finding.
     """
-    rows = []
+    rows, corpus = [], []
     for first, second in combinations(per_system, 2):
         a, b = per_system[first], per_system[second]
         for metric, reading in paired_metrics().items():
             if metric not in a or metric not in b:
                 continue
+            if METRICS[metric].paired_figures:
+                corpus += [((first, second), metric, figure, reading) for figure in METRICS[metric].paired_figures]
+                continue
             # a dialogue a metric cannot score (BERTScore without a gold reply) is left out on both sides
             keep = [i for i, (x, y) in enumerate(zip(a[metric], b[metric])) if x is not None and y is not None]
             xs, ys = [a[metric][i] for i in keep], [b[metric][i] for i in keep]
             rows.append(((first, second), metric, reading, xs, ys))
-    resamples = paired_resamples(len(rows))
+    resamples = paired_resamples(len(rows) + len(corpus))
     out = []
     for pair, metric, reading, xs, ys in rows:
         result = paired_bootstrap(xs, ys, statistic=METRICS[metric].paired_statistic, resamples=resamples)
         out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples})
+    out += _corpus_rows(per_system, corpus, resamples)
     adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None})
     for i, row in enumerate(out):
         row["p_holm"] = adjusted.get(str(i))
@@ -57,10 +63,24 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
     return out
 
 
-def human_gold(test: Sequence[Dialogue], settings: dict[str, dict]) -> dict[str, Any]:
+def _corpus_rows(per_system: dict[str, dict[str, list]], asked: list[tuple], resamples: int) -> list[dict[str, Any]]:
+    """The paired rows of corpus figures (Dist/EAD): each system's figure on the same resampled corpora, once."""
+    out = []
+    for metric, figure in dict.fromkeys((metric, figure) for _, metric, figure, _ in asked):
+        rows = [(pair, reading) for pair, m, f, reading in asked if (m, f) == (metric, figure)]
+        items = {name: per_system[name][metric] for pair, _ in rows for name in pair}
+        results = paired_differences(items, [pair for pair, _ in rows], figure, resamples)
+        for (pair, reading), result in zip(rows, results):
+            out.append({"pair": list(pair), "metric": figure, "reading": reading, **result, "resamples": resamples})
+    return out
+
+
+def human_gold(test: Sequence[Dialogue], settings: dict[str, dict]) -> tuple[dict[str, Any], dict[str, list]]:
     """The gold replies scored like a system, on the metrics that score the human replies (not BERTScore:
     it is scored against these very replies; not I-ACC or cost: a human reply names no emotion and has no
-    latency). `settings` are the compare's metrics, as `score_sample` takes them."""
+    latency), and their per-dialogue items. `settings` are the compare's metrics, as `score_sample` takes them."""
     replies = [d.gold_response or "" for d in test]
-    stats, _ = score_sample(Sample(replies=replies, contexts=[d.render_context() for d in test]), settings, human=True)
-    return {"name": "human (gold replies)", "n": len(test), **stats, "quality": reply_quality(replies, test)}
+    sample = Sample(replies=replies, contexts=[d.render_context() for d in test])
+    stats, items = score_sample(sample, settings, human=True)
+    row = {"name": "human (gold replies)", "n": len(test), **stats, "quality": reply_quality(replies, test)}
+    return row, items

@@ -132,16 +132,25 @@ def _value(stat: Any) -> Optional[float]:
 
 
 def _beats(system: dict, paper_row: dict) -> dict[str, Optional[bool]]:
-    """Per published figure, whether the system is better than the paper's row (None: it lacks the figure)."""
+    """Per published figure, whether the system is better than the paper's row (None: it lacks the figure): a
+    figure with a CI beats it only when the whole interval is on the better side of the paper's value."""
     out: dict[str, Optional[bool]] = {}
     for spec in registry.METRICS.values():
         for figure in spec.paper:
-            mine, theirs = _value(figure.read(system)), figure.read_paper(paper_row)
-            if mine is None or theirs is None:
+            stat, theirs = figure.read(system), figure.read_paper(paper_row)
+            if _value(stat) is None or theirs is None:
                 out[figure.header] = None
-            else:
-                out[figure.header] = mine < theirs if spec.direction == "lower" else mine > theirs
+                continue
+            low, high = _interval(stat)
+            out[figure.header] = high < theirs if spec.direction == "lower" else low > theirs
     return out
+
+
+def _interval(stat: Any) -> tuple[float, float]:
+    """A statistic's 95% interval; a bare number (no CI recorded) is its own interval."""
+    if isinstance(stat, dict) and stat.get("ci_low") is not None and stat.get("ci_high") is not None:
+        return stat["ci_low"], stat["ci_high"]
+    return _value(stat), _value(stat)
 
 
 def target_rows(against: dict, at_paper_decoding: dict[str, str]) -> list[dict[str, Any]]:
@@ -246,7 +255,8 @@ def render_target(target: list[dict[str, Any]]) -> list[str]:
         f"## The target: beat {target[0]['paper']} on every figure",
         "",
         f"Better than the paper's row on each figure above, with BERTScore at most {TARGET_BERTSCORE_DROP} below the "
-        "same student at the paper's decoding (a decoding variant's lender; else the system itself).",
+        "same student at the paper's decoding (a decoding variant's lender; else the system itself). A figure with "
+        "a 95% CI beats the paper only when the whole interval is on the better side of the paper's value.",
         "",
         *markdown_table(head, rows),
         "",

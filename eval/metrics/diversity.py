@@ -1,6 +1,7 @@
 """Reference-free diversity metrics on response text: Dist-n (TRACE) and EAD-n (Liu et al. 2022).
 
-Both are corpus-level numbers (one value for a whole system), so they carry n but no bootstrap CI.
+Both are corpus-level numbers (one value for a whole system); `eval.metrics.diversity_ci` gives their bootstrap
+intervals, each resample a new corpus of the drawn dialogues.
 They need no model, which is why `python -m eval score` runs them in seconds.
 """
 

@@ -22,7 +22,8 @@ from typing import Any, Literal, Optional, Union
 
 from eval.metrics.accuracy import emotion_agreement, i_acc
 from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL, bertscore
-from eval.metrics.diversity import DEFAULT_EAD_ENCODING, RATIO_KEYS, diversity_metrics
+from eval.metrics.diversity import DEFAULT_EAD_ENCODING, RATIO_KEYS
+from eval.metrics.diversity_ci import diversity_with_items
 from eval.metrics.length import reply_length
 from eval.metrics.perplexity import (
     DEFAULT_PPL_CONTEXT,
@@ -100,6 +101,9 @@ class MetricSpec:
     versus_human: tuple[str, ...] = ()  # figures also given as a share of the human replies
     note: str = ""  # a line under report.md's title, formatted with the settings
     paired_statistic: Optional[Callable[[Sequence], float]] = None  # None: the mean of the items
+    # a corpus metric's figures the paired table compares, a row each, on resampled corpora of its items
+    # (`eval.metrics.diversity_ci.paired_differences`); (): the metric itself, by `paired_bootstrap`
+    paired_figures: tuple[str, ...] = ()
     prepare: Optional[Callable[[dict], dict]] = None  # settings -> what to load once for a whole compare
     config: Optional[str] = None  # the compare config section of its settings (off when null); flag prefix
     opt_in: bool = False  # `eval score` runs it only when its first setting is given (it loads a model)
@@ -191,9 +195,9 @@ for _spec in (
         },
     ),
     MetricSpec(
-        "diversity", "Dist / EAD", "corpus", "higher", human_row=True,
+        "diversity", "Dist / EAD", "corpus", "higher", paired=True, human_row=True,
         settings={"tokenizer": DEFAULT_EAD_ENCODING, "vocab_size": None},
-        score=diversity_metrics, inputs=("replies",),
+        score=diversity_with_items, inputs=("replies",), paired_figures=RATIO_KEYS,
         columns=tuple(Figure(label, f"diversity.{key}") for key, label in _RATIO_LABELS.items()),
         headline=(Figure("Dist-2", "diversity.dist2"), Figure("EAD-2", "diversity.ead2")),
         paper=tuple(Figure(f"{label} / human", f"human_ratio.{key}", 2, f"human_ratio.{key}")
@@ -201,7 +205,8 @@ for _spec in (
         versus_human=RATIO_KEYS,
         paper_note="Dist-n and EAD-n fall as a corpus grows, so each is shown as a share of the human replies on "
         "the same dialogues (this report's human row for the systems above; the paper's test set for its rows).",
-        note="Dist/EAD are corpus-level (no CI); EAD tokenizer `{tokenizer}`.",
+        note="Dist/EAD are corpus-level: their shares of the human replies and their paired differences carry "
+        "bootstrap CIs over resampled test dialogues (each draw a new corpus); EAD tokenizer `{tokenizer}`.",
         config="ead",
         options={"tokenizer": {"help": "EAD tokenizer (TRACE's by default)"}, "vocab_size": {"type": int}},
     ),

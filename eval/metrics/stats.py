@@ -34,11 +34,21 @@ def bootstrap_ci(
     stat = statistic or (lambda xs: sum(xs) / len(xs))
     rng = random.Random(seed)
     n = len(values)
-    draws = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
-    alpha = (1.0 - level) / 2
-    low = draws[int(math.floor(alpha * (resamples - 1)))]
-    high = draws[int(math.ceil((1 - alpha) * (resamples - 1)))]
-    return float(low), float(high)
+    return interval_of_draws([stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples)], level)
+
+
+def interval_of_draws(draws: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of bootstrap draws: the draws at ranks floor(α (B − 1)) and ceil((1 − α)(B − 1))."""
+    ordered = sorted(float(d) for d in draws)
+    alpha, last = (1.0 - level) / 2, len(ordered) - 1
+    return ordered[int(math.floor(alpha * last))], ordered[int(math.ceil((1 - alpha) * last))]
+
+
+def p_of_differences(diffs: Sequence[float]) -> float:
+    """Two-sided bootstrap p of resampled differences: 2 (k + 1) / (B + 1), k the draws on the smaller side of 0
+    (at or beyond it), capped at 1 (see `paired_bootstrap`)."""
+    k = min(sum(d <= 0 for d in diffs), sum(d >= 0 for d in diffs))
+    return min(1.0, 2 * (int(k) + 1) / (len(diffs) + 1))
 
 
 def mean_with_ci(values: Sequence[float], resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
@@ -112,13 +122,9 @@ def paired_bootstrap(
     for _ in range(resamples):
         idx = [rng.randrange(n) for _ in range(n)]
         diffs.append(stat([a[i] for i in idx]) - stat([b[i] for i in idx]))
-    diffs.sort()
-    alpha = (1.0 - level) / 2
-    low = diffs[int(math.floor(alpha * (resamples - 1)))]
-    high = diffs[int(math.ceil((1 - alpha) * (resamples - 1)))]
-    k = min(sum(d <= 0 for d in diffs), sum(d >= 0 for d in diffs))
-    p = min(1.0, 2 * (k + 1) / (resamples + 1))
-    return {"diff": float(stat(a) - stat(b)), "ci_low": float(low), "ci_high": float(high), "n": n, "p_value": p}
+    low, high = interval_of_draws(diffs, level)
+    p = p_of_differences(diffs)
+    return {"diff": float(stat(a) - stat(b)), "ci_low": low, "ci_high": high, "n": n, "p_value": p}
 
 
 def holm(p_values: dict[str, float]) -> dict[str, float]:

@@ -1,0 +1,225 @@
+"""Bootstrap intervals for the corpus-level Dist-n and EAD-n, paired over the test dialogues.
+
+Dist and EAD are one number per corpus, so a resample is a new corpus: the dialogues drawn with replacement
+(repeats count their n-grams again, and add no new distinct ones). Each reply's n-grams are hashed to integers
+once (`CorpusGrams`); a resample is then a mask, a `np.unique` and a sum. Pairing is by the draws: two systems,
+or a system and the human replies, are scored on the same drawn dialogues, so a difference or a share of the
+human replies gets the interval of its own, not two intervals that ignore the pairing.
+
+Each resampled figure is exactly `distinct_n` / `ead_n` of the drawn replies in the drawn order (for EAD the
+bigrams that span two replies, as TRACE's concatenated corpus has, included), which the test checks against a
+plain-Python bootstrap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from eval.metrics.diversity import (
+    DEFAULT_EAD_ENCODING,
+    RATIO_KEYS,
+    diversity_metrics,
+    normalize_response,
+    resolve_tokenizer,
+    whitespace_tokens,
+)
+from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, interval_of_draws, p_of_differences
+
+
+@dataclass(frozen=True)
+class ReplyTokens:
+    """One reply as Dist and EAD read it: lowercased whitespace words (Dist), and the normalised reply's token
+    ids with the EAD tokenizer's vocabulary size (EAD). The per-dialogue item a paired bootstrap resamples."""
+
+    words: tuple[str, ...]
+    ids: tuple[int, ...]
+    vocab: int
+
+
+def reply_tokens(replies: Sequence[Optional[str]], tokenizer: Any, vocab_size: Optional[int]) -> list[ReplyTokens]:
+    encode, vocab = resolve_tokenizer(tokenizer, vocab_size)
+    out = []
+    for reply in replies:
+        text = normalize_response(reply)  # blank replies add nothing to EAD, as in `ead_n`
+        out.append(ReplyTokens(tuple(whitespace_tokens(reply or "")), tuple(encode(text)) if text else (), vocab))
+    return out
+
+
+@dataclass(frozen=True)
+class CorpusGrams:
+    """One figure's n-grams (Dist-n or EAD-n, n 1 or 2) of a corpus of replies, hashed to integers once.
+
+    A draw's distinct n-grams are those only one reply holds, counted per drawn reply, plus the shared ones any
+    drawn reply holds: one matrix product over every draw at once (`on`)."""
+
+    shared: np.ndarray  # sorted keys that two or more replies hold
+    incidence: np.ndarray  # replies × shared, 1.0 where the reply holds the key
+    single: np.ndarray  # sorted keys that one reply alone holds
+    single_owner: np.ndarray  # that reply
+    singles: np.ndarray  # per reply: how many keys it alone holds
+    grams: np.ndarray  # n-grams inside each reply, repeats counted
+    tokens: np.ndarray  # tokens in each reply
+    first: np.ndarray  # each reply's first token (-1: none), for the bigrams that span two replies
+    last: np.ndarray
+    base: int  # a bigram's key is first * base + second
+    spans: bool  # n-grams run across reply boundaries (EAD's concatenated corpus) or not (Dist)
+    vocab: Optional[int]  # EAD's V; None for Dist
+
+    @classmethod
+    def of(cls, items: Sequence[ReplyTokens], figure: str) -> CorpusGrams:
+        kind, n = figure[:-1], int(figure[-1])
+        if kind not in ("dist", "ead") or n not in (1, 2):
+            raise ValueError(f"no bootstrap for figure '{figure}': Dist-n and EAD-n with n 1 or 2 only")
+        codes: dict[Any, int] = {}
+        coded = [
+            np.array([codes.setdefault(t, len(codes)) for t in (item.words if kind == "dist" else item.ids)], np.int64)
+            for item in items
+        ]
+        base = len(codes) + 1
+        keys = [c if n == 1 else c[:-1] * base + c[1:] for c in coded]
+        held = [np.unique(k) for k in keys]
+        owner = np.repeat(np.arange(len(held)), [len(h) for h in held])
+        flat = np.concatenate(held) if held else np.zeros(0, np.int64)
+        distinct, holders = np.unique(flat, return_counts=True)
+        is_shared = np.isin(flat, distinct[holders > 1])
+        shared = distinct[holders > 1]
+        incidence = np.zeros((len(items), len(shared)), np.float32)
+        incidence[owner[is_shared], np.searchsorted(shared, flat[is_shared])] = 1.0
+        order = np.argsort(flat[~is_shared])
+        return cls(
+            shared=shared,
+            incidence=incidence,
+            single=flat[~is_shared][order],
+            single_owner=owner[~is_shared][order],
+            singles=np.bincount(owner[~is_shared], minlength=len(items)).astype(np.float32),
+            grams=np.array([len(k) for k in keys], dtype=np.int64),
+            tokens=np.array([len(c) for c in coded], dtype=np.int64),
+            first=np.array([c[0] if len(c) else -1 for c in coded], dtype=np.int64),
+            last=np.array([c[-1] if len(c) else -1 for c in coded], dtype=np.int64),
+            base=base,
+            spans=kind == "ead" and n == 2,
+            vocab=items[0].vocab if kind == "ead" and items else None,
+        )
+
+    def figure(self, draw: np.ndarray) -> float:
+        """The figure of the corpus made of the replies `draw` indexes, in that order."""
+        return float(self.on(np.asarray(draw)[None, :])[0])
+
+    def on(self, draws: np.ndarray, block: int = 256) -> np.ndarray:
+        """The figure on each row of `draws` (`bootstrap_draws`), `block` rows at a time."""
+        return np.concatenate([self._block(draws[i : i + block]) for i in range(0, len(draws), block)])
+
+    def _block(self, draws: np.ndarray) -> np.ndarray:
+        chosen = np.zeros((len(draws), len(self.grams)), np.float32)
+        chosen[np.arange(len(draws))[:, None], draws] = 1.0
+        present = chosen @ self.incidence > 0
+        distinct = chosen @ self.singles + present.sum(axis=1)
+        total = self.grams[draws].sum(axis=1).astype(np.float64)
+        if self.spans:
+            for r, draw in enumerate(draws):  # the bigram from each reply's last token to the next one's first
+                order = draw[self.tokens[draw] > 0]
+                if len(order) > 1:
+                    spanning = np.unique(self.last[order[:-1]] * self.base + self.first[order[1:]])
+                    distinct[r] += len(spanning) - self._held(spanning, chosen[r], present[r]).sum()
+                    total[r] += len(order) - 1
+        return self._score(distinct, total)
+
+    def _held(self, keys: np.ndarray, chosen: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """Which of `keys` a drawn reply already holds inside itself."""
+        held = np.zeros(len(keys), dtype=bool)
+        for table, in_draw in (
+            (self.shared, lambda at: present[at]),
+            (self.single, lambda at: chosen[self.single_owner[at]] > 0),
+        ):
+            if len(table):
+                at = np.minimum(np.searchsorted(table, keys), len(table) - 1)
+                found = table[at] == keys
+                held[found] |= in_draw(at[found])
+        return held
+
+    def _score(self, distinct: np.ndarray, total: np.ndarray) -> np.ndarray:
+        safe = np.maximum(total, 1)
+        if self.vocab is None:
+            score = distinct / safe
+        else:
+            score = distinct / (self.vocab * (1.0 - ((self.vocab - 1) / self.vocab) ** safe))
+        return np.where(total > 0, score, 0.0)
+
+
+def bootstrap_draws(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """`resamples` rows of n dialogue indices drawn with replacement, seeded."""
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
+def paired_differences(
+    items: dict[str, Sequence[ReplyTokens]],
+    pairs: Sequence[tuple[str, str]],
+    figure: str,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = 0.95,
+) -> list[dict[str, Any]]:
+    """`paired_bootstrap`'s result for figure(first) − figure(second) of each pair of systems (`items`: a system's
+    replies, the same dialogues in the same order), every system scored once on the same draws."""
+    scored: dict[str, tuple[float, np.ndarray]] = {}
+
+    def score(name: str) -> tuple[float, np.ndarray]:
+        if name not in scored:
+            grams = CorpusGrams.of(items[name], figure)
+            scored[name] = (grams.figure(np.arange(len(items[name]))), grams.on(draws))
+        return scored[name]
+
+    sizes = {len(items[name]) for pair in pairs for name in pair}
+    if len(sizes) > 1:
+        raise ValueError(f"paired_differences: systems with {sorted(sizes)} replies; pairs need the same dialogues")
+    n = sizes.pop() if sizes else 0
+    draws = bootstrap_draws(n, resamples, seed)
+    out = []
+    for first, second in pairs:
+        if n == 0:
+            out.append({"diff": None, "ci_low": None, "ci_high": None, "n": 0, "p_value": None})
+            continue
+        (a, a_draws), (b, b_draws) = score(first), score(second)
+        low, high = interval_of_draws(a_draws - b_draws, level)
+        p = p_of_differences(a_draws - b_draws)
+        out.append({"diff": a - b, "ci_low": low, "ci_high": high, "n": n, "p_value": p})
+    return out
+
+
+def human_ratio_intervals(
+    replies: Sequence[ReplyTokens],
+    human: Sequence[ReplyTokens],
+    figures: Sequence[str] = RATIO_KEYS,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = 0.95,
+) -> dict[str, Optional[dict[str, Any]]]:
+    """Each figure as a share of the human replies on the same dialogues, with its paired bootstrap CI (each draw
+    scores both corpora on the same dialogues); None where the human replies score 0."""
+    if len(replies) != len(human):
+        raise ValueError(f"human_ratio_intervals: {len(replies)} replies against {len(human)} human ones")
+    every = np.arange(len(replies))
+    draws = bootstrap_draws(len(replies), resamples, seed)
+    out: dict[str, Optional[dict[str, Any]]] = {}
+    for figure in figures:
+        mine, theirs = CorpusGrams.of(replies, figure), CorpusGrams.of(human, figure)
+        if not replies or theirs.figure(every) == 0:
+            out[figure] = None
+            continue
+        mine_draws, their_draws = mine.on(draws), theirs.on(draws)
+        shares = np.divide(mine_draws, their_draws, out=np.zeros_like(mine_draws), where=their_draws > 0)
+        low, high = interval_of_draws(shares[their_draws > 0], level)
+        value = mine.figure(every) / theirs.figure(every)
+        out[figure] = {"value": float(value), "ci_low": low, "ci_high": high, "n": len(replies)}
+    return out
+
+
+def diversity_with_items(
+    replies: Sequence[Optional[str]], tokenizer: Any = DEFAULT_EAD_ENCODING, vocab_size: Optional[int] = None
+) -> dict[str, Any]:
+    """`diversity_metrics`, with each reply's tokens as the per-dialogue items the paired bootstraps draw from."""
+    return {**diversity_metrics(replies, tokenizer, vocab_size), "items": reply_tokens(replies, tokenizer, vocab_size)}
