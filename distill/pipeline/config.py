@@ -23,7 +23,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "reuse", "reuse_from", "stop_loops",
+    "reuse", "reuse_from", "stop_loops", "consensus",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -100,6 +100,12 @@ class _PipelineSettings(BaseModel):
         description="per-role min-p sampling, in [0, 1): drop tokens below min_p x the most likely token's "
         "probability; only where the role samples (temperature > 0), a retry keeps it; unset = 0 (off)",
     )
+    consensus: dict[str, int] = Field(
+        default_factory=dict,
+        description="per-role consensus reranking (minimum Bayes risk), 2 to 16 samples: where the role samples, "
+        "draw that many answers and keep the one most like the others by chrF (`distill.pipeline.consensus`); "
+        "its tokens and latency count every sample; unset = one sample",
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -136,6 +142,16 @@ class _PipelineSettings(BaseModel):
                 raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
             if not (0 < value <= 1 if top_p else 0 <= value < 1):
                 raise ValueError(f"{role}: {value} is outside {'(0, 1]' if top_p else '[0, 1)'}")
+        return values
+
+    @field_validator("consensus")
+    @classmethod
+    def _samples_per_role(cls, values: dict[str, int]) -> dict[str, int]:
+        for role, samples in values.items():
+            if role not in ROLES:
+                raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
+            if not 2 <= samples <= 16:
+                raise ValueError(f"{role}: {samples} samples; consensus takes 2 to 16")
         return values
 
     @field_validator("reflection_backend")

@@ -27,6 +27,7 @@ from data_prep.retrieval import Exemplar
 from distill import __version__
 from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
 from distill.pipeline.config import PipelineConfig
+from distill.pipeline.consensus import ConsensusBackend
 from distill.pipeline.oracle import Oracle
 from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
 from distill.pipeline.reuse import StoredStages
@@ -271,6 +272,8 @@ class Pipeline:
     ) -> tuple[list[Step], list[Optional[BaseModel]]]:
         """One stage for many dialogues: one backend call per attempt, retrying only the invalid answers."""
         backend = backend or self.backend
+        if spec.name in self.config.consensus:
+            backend = ConsensusBackend(backend, self.config.consensus[spec.name])
         steps = [
             Step(role=spec.name, iteration=iteration, messages=spec.render(inp, self.config.prompt_style), attempts=0)
             for inp in inputs

@@ -77,6 +77,7 @@ class DecodingOptions(BaseModel):
     temperatures: Optional[dict[str, float]] = None
     top_p: Optional[dict[str, float]] = None
     min_p: Optional[dict[str, float]] = None
+    consensus: Optional[dict[str, int]] = None
 
 
 class Variant(BaseModel):
