@@ -16,7 +16,7 @@
 #
 # Environment: OUT (results), WHL (default .whl), BUDGET_S (seconds this script may take in all, default
 # 450: the Qwen part runs only in what is left, under `timeout`), QWEN_VARIANTS (default the three of the
-# 2026-11-23 table), EXAMPLES (2048), BATCH (16), SKIP_QWEN=1.
+# 2026-11-23 table), SMOLLM_VARIANTS (all four), EXAMPLES (2048), BATCH (16), SKIP_QWEN=1.
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 WHL=${WHL:-.whl}
@@ -24,6 +24,7 @@ BUDGET_S=${BUDGET_S:-450}
 EXAMPLES=${EXAMPLES:-2048}
 BATCH=${BATCH:-16}
 QWEN_VARIANTS=${QWEN_VARIANTS:-lora_bf16,lora_bf16_completion_head,qlora_nf4}
+SMOLLM_VARIANTS=${SMOLLM_VARIANTS:-lora_fp32,lora_bf16,lora_bf16_completion_head,qlora_nf4}
 mkdir -p "$OUT"
 LOG=$OUT/log.txt
 
@@ -65,7 +66,7 @@ DATA=$WHL/data/ed_ekman_dev.csv
 
 echo "== SmolLM2-135M shape, all variants ($(date -u +%T))" | tee -a "$LOG"
 python3 benchmarks/gpu_train.py --model smollm2-135m --random-init --examples "$EXAMPLES" --batch-size "$BATCH" \
-    --data "$DATA" --out "$OUT/gpu_train_smollm2.json" 2>&1 | tee -a "$LOG"
+    --data "$DATA" --variants "$SMOLLM_VARIANTS" --out "$OUT/gpu_train_smollm2.json" 2>&1 | tee -a "$LOG"
 echo "== SmolLM2 done at ${SECONDS}s" | tee -a "$LOG"
 
 LEFT=$((BUDGET_S - SECONDS))

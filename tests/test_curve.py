@@ -835,6 +835,12 @@ def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
     found = {(tuple(p["pair"]), round(p["diff"], 3), p["ci_low"], p["ci_high"]) for p in curve["paired"]}
     assert found == {(("student-bal", "student-direct"), 0.2, 0.1, 0.3), (("student-bal", "probe"), 0.1, -0.05, 0.2)}
     assert "student-bal − probe" in (tmp_path / "curve.md").read_text()
+    assert (tmp_path / "curve.md").read_text().count("| 5 | student-bal − student-direct |") == 1  # asked once
+    hot = CurveConfig(traces="t", dialogues="d", points=[5], variants=[{"name": "hot", "like": "traces",
+                      "decoding": {"temperatures": {"ers": 1.0}}}])  # fmt: skip
+    from eval.curve.curve_report import questions
+
+    assert ("student-hot", "student-traces") in {(a, b) for a, b, _ in questions(hot)}  # a lever against its lender
     assert (tmp_path / CURVE_PNG).stat().st_size > 1000  # one panel: there is no BERTScore to draw
 
 

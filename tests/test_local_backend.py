@@ -165,6 +165,12 @@ def test_greedy_is_deterministic_and_sampling_follows_the_seed(tiny):
 
     assert sample(7) == sample(7)
     assert sample(7) != sample(8)
+    # one prompt asked four times in one call, each with its own seed (consensus samples): four samples, and
+    # each is what its seed gives when asked alone
+    copies = [GenerationRequest(prompts[2], temperature=1.0, max_new_tokens=12, seed=7 + 1000 * j) for j in range(4)]
+    texts = [r.text for r in tiny.generate(copies)]
+    assert len(set(texts)) == 4 and texts[0] == sample(7)[2]
+    assert texts[3] == tiny.generate([copies[3]])[0].text
 
 
 def test_overlong_input_is_truncated_not_fatal(tiny_model_dir):

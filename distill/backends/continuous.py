@@ -288,7 +288,7 @@ class ContinuousDecoder:
                 request,
                 len(self.prompts[request]),
                 self.sampler.matcher(),
-                self.sampler.generator(self.prompts[request]),
+                self.sampler.generator(self.prompts[request], request),
             )
         rows = [self.slots[s] for s in targets]
         tokens = self.sampler.choose(
@@ -357,6 +357,7 @@ def decode(
     min_p: float = 0.0,
     vocab_size: int,
     seed: Optional[int] = None,
+    seeds: Sequence[Optional[int]] = (),
     device: str = "cpu",
     prefill_tokens: int = 2048,
     min_shared_prefix: int = 32,
@@ -367,8 +368,11 @@ def decode(
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
     a compiled schema (distill.backends.constrained) whose matcher masks every row, or None. `top_p` and
-    `min_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them.
+    `min_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them. `seeds`: each
+    prompt's own seed (None, or none given: `seed`).
     """
-    sampler = Sampler.make(temperature, grammar, vocab_size, seed, device, min(rows, len(prompts)), top_p, min_p)
+    sampler = Sampler.make(
+        temperature, grammar, vocab_size, seed, device, min(rows, len(prompts)), top_p, min_p, request_seeds=seeds
+    )
     limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish, give_up)
     return ContinuousDecoder(model, prompts, sampler, limits).run()

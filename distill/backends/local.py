@@ -229,6 +229,7 @@ class LocalBackend:
             min_p=min_p,
             vocab_size=self.hf_model.config.vocab_size,
             seed=first.seed,
+            seeds=[requests[i].seed for i in idxs],
             device=self.device,
             on_finish=finished,
             give_up=LoopWatch(self.tokenizer, constrained=first.schema is not None) if first.stop_loops else None,

@@ -26,6 +26,8 @@ class Sampler:
     bitmask: Optional[torch.Tensor]
     top_p: float = 1.0
     min_p: float = 0.0
+    # a request's own seed where requests of one decode carry different ones (consensus samples of one prompt)
+    request_seeds: tuple[Optional[int], ...] = ()
 
     @classmethod
     def make(
@@ -38,22 +40,25 @@ class Sampler:
         rows: int,
         top_p: float = 1.0,
         min_p: float = 0.0,
+        request_seeds: Sequence[Optional[int]] = (),
     ):
         seed = seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item())
         bitmask = allocate_bitmask(rows, vocab_size) if grammar is not None else None
-        return cls(temperature, grammar, vocab_size, seed, device, bitmask, top_p, min_p)
+        return cls(temperature, grammar, vocab_size, seed, device, bitmask, top_p, min_p, tuple(request_seeds))
 
     def matcher(self) -> Any:
         return self.grammar.matcher() if self.grammar is not None else None
 
-    def generator(self, prompt: Sequence[int]) -> Optional[torch.Generator]:
-        """A request's own random stream (None when greedy), seeded by the seed and its prompt. One stream per
-        request, not per decode, so what a request samples does not depend on which others share the call or
-        its steps, or on when one of them ends (int tuples hash the same in every process)."""
+    def generator(self, prompt: Sequence[int], request: int = 0) -> Optional[torch.Generator]:
+        """A request's own random stream (None when greedy), seeded by its seed (the request's own in
+        `request_seeds`, else the decode's) and its prompt. One stream per request, not per decode, so what a
+        request samples does not depend on which others share the call or its steps, or on when one of them
+        ends (int tuples hash the same in every process); two requests of one prompt sample apart by seed."""
         if self.temperature <= 0:
             return None
+        own = self.request_seeds[request] if request < len(self.request_seeds) else None
         generator = torch.Generator(device=self.device)
-        generator.manual_seed(hash((self.seed, *prompt)) % 2**63)
+        generator.manual_seed(hash((self.seed if own is None else own, *prompt)) % 2**63)
         return generator
 
     def choose(

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from distill.adapters.adapters import has_metadata, read_metadata
 from eval.compare.report import fmt, interval, markdown_table, paper_table, with_ci
 from eval.metrics import registry
+from eval.metrics.diversity import RATIO_KEYS
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
 # (first, second, what the difference says): the comparisons the question needs, first − second
@@ -30,7 +31,9 @@ QUESTIONS = (
     ("student-teacher-reply", "student-traces", "the teacher's replies as the reply target, against the human ones"),
     ("student-teacher-reply", "student-direct", "the teacher's replies as the target, against direct fine-tuning"),
 )
-METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"}
+METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"} | {
+    key: label for key, label in zip(RATIO_KEYS, ("Dist-1", "Dist-2", "EAD-1", "EAD-2"))
+}
 PANELS = (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))
 # students of one point whose tokens seen for a role differ by more than this share are flagged in curve.md
 UNEQUAL_TOKENS = 0.15
@@ -55,15 +58,22 @@ def _row(n: int, s: dict) -> dict[str, Any]:
 
 
 def questions(config=None) -> tuple[tuple[str, str, str], ...]:
-    """`QUESTIONS`, and each variant of the config against the direct student and the probe."""
+    """`QUESTIONS`, and each variant of the config against the student it is made like, the direct student and
+    the probe."""
     extra = []
     for v in getattr(config, "variants", None) or []:
-        lever = f"{v.name} (like {v.like}: {v.options.model_dump(exclude_none=True) or 'its own budget'})"
+        decoding = v.decoding.model_dump(exclude_none=True) if v.decoding else {}
+        changed = {**v.options.model_dump(exclude_none=True), **decoding}
+        lever = f"{v.name} (like {v.like}: {changed or 'its own budget'})"
         extra += [
+            (f"student-{v.name}", f"student-{v.like}", f"{lever} against the student it is made like"),
             (f"student-{v.name}", "student-direct", f"{lever} against fine-tuning on the same labels"),
             (f"student-{v.name}", "probe", f"{lever} against a linear probe"),
         ]
-    return QUESTIONS + tuple(extra)
+    asked = {}  # a variant made like direct asks its first two questions once
+    for first, second, meaning in (*QUESTIONS, *extra):
+        asked.setdefault((first, second), meaning)
+    return tuple((first, second, meaning) for (first, second), meaning in asked.items())
 
 
 def _paired(n: int, report: dict, asked: tuple[tuple[str, str, str], ...]) -> list[dict[str, Any]]:
