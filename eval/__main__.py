@@ -3,6 +3,7 @@
     python -m eval score --responses <file.csv|file.jsonl> --column <name> [...]
     python -m eval compare --config configs/eval/<name>.yaml --out <dir>
     python -m eval curve --config configs/eval/curve.yaml --out <dir>
+    python -m eval records render [--check]
 
 Each command lives in its own module; `data_prep.commands.dispatch` runs it.
 """
@@ -25,6 +26,10 @@ COMMANDS = {
     "curve": (
         "eval.curve.cli_curve",
         "learning curves: distilled, direct and rationale-task students at N train conversations, paired",
+    ),
+    "records": (
+        "eval.cli_records",
+        "write a run's record (docs/records) or render the docs' record blocks from the records",
     ),
 }
 

@@ -1,0 +1,61 @@
+"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records.py`).
+
+python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
+python -m eval records render            # rewrite README.md's and docs/*.md's record blocks
+python -m eval records render --check    # exit 1 when a block differs from its record
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from eval.records import (
+    RECORDS,
+    RecordError,
+    doc_files,
+    git_commit,
+    machine_line,
+    record_from_curve,
+    render_blocks,
+    stale_blocks,
+)
+
+USER_ERRORS = (RecordError, FileNotFoundError, json.JSONDecodeError)  # one line, exit 2 (data_prep.commands)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    write = sub.add_parser("write", help="a record from an `eval curve` run's curve.json (its largest point)")
+    write.add_argument("--curve", required=True, help="the curve.json an `eval curve` run wrote")
+    write.add_argument("--name", required=True, help="the record's name: docs/records/<name>.json")
+    write.add_argument("--command", required=True, help="the command that made the run, as a reader would rerun it")
+    write.add_argument("--commit", default=None, help="the commit the run ran at (default: this checkout's HEAD)")
+    write.add_argument("--machine", default=None, help="the machine it ran on (default: this one's CPU)")
+    write.add_argument("--out", default=str(RECORDS), help="the records folder")
+    render = sub.add_parser("render", help="rewrite the record blocks of README.md and docs/*.md")
+    render.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is stale")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "write":
+        curve = json.loads(Path(args.curve).read_text(encoding="utf-8"))
+        commit, machine = args.commit or git_commit(), args.machine or machine_line()
+        record = record_from_curve(curve, args.name, args.command, commit, machine)
+        path = Path(args.out) / f"{args.name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+    if args.check:
+        stale = stale_blocks(doc_files())
+        print("\n".join(stale) or "every record block matches its record")
+        return 1 if stale else 0
+    for path in doc_files():
+        text = path.read_text(encoding="utf-8")
+        rendered = render_blocks(text)
+        if rendered != text:
+            path.write_text(rendered, encoding="utf-8")
+            print(f"rendered {path}")
+    return 0

@@ -1,0 +1,219 @@
+"""The results README.md and docs/ quote, kept as small JSON records and rendered into the docs by code.
+
+A record (`docs/records/<name>.json`) is the summary of one run: what ran (commit, date, machine, command), its
+test set, and per system the figures with their 95% CIs and what the system learned from whom.
+`python -m eval records write` makes one from an `eval curve` run's curve.json; `python -m eval records render`
+rewrites every block of README.md and docs/*.md that names a record,
+
+    <!-- record: ed-400-levers -->
+    (the rendered table)
+    <!-- /record -->
+
+and `--check` fails on a block that differs from its record's rendering (the docs test runs it), so no figure
+is typed by hand where a record exists. The cells are formatted by report.md's own functions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Optional
+
+from eval.compare.report import cell, fmt, markdown_table
+from eval.metrics.registry import METRICS, Figure
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "records"
+BLOCK = re.compile(r"(<!-- record: (?P<name>[a-z0-9_.-]+) -->\n)(?P<body>.*?)(<!-- /record -->)", re.S)
+RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
+
+
+class RecordError(ValueError):
+    """A record that cannot be written or rendered; the message names the file and what is missing."""
+
+
+# --- writing a record from a curve run ------------------------------------------------------------
+
+
+def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: str, machine: str) -> dict[str, Any]:
+    """The record of a curve run's largest point: each system's figures beside the paper's rows, the target."""
+    against = curve.get("against_paper") or {}
+    if not against.get("systems"):
+        raise RecordError(f"record '{name}': the curve has no systems at its largest point")
+    variants = {f"student-{v['name']}": v for v in (curve.get("config") or {}).get("variants") or []}
+    systems = [
+        _system(s, curve.get("sources", {}).get(s["name"], {}), variants.get(s["name"])) for s in against["systems"]
+    ]
+    return {
+        "name": name,
+        "commit": commit,
+        "date": dt.date.today().isoformat(),
+        "machine": machine,
+        "command": command,
+        "test": {**curve["test"], "train_conversations": against["n"]},
+        "systems": systems,
+        "paper": against.get("paper"),
+        "target": curve.get("target", []),
+    }
+
+
+def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], variant: Optional[dict]) -> dict[str, Any]:
+    figures = {f.path: f.read(report_row) for f in _figures()}
+    # what a decoding lever costs: the reply's generated tokens per dialogue (k samples: k times them)
+    ers = ((report_row.get("cost") or {}).get("tokens_per_role") or {}).get("ers") or {}
+    return {
+        "name": report_row["name"],
+        "learns": {role: source["target"] for role, source in sources.items()},
+        "adapters_of": next((s["adapter"] for s in sources.values() if s.get("adapter")), None),
+        "decoding": (variant or {}).get("decoding") or {},
+        "figures": figures,
+        "reply_tokens_per_dialogue": ers.get("completion_per_dialogue"),
+    }
+
+
+def _figures() -> list[Figure]:
+    """The record's columns: the registry's paper figures (Dist/EAD shares of the human replies, I-ACC), then
+    BERTScore against the human reply."""
+    return [*(f for spec in METRICS.values() for f in spec.paper), *METRICS["bertscore_f1"].shown]
+
+
+def machine_line() -> str:
+    """The CPU as the figures depend on it: model, cores, and whether it has native bf16."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    bf16 = "AVX512_BF16" if "avx512_bf16" in flags else "AMX" if "amx_bf16" in flags else "no native bf16"
+    return f"{os.cpu_count()}-core {model or platform.processor() or platform.machine()}, {bf16}"
+
+
+def git_commit(where: Path = ROOT) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def render_record(record: dict[str, Any]) -> list[str]:
+    """The record as the docs show it: a table of every system beside the paper's rows, the target's verdict,
+    and the run it came from."""
+    missing = [f for f in RECORD_FIELDS if f not in record]
+    if missing:
+        raise RecordError(f"record '{record.get('name', '?')}': missing {', '.join(missing)}")
+    figures = _figures()
+    header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue"]
+    rows = [
+        [s["name"], _decoding(s["decoding"]), *(_cell(s["figures"], f) for f in figures), _cell_value(s)]
+        for s in record["systems"]
+    ]
+    for paper_row in (record.get("paper") or {}).get("rows", []):
+        rows.append(
+            [f"{paper_row['system']} *", "–", *(fmt(f.read_paper(paper_row), f.decimals) for f in figures), "–"]
+        )
+    test = record["test"]
+    lines = [
+        f"{_learns(record['systems'])} Trained on {test['train_conversations']} train conversations, scored on "
+        f"{test['n']} test conversations (95% bootstrap CIs; Dist/EAD as shares of the human replies, paired with "
+        "them):",
+        "",
+        *markdown_table(header, rows),
+        "",
+        *_verdict(record),
+        f"Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
+        f" (record `docs/records/{record['name']}.json`).",
+    ]
+    if record.get("paper"):
+        lines.insert(-1, f"\\* {record['paper']['source']}")
+        lines.insert(-1, "")
+    return lines
+
+
+def _cell(figures: dict[str, Any], figure: Figure) -> str:
+    return cell({"value": figures.get(figure.path)}, Figure(figure.header, "value", figure.decimals))
+
+
+def _cell_value(system: dict[str, Any]) -> str:
+    return fmt(system.get("reply_tokens_per_dialogue"), 1)
+
+
+def _decoding(decoding: dict[str, Any]) -> str:
+    if not decoding:
+        return "TRACE's (T 0.5)"
+    parts = []
+    for key, label in (("temperatures", "T"), ("top_p", "top-p"), ("min_p", "min-p"), ("consensus", "consensus of")):
+        if "ers" in (decoding.get(key) or {}):
+            parts.append(f"{label} {decoding[key]['ers']}")
+    return ", ".join(parts)
+
+
+def _learns(systems: list[dict[str, Any]]) -> str:
+    """One sentence per distinct recipe: which role learns what (its adapters may be another system's)."""
+    recipes: dict[str, list[str]] = {}
+    for s in systems:
+        by_target: dict[str, list[str]] = {}
+        for role, target in s["learns"].items():
+            by_target.setdefault(target, []).append(role)
+        recipe = "; ".join(f"{', '.join(roles)}: {target}" for target, roles in by_target.items())
+        owner = (s.get("adapters_of") or s["name"]).removesuffix("'s")
+        recipes.setdefault(recipe, []).append(owner)
+    return " ".join(
+        f"What {', '.join(dict.fromkeys(owners))}'s adapters learned, from whom: {recipe}."
+        for recipe, owners in recipes.items()
+    )
+
+
+def _verdict(record: dict[str, Any]) -> list[str]:
+    target = record.get("target") or []
+    if not target:
+        return []
+    met = sorted({t["system"] for t in target if t["met"]})
+    rule = (
+        f"The target (beat {target[0]['paper']} on every figure, each 95% CI wholly on the better side, with "
+        "BERTScore at most 0.02 below the same student at TRACE's decoding): "
+    )
+    if met:
+        return [rule + f"met by {', '.join(met)}.", ""]
+    near = min(target, key=lambda t: sum(not b for b in t["beats"].values()))
+    short = [figure for figure, beats in near["beats"].items() if not beats]
+    return [rule + f"not met; the closest, {near['system']}, falls short on {', '.join(short) or 'BERTScore'} "
+            f"(BERTScore fall {fmt(near['bertscore_drop'], 3)}).", ""]  # fmt: skip
+
+
+# --- the docs' blocks ------------------------------------------------------------------------------
+
+
+def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        raise RecordError(f"{path}: no such record (the docs name it in a `<!-- record: {name} -->` block)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def render_blocks(text: str, folder: Path = RECORDS) -> str:
+    """`text` with every record block's body rendered from its record."""
+    return BLOCK.sub(
+        lambda m: m.group(1) + "\n".join(render_record(load_record(m["name"], folder))) + "\n" + m.group(4), text
+    )
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
+    """Each file whose record blocks differ from their records' rendering, with the first differing line."""
+    stale = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        rendered = render_blocks(text, folder)
+        if rendered != text:
+            old, new = text.splitlines(), rendered.splitlines()
+            line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+            stale.append(f"{path}:{line + 1}: differs from its record (`python -m eval records render` rewrites it)")
+    return stale

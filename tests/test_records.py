@@ -1,0 +1,90 @@
+"""Results quoted in the docs come from records (eval/records.py): a record is written from a curve run, rendered
+by code into the docs' record blocks, and a block that differs from its record's rendering fails here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.paper import load_paper_reference
+from eval.records import (
+    RecordError,
+    doc_files,
+    record_from_curve,
+    render_blocks,
+    render_record,
+    stale_blocks,
+)
+
+
+def _stat(value, half=0.05):
+    return {"value": value, "ci_low": value - half, "ci_high": value + half, "n": 4}
+
+
+def _row(name, ratio, i_acc, bertscore, reply_tokens):
+    return {
+        "name": name,
+        "human_ratio": {key: _stat(ratio) for key in ("dist1", "dist2", "ead1", "ead2")},
+        "i_acc": {"ekman6": {"accuracy": _stat(i_acc)}},
+        "bertscore": {"f1": _stat(bertscore, 0.01)},
+        "cost": {"tokens_per_role": {"ers": {"completion_per_dialogue": reply_tokens}}},
+    }
+
+
+def _curve():
+    own = {"asi": {"target": "gold label"}, "ers": {"target": "human reply"}}
+    lent = {role: {**source, "adapter": "student-traces's"} for role, source in own.items()}
+    return {
+        "test": {"dialogues": "d", "split": "test", "n": 4},
+        "sources": {"student-traces": own, "student-hot": lent},
+        "config": {"variants": [{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}]},
+        "against_paper": {
+            "n": 400,
+            "systems": [_row("student-traces", 0.6, 0.6, 0.30, 20.0), _row("student-hot", 0.95, 0.6, 0.29, 21.5)],
+            "paper": load_paper_reference("trace-table1"),
+        },
+        "target": [
+            {"system": "student-traces", "paper": "GPT-4o", "beats": {"Dist-1 / human": False}, "bertscore_drop": 0.0,
+             "met": False},
+            {"system": "student-hot", "paper": "GPT-4o", "beats": {"Dist-1 / human": True}, "bertscore_drop": 0.01,
+             "met": True},
+        ],
+    }  # fmt: skip
+
+
+def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_provenance():
+    record = record_from_curve(_curve(), "demo", "bash run.sh", "abc1234", "2-core test CPU")
+    assert json.loads(json.dumps(record)) == record  # plain JSON
+    lines = render_record(record)
+    text = "\n".join(lines)
+    assert "| student-traces | TRACE's (T 0.5) | 0.600 [0.550, 0.650] |" in text
+    assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 |" in text
+    assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – |" in text
+    assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
+    assert "met by student-hot." in text and "Trained on 400 train conversations, scored on 4 test" in text
+    assert "Run at commit `abc1234` on " in text and "2-core test CPU: `bash run.sh`" in text
+    with pytest.raises(RecordError, match="missing commit"):
+        render_record({k: v for k, v in record.items() if k != "commit"})
+
+
+def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = record_from_curve(_curve(), "demo", "bash run.sh", "abc1234", "cpu")
+    (folder / "demo.json").write_text(json.dumps(record))
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Results\n\n<!-- record: demo -->\nold text\n<!-- /record -->\n\nafter\n")
+    assert stale_blocks([doc], folder) and "doc.md:4: differs from its record" in stale_blocks([doc], folder)[0]
+    doc.write_text(render_blocks(doc.read_text(), folder))
+    assert stale_blocks([doc], folder) == [] and doc.read_text().endswith("<!-- /record -->\n\nafter\n")
+    doc.write_text(doc.read_text().replace("0.950 [0.900, 1.000]", "0.970 [0.900, 1.000]", 1))  # a figure typed over
+    assert len(stale_blocks([doc], folder)) == 1
+    doc.write_text("<!-- record: nosuch -->\n<!-- /record -->\n")
+    with pytest.raises(RecordError, match="no such record"):
+        stale_blocks([doc], folder)
+
+
+def test_every_record_block_in_the_docs_matches_its_record():
+    """The shipped README and docs: a figure changed by hand inside a record block fails here."""
+    assert stale_blocks(doc_files()) == []
