@@ -479,12 +479,10 @@ def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
     assert 0 < counts["half"][1] < counts["rationale"][1]
 
 
-def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_path):
-    """Filter against no filter (issue 38's experiment): the `off` variant keeps a looping cause."""
-    from datasets import load_from_disk
-
-    from eval.curve.curve import CurveConfig, build_datasets
-    from eval.curve.students import STUDENTS
+def _looping_cause_and_an_unfiltered_variant(tiny_dialogues, tmp_path):
+    """Hand-made traces, one with a looping cause the quality filter drops, and a curve with `traces` and a
+    variant of it whose quality checks are off."""
+    from eval.curve.curve import CurveConfig
 
     traces = [handmade_trace(d) for d in tiny_dialogues]
     traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
@@ -492,6 +490,17 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
         traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
         variants=[{"name": "unfiltered", "like": "traces", "options": {"quality": "off"}}],
     )  # fmt: skip
+    return traces, config
+
+
+def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_path):
+    """Filter against no filter (issue 38's experiment): the `off` variant keeps a looping cause."""
+    from datasets import load_from_disk
+
+    from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.students import STUDENTS
+
+    traces, config = _looping_cause_and_an_unfiltered_variant(tiny_dialogues, tmp_path)
     students = {s.name: s for s in config.ordered_students()}
     assert students["unfiltered"].trains == students["traces"].trains  # its own four adapters, none borrowed
 
@@ -533,14 +542,9 @@ def test_a_variant_links_the_adapters_whose_rows_its_options_left_unchanged(tiny
     from datasets import load_from_disk
 
     from eval.curve import adapter_runs
-    from eval.curve.curve import CurveConfig, build_datasets, train_student
+    from eval.curve.curve import build_datasets, train_student
 
-    traces = [handmade_trace(d) for d in tiny_dialogues]
-    traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
-    config = CurveConfig(
-        traces=str(tmp_path), dialogues="d", points=[5], require_gold_emotion=False,
-        variants=[{"name": "unfiltered", "like": "traces", "options": {"quality": "off"}}],
-    )  # fmt: skip
+    traces, config = _looping_cause_and_an_unfiltered_variant(tiny_dialogues, tmp_path)
     students = {s.name: s for s in config.ordered_students()}
     point = tmp_path / "n5"
     for name in ("traces", "unfiltered"):
