@@ -21,6 +21,7 @@ import os
 import platform
 import re
 import subprocess
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
@@ -117,21 +118,29 @@ def render_record(record: dict[str, Any]) -> list[str]:
             [f"{paper_row['system']} *", "–", *(fmt(f.read_paper(paper_row), f.decimals) for f in figures), "–"]
         )
     test = record["test"]
-    lines = [
+    intro = (
         f"{_learns(record['systems'])} Trained on {test['train_conversations']} train conversations, scored on "
         f"{test['n']} test conversations (95% bootstrap CIs; Dist/EAD as shares of the human replies, paired with "
-        "them):",
+        "them):"
+    )
+    run = (
+        f"Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
+        f" (record `docs/records/{record['name']}.json`)."
+    )
+    paper = [f"\\* {record['paper']['source']}"] if record.get("paper") else []
+    paragraphs = [*_verdict(record), *paper, run]
+    return [
+        *_wrap(intro),
         "",
         *markdown_table(header, rows),
         "",
-        *_verdict(record),
-        f"Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
-        f" (record `docs/records/{record['name']}.json`).",
-    ]
-    if record.get("paper"):
-        lines.insert(-1, f"\\* {record['paper']['source']}")
-        lines.insert(-1, "")
-    return lines
+        *(line for p in paragraphs for line in [*_wrap(p), ""]),
+    ][:-1]
+
+
+def _wrap(paragraph: str) -> list[str]:
+    """A paragraph in lines of at most 120 characters (the docs' width); a code span is never split."""
+    return textwrap.wrap(paragraph, 120, break_long_words=False, break_on_hyphens=False)
 
 
 def _cell(figures: dict[str, Any], figure: Figure) -> str:
@@ -178,11 +187,11 @@ def _verdict(record: dict[str, Any]) -> list[str]:
         "BERTScore at most 0.02 below the same student at TRACE's decoding): "
     )
     if met:
-        return [rule + f"met by {', '.join(met)}.", ""]
+        return [rule + f"met by {', '.join(met)}."]
     near = min(target, key=lambda t: sum(not b for b in t["beats"].values()))
     short = [figure for figure, beats in near["beats"].items() if not beats]
     return [rule + f"not met; the closest, {near['system']}, falls short on {', '.join(short) or 'BERTScore'} "
-            f"(BERTScore fall {fmt(near['bertscore_drop'], 3)}).", ""]  # fmt: skip
+            f"(BERTScore fall {fmt(near['bertscore_drop'], 3)})."]  # fmt: skip
 
 
 # --- the docs' blocks ------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ def test_readme_is_a_users_page():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     lines = text.splitlines()
     assert len(lines) < 250, len(lines)
-    long = [i + 1 for i, line in enumerate(lines) if len(line) > 120]
+    # a table row rendered from a record (eval/records.py) holds every figure with its interval: it may be longer
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 120 and not line.startswith("| ")]
     assert not long, f"README lines over 120 characters: {long}"
     assert "## Contents" in text
     for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|cff)|LICENSE|NOTICE)\)", text):

@@ -57,7 +57,8 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     record = record_from_curve(_curve(), "demo", "bash run.sh", "abc1234", "2-core test CPU")
     assert json.loads(json.dumps(record)) == record  # plain JSON
     lines = render_record(record)
-    text = "\n".join(lines)
+    assert max(len(line) for line in lines if not line.startswith("|")) <= 120  # prose wrapped to the docs' width
+    text = " ".join(lines)
     assert "| student-traces | TRACE's (T 0.5) | 0.600 [0.550, 0.650] |" in text
     assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 |" in text
     assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – |" in text
