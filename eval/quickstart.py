@@ -234,7 +234,8 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
         argv = ["generate", "--config", str(CONFIGS / "teacher" / "local.yaml"), "--dialogues", str(out / "dialogues")]
         argv += ["--split", split, "--limit", str(limit), "--index", str(out / "index")]
         _run_cli("distill", [*argv, "--out", str(out / f"teacher-{split}"), *gold], f"generate {split}")
-    # the quality checks over the traces the students learn from (the datasets filter on them)
+    # the quality checks over the traces the students learn from (of the quickstart's roles, only cae's
+    # failures drop rows: asi and srp learn the label alone and ers the human reply, which no check reads)
     _run_cli("distill", ["inspect", str(out / "teacher-train")], "inspect")
 
 
@@ -315,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def teacher_quality(run: Path) -> str:
-    """The teacher run's quality line (`distill inspect`), which the datasets filtered on."""
+    """The teacher run's quality line (`distill inspect`): what the checks found in the traces the students learn from."""
     from distill.quality import read_quality, summary_line
 
     data = read_quality(run)

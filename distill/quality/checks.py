@@ -2,8 +2,10 @@
 reason it fails, or None when it passes.
 
 These are the rules alone, with no knowledge of traces: distill.quality.audit decides which role's field goes
-to which check, and near_duplicate (a run-level check) lives in distill.quality.duplicates. Every rule reads
-text through `words`, so "stress_relief_relief" and "Stress relief, relief" are the same three words.
+to which check, and near_duplicate (a run-level check) lives in distill.quality.duplicates. The word rules read
+text through `words`, so "stress_relief_relief" and "Stress relief, relief" are the same three words; `loop`'s
+identifier, character and compression rules read the raw text, `non_reply`'s placeholder and refusal rules the
+lower-cased text, and `ungrounded_trigger` its span matcher's own normalisation.
 """
 
 from __future__ import annotations
