@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def teacher_quality(run: Path) -> str:
-    """The teacher run's quality line (`distill inspect`): what the checks found in the traces the students learn from."""
+    """The teacher run's quality line (`distill inspect`): what the checks found in the traces students learn from."""
     from distill.quality import read_quality, summary_line
 
     data = read_quality(run)
