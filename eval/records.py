@@ -31,7 +31,12 @@ from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
-BLOCK = re.compile(r"(<!-- record: (?P<name>[a-z0-9_.-]+) -->\n)(?P<body>.*?)(<!-- /record -->)", re.S)
+# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows)
+BLOCK = re.compile(
+    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))? -->\n)"
+    r"(?P<body>.*?)(?P<end><!-- /record -->)",
+    re.S,
+)
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 
 
@@ -101,12 +106,19 @@ def git_commit(where: Path = ROOT) -> str:
 # --- rendering -------------------------------------------------------------------------------------
 
 
-def render_record(record: dict[str, Any]) -> list[str]:
-    """The record as the docs show it: a table of every system beside the paper's rows, the target's verdict,
-    and the run it came from."""
+def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> list[str]:
+    """The record as the docs show it: a table of its systems (`only` these, in this order, when given) beside the
+    paper's rows, the target's verdict over every system, and the run it came from."""
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
         raise RecordError(f"record '{record.get('name', '?')}': missing {', '.join(missing)}")
+    if only:
+        by_name = {s["name"]: s for s in record["systems"]}
+        unknown = [name for name in only if name not in by_name]
+        if unknown:
+            known = ", ".join(by_name)
+            raise RecordError(f"record '{record['name']}' has no system {', '.join(unknown)} (it has {known})")
+        record = {**record, "systems": [by_name[name] for name in only]}
     figures = _figures()
     header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue"]
     rows = [
@@ -206,9 +218,13 @@ def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
 
 def render_blocks(text: str, folder: Path = RECORDS) -> str:
     """`text` with every record block's body rendered from its record."""
-    return BLOCK.sub(
-        lambda m: m.group(1) + "\n".join(render_record(load_record(m["name"], folder))) + "\n" + m.group(4), text
-    )
+
+    def body(match: re.Match) -> str:
+        only = match["systems"].split(",") if match["systems"] else None
+        rendered = render_record(load_record(match["name"], folder), only)
+        return match.group(1) + "\n".join(rendered) + "\n" + match["end"]
+
+    return BLOCK.sub(body, text)
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:

@@ -81,6 +81,12 @@ def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_
     assert stale_blocks([doc], folder) == [] and doc.read_text().endswith("<!-- /record -->\n\nafter\n")
     doc.write_text(doc.read_text().replace("0.950 [0.900, 1.000]", "0.970 [0.900, 1.000]", 1))  # a figure typed over
     assert len(stale_blocks([doc], folder)) == 1
+    doc.write_text("<!-- record: demo systems=student-hot -->\n<!-- /record -->\n")  # one system and the paper
+    shown = render_blocks(doc.read_text(), folder)
+    assert "| student-hot |" in shown and "| student-traces |" not in shown and "GPT-4o TRACE" in shown
+    doc.write_text("<!-- record: demo systems=student-cold -->\n<!-- /record -->\n")
+    with pytest.raises(RecordError, match="no system student-cold"):
+        stale_blocks([doc], folder)
     doc.write_text("<!-- record: nosuch -->\n<!-- /record -->\n")
     with pytest.raises(RecordError, match="no such record"):
         stale_blocks([doc], folder)
