@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.report import cell, fmt, markdown_table
+from eval.compare.report import cell, fmt, interval, markdown_table
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +38,10 @@ BLOCK = re.compile(
     re.S,
 )
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
+PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
+PAIRED_LABELS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"} | {
+    "dist1": "Dist-1", "dist2": "Dist-2", "ead1": "EAD-1", "ead2": "EAD-2"
+}  # fmt: skip
 
 
 class RecordError(ValueError):
@@ -66,6 +70,8 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
         "systems": systems,
         "paper": against.get("paper"),
         "target": curve.get("target", []),
+        # the curve's questions at that point (each lever against the student it is made like, ...), paired
+        "paired": [{k: p[k] for k in PAIRED_FIELDS} for p in curve.get("paired", []) if p["n"] == against["n"]],
     }
 
 
@@ -140,14 +146,22 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
         f" (record `docs/records/{record['name']}.json`)."
     )
     paper = [f"\\* {record['paper']['source']}"] if record.get("paper") else []
-    paragraphs = [*_verdict(record), *paper, run]
-    return [
-        *_wrap(intro),
-        "",
-        *markdown_table(header, rows),
-        "",
-        *(line for p in paragraphs for line in [*_wrap(p), ""]),
-    ][:-1]
+    lines = [*_wrap(intro), "", *markdown_table(header, rows), ""]
+    lines += [line for p in [*_verdict(record), *paper] for line in [*_wrap(p), ""]]
+    if not only and record.get("paired"):
+        lines += [*_paired_table(record["paired"]), ""]
+    return [*lines, *_wrap(run)]
+
+
+def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
+    """Each of the run's questions (first − second, on the same dialogues) per metric, with its paired 95% CI."""
+    order = {metric: i for i, metric in enumerate(PAIRED_LABELS)}
+    rows = [
+        [f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_LABELS.get(p["metric"], p["metric"]),
+         interval(p["diff"], p["ci_low"], p["ci_high"]), p["reading"]]
+        for p in sorted(paired, key=lambda p: (p["pair"], order.get(p["metric"], 99)))
+    ]  # fmt: skip
+    return markdown_table(["first − second", "metric", "difference [95% CI]", "reading"], rows)
 
 
 def _wrap(paragraph: str) -> list[str]:

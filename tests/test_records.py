@@ -44,6 +44,12 @@ def _curve():
             "systems": [_row("student-traces", 0.6, 0.6, 0.30, 20.0), _row("student-hot", 0.95, 0.6, 0.29, 21.5)],
             "paper": load_paper_reference("trace-table1"),
         },
+        "paired": [
+            {"n": 400, "pair": ["student-hot", "student-traces"], "metric": "bertscore_f1", "diff": -0.01,
+             "ci_low": -0.02, "ci_high": -0.001, "dialogues": 4, "reading": "higher is better", "meaning": "lever"},
+            {"n": 20, "pair": ["student-hot", "student-traces"], "metric": "i_acc", "diff": 0.0, "ci_low": 0.0,
+             "ci_high": 0.0, "dialogues": 4, "reading": "higher is better", "meaning": "a smaller point"},
+        ],
         "target": [
             {"system": "student-traces", "paper": "GPT-4o", "beats": {"Dist-1 / human": False}, "bertscore_drop": 0.0,
              "met": False},
@@ -63,6 +69,8 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 |" in text
     assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – |" in text
     assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
+    assert "| student-hot − student-traces | BERTScore F | -0.0100 [-0.0200, -0.0010] | higher is better |" in text
+    assert "I-ACC (6) | 0.00" not in text  # the largest point's questions only
     assert "met by student-hot." in text and "Trained on 400 train conversations, scored on 4 test" in text
     assert "Run at commit `abc1234` on " in text and "2-core test CPU: `bash run.sh`" in text
     with pytest.raises(RecordError, match="missing commit"):
