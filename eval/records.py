@@ -145,12 +145,12 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
         f"Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
         f" (record `docs/records/{record['name']}.json`)."
     )
-    paper = [f"\\* {record['paper']['source']}"] if record.get("paper") else []
+    paper = f"\\* {record['paper']['source']} " if record.get("paper") else ""
     lines = [*_wrap(intro), "", *markdown_table(header, rows), ""]
-    lines += [line for p in [*_verdict(record), *paper] for line in [*_wrap(p), ""]]
+    lines += [line for p in _verdict(record) for line in [*_wrap(p), ""]]
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
-    return [*lines, *_wrap(run)]
+    return [*lines, *_wrap(paper + run)]
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
