@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from eval.compare.report import cell, fmt, interval, markdown_table
+from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,9 +40,6 @@ BLOCK = re.compile(
 )
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
-PAIRED_LABELS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"} | {
-    "dist1": "Dist-1", "dist2": "Dist-2", "ead1": "EAD-1", "ead2": "EAD-2"
-}  # fmt: skip
 
 
 class RecordError(ValueError):
@@ -155,9 +153,9 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
     """Each of the run's questions (first − second, on the same dialogues) per metric, with its paired 95% CI."""
-    order = {metric: i for i, metric in enumerate(PAIRED_LABELS)}
+    order = {metric: i for i, metric in enumerate(PAIRED_METRICS)}
     rows = [
-        [f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_LABELS.get(p["metric"], p["metric"]),
+        [f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS.get(p["metric"], p["metric"]),
          interval(p["diff"], p["ci_low"], p["ci_high"]), p["reading"]]
         for p in sorted(paired, key=lambda p: (p["pair"], order.get(p["metric"], 99)))
     ]  # fmt: skip

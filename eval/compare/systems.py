@@ -281,6 +281,33 @@ def _drop_stale(store, spec: SystemSpec, pipeline_config, adapters: dict[str, An
         shutil.rmtree(store.run_dir)
 
 
+def _pipeline_config(spec: SystemSpec, config_file: str):
+    from distill.pipeline.config import PipelineConfig
+
+    try:
+        return PipelineConfig(**spec.pipeline)
+    except Exception as err:  # pydantic's message lists the field; keep it to one line
+        first = str(err).splitlines()
+        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
+
+
+def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> dict[str, Any]:
+    """What the system's adapters hold now; a stored run of it made from other inputs is dropped (`_drop_stale`)."""
+    from distill.adapters.adapters import AdapterError
+    from distill.pipeline.store import StoreError
+    from eval.compare.reuse import adapter_fingerprints
+
+    try:
+        adapters = adapter_fingerprints(spec.backend)
+    except (AdapterError, OSError) as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    try:
+        _drop_stale(store, spec, pipeline_config, adapters)
+    except StoreError as err:
+        raise CompareError(f"system '{spec.name}': {err}") from None
+    return adapters
+
+
 def generate_system(
     spec: SystemSpec,
     test: Sequence[Dialogue],
@@ -297,27 +324,13 @@ def generate_system(
     stored there: a crash later in the compare (the judge, say) never costs a system's generation again. A run
     stored from other inputs (config, prompts, what the adapters hold) is generated again (`eval.compare.reuse`).
     """
-    from distill.adapters.adapters import AdapterError
     from distill.backends import make_backend
-    from distill.pipeline.config import PipelineConfig
     from distill.pipeline.pipeline import Pipeline
     from distill.pipeline.store import StoreError, TraceStore
-    from eval.compare.reuse import adapter_fingerprints
 
-    try:
-        pipeline_config = PipelineConfig(**spec.pipeline)
-    except Exception as err:  # pydantic's message lists the field; keep it to one line
-        first = str(err).splitlines()
-        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
-    try:
-        adapters = adapter_fingerprints(spec.backend)
-    except (AdapterError, OSError) as err:
-        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    pipeline_config = _pipeline_config(spec, config_file)
     store = TraceStore(run_dir)
-    try:
-        _drop_stale(store, spec, pipeline_config, adapters)
-    except StoreError as err:
-        raise CompareError(f"system '{spec.name}': {err}") from None
+    adapters = _fresh_store(store, spec, pipeline_config, config_file)
     done = _reused(store, test)
     if done is not None:
         backend = store.run_info().backend
