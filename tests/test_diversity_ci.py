@@ -1,16 +1,17 @@
-"""Dist/EAD's bootstrap intervals (eval.metrics.diversity_ci) against a plain-Python bootstrap of the metrics'
-own definitions: every resampled corpus scored as `distinct_n` / `ead_n` score it, the intervals from the
-same draws."""
+"""Dist/EAD's half-sampling intervals (eval.metrics.diversity_ci) against the metrics' own definitions: every
+drawn corpus scored as `distinct_n` / `ead_n` score it, the intervals from the same draws, and how often the
+intervals hold the value they estimate on corpora from a known population (benchmarks/diversity_ci_coverage)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from benchmarks.diversity_ci_coverage import Population, coverage
 from eval.metrics.diversity import distinct_n, ead_n
 from eval.metrics.diversity_ci import (
     CorpusGrams,
-    bootstrap_draws,
+    half_samples,
     human_ratio_intervals,
     paired_differences,
     reply_tokens,
@@ -47,32 +48,58 @@ def reference(replies: list[str], figure: str, draw) -> float:
 
 
 @pytest.mark.parametrize("figure", FIGURES)
-def test_each_resampled_corpus_scores_as_the_metric_scores_it(figure):
-    draws = bootstrap_draws(len(SYSTEM), resamples=300, seed=7)
+def test_each_drawn_corpus_scores_as_the_metric_scores_it(figure):
+    """Any rows of reply indices, repeats and any order included, not only half-samples."""
+    draws = np.random.default_rng(7).integers(0, len(SYSTEM), size=(300, len(SYSTEM)))
     grams = CorpusGrams.of(reply_tokens(SYSTEM, "cl100k_base", None), figure)
     expected = np.array([reference(SYSTEM, figure, draw) for draw in draws])
     np.testing.assert_allclose(grams.on(draws, block=64), expected, rtol=0, atol=1e-12)
     assert grams.figure(np.arange(len(SYSTEM))) == pytest.approx(reference(SYSTEM, figure, range(len(SYSTEM))))
 
 
+def test_half_samples_are_half_the_dialogues_without_repeats_in_order():
+    draws = half_samples(9, resamples=50, seed=3)
+    assert draws.shape == (50, 4)
+    assert all(len(set(row)) == 4 and list(row) == sorted(row) for row in draws.tolist())
+    np.testing.assert_array_equal(draws, half_samples(9, resamples=50, seed=3))
+    assert half_samples(1, resamples=2).tolist() == [[0], [0]]
+
+
 @pytest.mark.parametrize("figure", FIGURES)
-def test_paired_intervals_are_the_plain_bootstrap_ones(figure):
-    """Differences and shares of the human replies: each draw scores both corpora on the same dialogues."""
+def test_paired_intervals_are_the_half_samples_spread_around_the_figure(figure):
+    """Differences and shares of the human replies: each half-sample scores both corpora on the same dialogues;
+    the interval is the figure plus the half-corpora's spread around their mean (8 dialogues: scale 1)."""
     resamples = 400
-    draws = bootstrap_draws(len(SYSTEM), resamples)
+    draws = half_samples(len(SYSTEM), resamples)
     mine = np.array([reference(SYSTEM, figure, d) for d in draws])
     theirs = np.array([reference(HUMAN, figure, d) for d in draws])
     items = {"system": reply_tokens(SYSTEM, "cl100k_base", None), "human": reply_tokens(HUMAN, "cl100k_base", None)}
+    every = range(len(SYSTEM))
 
     [diff] = paired_differences(items, [("system", "human")], figure, resamples)
-    every = range(len(SYSTEM))
-    assert diff["diff"] == pytest.approx(reference(SYSTEM, figure, every) - reference(HUMAN, figure, every))
-    assert (diff["ci_low"], diff["ci_high"]) == pytest.approx(interval_of_draws(mine - theirs))
-    assert diff["p_value"] == pytest.approx(p_of_differences(mine - theirs)) and diff["n"] == len(SYSTEM)
+    value = reference(SYSTEM, figure, every) - reference(HUMAN, figure, every)
+    spread = value + (mine - theirs) - (mine - theirs).mean()
+    assert diff["diff"] == pytest.approx(value)
+    assert (diff["ci_low"], diff["ci_high"]) == pytest.approx(interval_of_draws(spread))
+    assert diff["p_value"] == pytest.approx(p_of_differences(spread)) and diff["n"] == len(SYSTEM)
 
     share = human_ratio_intervals(items["system"], items["human"], [figure], resamples)[figure]
-    assert share["value"] == pytest.approx(reference(SYSTEM, figure, every) / reference(HUMAN, figure, every))
-    assert (share["ci_low"], share["ci_high"]) == pytest.approx(interval_of_draws(mine / theirs))
+    value = reference(SYSTEM, figure, every) / reference(HUMAN, figure, every)
+    assert share["value"] == pytest.approx(value)
+    spread = value + mine / theirs - (mine / theirs).mean()
+    assert (share["ci_low"], share["ci_high"]) == pytest.approx(interval_of_draws(spread))
+
+
+@pytest.mark.slow
+def test_the_shares_intervals_hold_the_estimand_about_95_percent_of_the_time():
+    """On 100 corpora of 253 dialogues from a known population, each interval should hold the figure's expected
+    share, missing it about as often on each side; the plain bootstrap's sat above it
+    (benchmarks/diversity_ci_coverage.py)."""
+    result = coverage(Population(), n=253, corpora=100, truth_corpora=150, resamples=400, seed=0)
+    for figure, row in result.items():
+        shipped = row["shipped"]
+        assert 0.88 <= shipped["coverage"] <= 1.0, (figure, shipped)
+        assert shipped["above"] <= 8 and shipped["below"] <= 8, (figure, shipped)  # the bootstrap had 12-28 above
 
 
 def test_a_corpus_without_ngrams_and_bad_input_say_so():

@@ -1,14 +1,21 @@
-"""Bootstrap intervals for the corpus-level Dist-n and EAD-n, paired over the test dialogues.
+"""Intervals for the corpus-level Dist-n and EAD-n, paired over the test dialogues, by half-sampling.
 
-Dist and EAD are one number per corpus, so a resample is a new corpus: the dialogues drawn with replacement
-(repeats count their n-grams again, and add no new distinct ones). Each reply's n-grams are hashed to integers
-once (`CorpusGrams`); a resample is then a mask, a `np.unique` and a sum. Pairing is by the draws: two systems,
-or a system and the human replies, are scored on the same drawn dialogues, so a difference or a share of the
-human replies gets the interval of its own, not two intervals that ignore the pairing.
+Dist and EAD are one number per corpus, so an interval needs new corpora made of the test dialogues. The plain
+bootstrap's corpora (the dialogues drawn with replacement) repeat about a third of them, and a repeat adds
+n-grams but no distinct ones: the resampled figures sit below the corpus's own, the more diverse corpus's
+further, and they spread less than new corpora do. Its interval for a share of the human replies sat above
+the value, and too narrow. Half-sampling has no repeats: each draw is half of the dialogues without
+replacement, in the test set's order, and the interval is the figure plus the spread of the half-corpora's
+figures around their mean, scaled by sqrt(m / (n − m)) for m of n dialogues (the delete-d jackknife, Shao &
+Wu 1989, with d = n − m; the scale is 1 for an even n). `benchmarks/diversity_ci_coverage.py` measures both
+on corpora drawn from a known population.
 
-Each resampled figure is exactly `distinct_n` / `ead_n` of the drawn replies in the drawn order (for EAD the
-bigrams that span two replies, as TRACE's concatenated corpus has, included), which the test checks against a
-plain-Python bootstrap.
+Each reply's n-grams are hashed to integers once (`CorpusGrams`); a draw is then a mask and a matrix product.
+Pairing is by the draws: two systems, or a system and the human replies, are scored on the same halves, so a
+difference or a share of the human replies gets an interval of its own, not two that ignore the pairing.
+Each draw's figure is exactly `distinct_n` / `ead_n` of the drawn replies in the drawn order (for EAD the
+bigrams that span two replies, as TRACE's concatenated corpus has, included), which the test checks against
+the metrics' own code.
 """
 
 from __future__ import annotations
@@ -110,7 +117,7 @@ class CorpusGrams:
         return float(self.on(np.asarray(draw)[None, :])[0])
 
     def on(self, draws: np.ndarray, block: int = 256) -> np.ndarray:
-        """The figure on each row of `draws` (`bootstrap_draws`), `block` rows at a time."""
+        """The figure on each row of `draws` (rows of reply indices, e.g. `half_samples`), `block` rows at a time."""
         return np.concatenate([self._block(draws[i : i + block]) for i in range(0, len(draws), block)])
 
     def _block(self, draws: np.ndarray) -> np.ndarray:
@@ -150,9 +157,19 @@ class CorpusGrams:
         return np.where(total > 0, score, 0.0)
 
 
-def bootstrap_draws(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """`resamples` rows of n dialogue indices drawn with replacement, seeded."""
-    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+def half_samples(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """`resamples` rows of n // 2 of the n dialogue indices (at least one), without replacement, each row in
+    the test set's order; seeded."""
+    keep = max(1, n // 2)
+    return np.sort(np.argsort(np.random.default_rng(seed).random((resamples, n)), axis=1)[:, :keep], axis=1)
+
+
+def spread_around(value: float, figures: np.ndarray, n: int) -> np.ndarray:
+    """Draws for `interval_of_draws` / `p_of_differences`: `value` plus each half-corpus figure's distance from
+    their mean, scaled to n dialogues (the delete-d jackknife's sqrt(m / (n − m)))."""
+    m = max(1, n // 2)
+    scale = np.sqrt(m / (n - m)) if n > m else 0.0
+    return value + (figures - figures.mean()) * scale
 
 
 def paired_differences(
@@ -164,7 +181,7 @@ def paired_differences(
     level: float = 0.95,
 ) -> list[dict[str, Any]]:
     """`paired_bootstrap`'s result for figure(first) − figure(second) of each pair of systems (`items`: a system's
-    replies, the same dialogues in the same order), every system scored once on the same draws."""
+    replies, the same dialogues in the same order), every system scored once on the same half-samples."""
     scored: dict[str, tuple[float, np.ndarray]] = {}
 
     def score(name: str) -> tuple[float, np.ndarray]:
@@ -177,15 +194,16 @@ def paired_differences(
     if len(sizes) > 1:
         raise ValueError(f"paired_differences: systems with {sorted(sizes)} replies; pairs need the same dialogues")
     n = sizes.pop() if sizes else 0
-    draws = bootstrap_draws(n, resamples, seed)
+    draws = half_samples(n, resamples, seed)
     out = []
     for first, second in pairs:
         if n == 0:
             out.append({"diff": None, "ci_low": None, "ci_high": None, "n": 0, "p_value": None})
             continue
         (a, a_draws), (b, b_draws) = score(first), score(second)
-        low, high = interval_of_draws(a_draws - b_draws, level)
-        p = p_of_differences(a_draws - b_draws)
+        diffs = spread_around(a - b, a_draws - b_draws, n)
+        low, high = interval_of_draws(diffs, level)
+        p = p_of_differences(diffs)
         out.append({"diff": a - b, "ci_low": low, "ci_high": high, "n": n, "p_value": p})
     return out
 
@@ -198,12 +216,12 @@ def human_ratio_intervals(
     seed: int = DEFAULT_SEED,
     level: float = 0.95,
 ) -> dict[str, Optional[dict[str, Any]]]:
-    """Each figure as a share of the human replies on the same dialogues, with its paired bootstrap CI (each draw
+    """Each figure as a share of the human replies on the same dialogues, with its paired interval (each half-sample
     scores both corpora on the same dialogues); None where the human replies score 0."""
     if len(replies) != len(human):
         raise ValueError(f"human_ratio_intervals: {len(replies)} replies against {len(human)} human ones")
     every = np.arange(len(replies))
-    draws = bootstrap_draws(len(replies), resamples, seed)
+    draws = half_samples(len(replies), resamples, seed)
     out: dict[str, Optional[dict[str, Any]]] = {}
     for figure in figures:
         mine, theirs = CorpusGrams.of(replies, figure), CorpusGrams.of(human, figure)
@@ -211,9 +229,10 @@ def human_ratio_intervals(
             out[figure] = None
             continue
         mine_draws, their_draws = mine.on(draws), theirs.on(draws)
-        shares = np.divide(mine_draws, their_draws, out=np.zeros_like(mine_draws), where=their_draws > 0)
-        low, high = interval_of_draws(shares[their_draws > 0], level)
         value = mine.figure(every) / theirs.figure(every)
+        scored = their_draws > 0
+        shares = spread_around(value, mine_draws[scored] / their_draws[scored], len(replies))
+        low, high = interval_of_draws(shares, level)
         out[figure] = {"value": float(value), "ci_low": low, "ci_high": high, "n": len(replies)}
     return out
 

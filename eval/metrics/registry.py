@@ -206,7 +206,8 @@ for _spec in (
         paper_note="Dist-n and EAD-n fall as a corpus grows, so each is shown as a share of the human replies on "
         "the same dialogues (this report's human row for the systems above; the paper's test set for its rows).",
         note="Dist/EAD are corpus-level: their shares of the human replies and their paired differences carry "
-        "bootstrap CIs over resampled test dialogues (each draw a new corpus); EAD tokenizer `{tokenizer}`.",
+        "95% CIs by half-sampling the test dialogues (each draw a new corpus of half of them, without repeats); "
+        "EAD tokenizer `{tokenizer}`.",
         config="ead",
         options={"tokenizer": {"help": "EAD tokenizer (TRACE's by default)"}, "vocab_size": {"type": int}},
     ),
