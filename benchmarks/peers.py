@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from machine import cpu_flags  # the script directory is on sys.path
+from machine import cpu_flags, cpu_model  # the script directory is on sys.path
 from peer_engines import GGUF_TYPES, LLAMACPP, TRANSFORMERS, prepare_llamacpp, prompt_lengths, run_engine
 
 ENGINES = ("project", *TRANSFORMERS, *(f"{LLAMACPP}{t}" for t in GGUF_TYPES))
@@ -249,11 +249,9 @@ def machine_info(threads: Optional[int]) -> dict[str, Any]:
     import torch
     import transformers
 
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    name = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {
-        "cpu": name or platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpus": os.cpu_count(),
         "threads": threads,

@@ -75,8 +75,10 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
 
 def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], variant: Optional[dict]) -> dict[str, Any]:
     figures = {f.path: f.read(report_row) for f in _figures()}
-    # what a decoding lever costs: the reply's generated tokens per dialogue (k samples: k times them)
-    ers = ((report_row.get("cost") or {}).get("tokens_per_role") or {}).get("ers") or {}
+    # what a decoding lever costs: the reply's generated tokens per dialogue (k samples: k times them), and the
+    # dialogue's seconds (its steps' summed latency; batched, so k samples cost less than k times the decode)
+    cost = report_row.get("cost") or {}
+    ers = (cost.get("tokens_per_role") or {}).get("ers") or {}
     return {
         "name": report_row["name"],
         "learns": {role: source["target"] for role, source in sources.items()},
@@ -84,6 +86,7 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
         "decoding": (variant or {}).get("decoding") or {},
         "figures": figures,
         "reply_tokens_per_dialogue": ers.get("completion_per_dialogue"),
+        "seconds_per_dialogue": (cost.get("latency_s") or {}).get("value"),
     }
 
 
@@ -124,20 +127,20 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
             raise RecordError(f"record '{record['name']}' has no system {', '.join(unknown)} (it has {known})")
         record = {**record, "systems": [by_name[name] for name in only]}
     figures = _figures()
-    header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue"]
+    header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue", "s / dialogue"]
     rows = [
-        [s["name"], _decoding(s["decoding"]), *(_cell(s["figures"], f) for f in figures), _cell_value(s)]
+        [s["name"], _decoding(s["decoding"]), *(_cell(s["figures"], f) for f in figures), *_cost_cells(s)]
         for s in record["systems"]
     ]
     for paper_row in (record.get("paper") or {}).get("rows", []):
         rows.append(
-            [f"{paper_row['system']} *", "–", *(fmt(f.read_paper(paper_row), f.decimals) for f in figures), "–"]
+            [f"{paper_row['system']} *", "–", *(fmt(f.read_paper(paper_row), f.decimals) for f in figures), "–", "–"]
         )
     test = record["test"]
     intro = (
         f"{_learns(record['systems'])} Trained on {test['train_conversations']} train conversations, scored on "
-        f"{test['n']} test conversations (95% bootstrap CIs; Dist/EAD as shares of the human replies, paired with "
-        "them):"
+        f"{test['n']} test conversations (95% CIs; Dist/EAD as shares of the human replies, paired with them, "
+        "half-sampled):"
     )
     run = (
         f"Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
@@ -171,8 +174,9 @@ def _cell(figures: dict[str, Any], figure: Figure) -> str:
     return cell({"value": figures.get(figure.path)}, Figure(figure.header, "value", figure.decimals))
 
 
-def _cell_value(system: dict[str, Any]) -> str:
-    return fmt(system.get("reply_tokens_per_dialogue"), 1)
+def _cost_cells(system: dict[str, Any]) -> list[str]:
+    """Reply tokens and seconds per dialogue ("–" in a record written before it kept them)."""
+    return [fmt(system.get("reply_tokens_per_dialogue"), 1), fmt(system.get("seconds_per_dialogue"), 2)]
 
 
 def _decoding(decoding: dict[str, Any]) -> str:
@@ -212,10 +216,14 @@ def _verdict(record: dict[str, Any]) -> list[str]:
     )
     if met:
         return [rule + f"met by {', '.join(met)}."]
-    near = min(target, key=lambda t: sum(not b for b in t["beats"].values()))
+    near = min(target, key=lambda t: (sum(not b for b in t["beats"].values()), t["bertscore_drop"]))
     short = [figure for figure, beats in near["beats"].items() if not beats]
-    return [rule + f"not met; the closest, {near['system']}, falls short on {', '.join(short) or 'BERTScore'} "
-            f"(BERTScore fall {fmt(near['bertscore_drop'], 3)})."]  # fmt: skip
+    drop = fmt(near["bertscore_drop"], 3)
+    if short:
+        return [
+            rule + f"not met; the closest, {near['system']}, falls short on {', '.join(short)} (BERTScore fall {drop})."
+        ]
+    return [rule + f"not met; {near['system']} beats every figure, but its BERTScore falls {drop}."]
 
 
 # --- the docs' blocks ------------------------------------------------------------------------------

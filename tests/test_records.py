@@ -22,13 +22,13 @@ def _stat(value, half=0.05):
     return {"value": value, "ci_low": value - half, "ci_high": value + half, "n": 4}
 
 
-def _row(name, ratio, i_acc, bertscore, reply_tokens):
+def _row(name, ratio, i_acc, bertscore, reply_tokens, seconds=0.8):
     return {
         "name": name,
         "human_ratio": {key: _stat(ratio) for key in ("dist1", "dist2", "ead1", "ead2")},
         "i_acc": {"ekman6": {"accuracy": _stat(i_acc)}},
         "bertscore": {"f1": _stat(bertscore, 0.01)},
-        "cost": {"tokens_per_role": {"ers": {"completion_per_dialogue": reply_tokens}}},
+        "cost": {"tokens_per_role": {"ers": {"completion_per_dialogue": reply_tokens}}, "latency_s": _stat(seconds)},
     }
 
 
@@ -41,7 +41,7 @@ def _curve():
         "config": {"variants": [{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}]},
         "against_paper": {
             "n": 400,
-            "systems": [_row("student-traces", 0.6, 0.6, 0.30, 20.0), _row("student-hot", 0.95, 0.6, 0.29, 21.5)],
+            "systems": [_row("student-traces", 0.6, 0.6, 0.30, 20.0), _row("student-hot", 0.95, 0.6, 0.29, 21.5, 1.7)],
             "paper": load_paper_reference("trace-table1"),
         },
         "paired": [
@@ -66,8 +66,8 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert max(len(line) for line in lines if not line.startswith("|")) <= 120  # prose wrapped to the docs' width
     text = " ".join(lines)
     assert "| student-traces | TRACE's (T 0.5) | 0.600 [0.550, 0.650] |" in text
-    assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 |" in text
-    assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – |" in text
+    assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 | 1.70 |" in text
+    assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – | – |" in text
     assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
     assert "| student-hot − student-traces | BERTScore F | -0.0100 [-0.0200, -0.0010] | higher is better |" in text
     assert "I-ACC (6) | 0.00" not in text  # the largest point's questions only
@@ -75,6 +75,21 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert "Run at commit `abc1234` on " in text and "2-core test CPU: `bash run.sh`" in text
     with pytest.raises(RecordError, match="missing commit"):
         render_record({k: v for k, v in record.items() if k != "commit"})
+
+
+def test_the_verdict_names_what_the_closest_system_misses():
+    curve = _curve()
+    curve["target"] = [
+        {"system": "student-traces", "paper": "GPT-4o", "beats": {"Dist-1 / human": False}, "bertscore_drop": 0.0,
+         "met": False},
+        {"system": "student-hot", "paper": "GPT-4o", "beats": {"Dist-1 / human": True}, "bertscore_drop": 0.05,
+         "met": False},
+    ]  # fmt: skip
+    text = " ".join(render_record(record_from_curve(curve, "demo", "bash run.sh", "abc1234", "test CPU")))
+    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050." in text
+    curve["target"][1]["beats"]["Dist-1 / human"] = False  # both miss one figure: the smaller fall is closer
+    text = " ".join(render_record(record_from_curve(curve, "demo", "bash run.sh", "abc1234", "test CPU")))
+    assert "the closest, student-traces, falls short on Dist-1 / human (BERTScore fall 0.000)." in text
 
 
 def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_path):

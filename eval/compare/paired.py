@@ -2,7 +2,8 @@
 
 Two separate confidence intervals say little about a difference; a paired bootstrap over the same
 test dialogues does. Every pair of systems gets one for each paired metric of the registry both have
-(each metric's items, resampled together; a corpus statistic such as PPL is recomputed on each draw);
+(each metric's items, resampled together; a corpus statistic such as PPL is recomputed on each draw; Dist and
+EAD, whose corpora a with-replacement draw would bias, by half-sampling: `eval.metrics.diversity_ci`);
 Holm's adjustment over the whole table says which differences survive the multiple comparisons. The
 human-gold row gives a reader the scale of diversity and fluency that real listeners reach on the same
 dialogues.
@@ -30,8 +31,8 @@ def paired_resamples(family_size: int) -> int:
 
 
 def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str, Any]]:
-    """One paired bootstrap per pair of systems and metric both have (per figure, for a corpus metric with
-    `paired_figures`); diff = first − second.
+    """One paired interval per pair of systems and metric both have (per figure, for a corpus metric with
+    `paired_figures`, by half-sampling); diff = first − second.
 
     The family is every row of the table (each pair of systems × each metric or figure both have). Holm's
     adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
@@ -64,7 +65,7 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
 
 
 def _corpus_rows(per_system: dict[str, dict[str, list]], asked: list[tuple], resamples: int) -> list[dict[str, Any]]:
-    """The paired rows of corpus figures (Dist/EAD): each system's figure on the same resampled corpora, once."""
+    """The paired rows of corpus figures (Dist/EAD): each system's figure on the same half-sampled corpora, once."""
     out = []
     for metric, figure in dict.fromkeys((metric, figure) for _, metric, figure, _ in asked):
         rows = [(pair, reading) for pair, m, f, reading in asked if (m, f) == (metric, figure)]

@@ -101,7 +101,7 @@ class MetricSpec:
     versus_human: tuple[str, ...] = ()  # figures also given as a share of the human replies
     note: str = ""  # a line under report.md's title, formatted with the settings
     paired_statistic: Optional[Callable[[Sequence], float]] = None  # None: the mean of the items
-    # a corpus metric's figures the paired table compares, a row each, on resampled corpora of its items
+    # a corpus metric's figures the paired table compares, a row each, on half-sampled corpora of its items
     # (`eval.metrics.diversity_ci.paired_differences`); (): the metric itself, by `paired_bootstrap`
     paired_figures: tuple[str, ...] = ()
     prepare: Optional[Callable[[dict], dict]] = None  # settings -> what to load once for a whole compare
