@@ -186,6 +186,8 @@ def _decoding(decoding: dict[str, Any]) -> str:
     for key, label in (("temperatures", "T"), ("top_p", "top-p"), ("min_p", "min-p"), ("consensus", "consensus of")):
         if "ers" in (decoding.get(key) or {}):
             parts.append(f"{label} {decoding[key]['ers']}")
+    if decoding.get("consensus_by") and "ers" in (decoding.get("consensus") or {}):
+        parts[-1] += f" by {decoding['consensus_by']}"
     return ", ".join(parts)
 
 

@@ -9,7 +9,14 @@ import pytest
 
 from distill.backends.base import GenerationRequest, GenerationResult
 from distill.pipeline.config import PipelineConfig
-from distill.pipeline.consensus import SEED_STRIDE, ConsensusBackend, answer_text, chrf, consensus_pick
+from distill.pipeline.consensus import (
+    SEED_STRIDE,
+    ConsensusBackend,
+    answer_text,
+    chrf,
+    consensus_pick,
+    minilm_matrix,
+)
 from distill.pipeline.pipeline import Pipeline
 from distill.roles.roles import ROLES
 
@@ -34,6 +41,26 @@ def test_the_pick_is_the_sample_most_like_the_others():
     assert consensus_pick(["only one"]) == (0, 1.0)
     assert answer_text('{"response": "Oh no."}') == "Oh no." and answer_text(REPLIES[3]) is None
     assert answer_text('{"response": " "}') is None  # says nothing: not a candidate
+
+
+def test_minilm_consensus_keeps_the_sample_closest_in_meaning_to_the_others():
+    """Two samples mean the same in different words; chrF, reading characters, keeps the long off one."""
+    texts = [
+        "I am so sorry to hear about your dog, that is heartbreaking.",
+        "Losing a pet hurts so much, my condolences.",
+        "I am so sorry to hear about your dog walking business and your heartbreaking hours, so sorry.",
+    ]
+    from data_prep.retrieval import shared_embedder
+
+    vectors = shared_embedder("minilm").encode(texts, progress=False)
+    cosine = vectors @ vectors.T
+    assert minilm_matrix(texts) == pytest.approx(cosine, abs=1e-6)
+    best, agreement = consensus_pick(texts, "minilm")
+    assert best == int(((cosine.sum(axis=1) - 1.0) / 2).argmax()) and best != 2
+    assert agreement == pytest.approx(float((cosine[best].sum() - cosine[best, best]) / 2), abs=1e-6)
+    assert consensus_pick(texts, "chrf")[0] == 2
+    with pytest.raises(ValueError, match="one of chrf, minilm"):
+        ConsensusBackend(Seeded(), 4, similarity="bleu")
 
 
 class Seeded:
@@ -78,15 +105,24 @@ def test_the_backend_samples_each_sampled_request_k_times_and_counts_them_all():
         ConsensusBackend(inner, samples=1)
 
 
-def test_the_pipeline_option_reranks_the_role_it_names(tiny_dialogues):
+@pytest.mark.parametrize("similarity", ["chrf", "minilm"])
+def test_the_pipeline_option_reranks_the_role_it_names(tiny_dialogues, similarity):
     inner = Seeded()
-    config = PipelineConfig(rag=False, use_cae=False, use_srp=False, temperatures={"ers": 1.0}, consensus={"ers": 3})
+    config = PipelineConfig(
+        rag=False,
+        use_cae=False,
+        use_srp=False,
+        temperatures={"ers": 1.0},
+        consensus={"ers": 3},
+        consensus_by=similarity,
+    )
     [trace] = Pipeline(config, inner).run(tiny_dialogues[:1], progress=False)
     assert trace.status == "ok" and trace.response in (REPLIES[1], REPLIES[2])
     asi, ers = trace.steps
     assert asi.completion_tokens == 5 and ers.completion_tokens == 5 + 6 + 7  # three samples paid for
-    assert "consensus: kept sample" in ers.events[-1]
+    assert "consensus: kept sample" in ers.events[-1] and f"mean {similarity} " in ers.events[-1]
     assert "consensus" in config.key_dict() and "consensus" not in PipelineConfig().key_dict()  # older runs resume
+    assert ("consensus_by" in config.key_dict()) == (similarity != "chrf")  # the default keeps older keys
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "reuse", "reuse_from", "stop_loops", "consensus",
+    "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -105,6 +105,11 @@ class _PipelineSettings(BaseModel):
         description="per-role consensus reranking (minimum Bayes risk), 2 to 16 samples: where the role samples, "
         "draw that many answers and keep the one most like the others by chrF (`distill.pipeline.consensus`); "
         "its tokens and latency count every sample; unset = one sample",
+    )
+    consensus_by: Literal["chrf", "minilm"] = Field(
+        "chrf",
+        description="what `consensus` calls alike: chrF (characters; favours the longest sample) or the cosine of "
+        "MiniLM sentence embeddings (meaning)",
     )
     seed: int = 0
 

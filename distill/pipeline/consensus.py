@@ -2,9 +2,11 @@
 the others.
 
 At a high temperature a sampled reply is more varied and more often off; the sample that agrees most with its
-siblings is the one least likely to be off, and needs no gold reply and no reward model to find. Similarity is
-chrF (Popović 2015: character n-gram F-score, n up to 6, recall weighted by beta 2, whitespace ignored), cheap
-enough for k(k − 1) comparisons per answer. The k samples are k requests, decoded together; the answer kept
+siblings is the one least likely to be off, and needs no gold reply and no reward model to find. Similarity
+(`SIMILARITIES`) is chrF (Popović 2015: character n-gram F-score, n up to 6, recall weighted by beta 2, whitespace
+ignored), cheap enough for k(k − 1) comparisons per answer, or `minilm`: the cosine of the samples' MiniLM
+sentence embeddings (the retrieval index's embedder), which reads meaning rather than characters, so it does not
+favour the longest sample as chrF's recall does. The k samples are k requests, decoded together; the answer kept
 carries the tokens and latency of all k, so a report's cost shows what the lever costs.
 """
 
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Optional
+
+import numpy as np
 
 from distill.backends.base import Backend, GenerationRequest, GenerationResult, ProgressFn
 
@@ -43,11 +47,28 @@ def chrf(hypothesis: str, reference: str, order: int = 6, beta: float = 2.0) -> 
     return 0.0 if p + r == 0 else (1 + beta**2) * p * r / (beta**2 * p + r)
 
 
-def consensus_pick(texts: Sequence[str]) -> tuple[int, float]:
-    """The index of the text with the highest mean chrF against the others (the first on a tie), and that mean."""
+def chrf_matrix(texts: Sequence[str]) -> np.ndarray:
+    """chrF of every text (row, the hypothesis) against every other (column, the reference)."""
+    return np.array([[chrf(t, o) if i != j else 0.0 for j, o in enumerate(texts)] for i, t in enumerate(texts)])
+
+
+def minilm_matrix(texts: Sequence[str]) -> np.ndarray:
+    """The cosine of every pair of texts' MiniLM sentence embeddings (unit rows, so a dot product)."""
+    from data_prep.retrieval import shared_embedder
+
+    vectors = shared_embedder("minilm").encode(texts, progress=False)
+    return vectors @ vectors.T
+
+
+SIMILARITIES: dict[str, Callable[[Sequence[str]], np.ndarray]] = {"chrf": chrf_matrix, "minilm": minilm_matrix}
+
+
+def consensus_pick(texts: Sequence[str], similarity: str = "chrf") -> tuple[int, float]:
+    """The index of the text with the highest mean similarity to the others (the first on a tie), and that mean."""
     if len(texts) < 2:
         return 0, 1.0
-    scores = [sum(chrf(t, o) for j, o in enumerate(texts) if j != i) / (len(texts) - 1) for i, t in enumerate(texts)]
+    matrix = SIMILARITIES[similarity](texts)
+    scores = [(float(matrix[i].sum()) - float(matrix[i, i])) / (len(texts) - 1) for i in range(len(texts))]
     best = max(range(len(texts)), key=lambda i: (scores[i], -i))
     return best, scores[best]
 
@@ -75,13 +96,15 @@ def _strings(value: Any) -> list[str]:
 
 class ConsensusBackend:
     """A backend that samples each sampled request `samples` times through `inner` and returns the one result
-    `consensus_pick` keeps among those that finished with a usable JSON answer. A greedy request is passed on once:
-    its samples would be one answer k times."""
+    `consensus_pick` keeps, by `similarity`, among those that finished with a usable JSON answer. A greedy request
+    is passed on once: its samples would be one answer k times."""
 
-    def __init__(self, inner: Backend, samples: int) -> None:
+    def __init__(self, inner: Backend, samples: int, similarity: str = "chrf") -> None:
         if samples < 2:
             raise ValueError(f"consensus needs at least 2 samples, got {samples}")
-        self.inner, self.samples = inner, samples
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"consensus similarity '{similarity}': one of {', '.join(SIMILARITIES)}")
+        self.inner, self.samples, self.similarity = inner, samples, similarity
         self.name, self.model = inner.name, inner.model
 
     def generate(
@@ -131,10 +154,10 @@ class ConsensusBackend:
             if r.error is None and r.gave_up is None and (text := answer_text(r.text)) is not None
         ]
         if usable:
-            best, agreement = consensus_pick([text for _, text in usable])
+            best, agreement = consensus_pick([text for _, text in usable], self.similarity)
             kept = usable[best][0]
             note = f"consensus: kept sample {kept + 1} of {len(results)} ({len(usable)} usable, "
-            note += f"mean chrF {agreement:.3f})"
+            note += f"mean {self.similarity} {agreement:.3f})"
         else:
             kept, note = 0, f"consensus: none of {len(results)} samples usable"
         chosen = results[kept]

@@ -273,7 +273,7 @@ class Pipeline:
         """One stage for many dialogues: one backend call per attempt, retrying only the invalid answers."""
         backend = backend or self.backend
         if spec.name in self.config.consensus:
-            backend = ConsensusBackend(backend, self.config.consensus[spec.name])
+            backend = ConsensusBackend(backend, self.config.consensus[spec.name], self.config.consensus_by)
         steps = [
             Step(role=spec.name, iteration=iteration, messages=spec.render(inp, self.config.prompt_style), attempts=0)
             for inp in inputs

@@ -78,6 +78,7 @@ class DecodingOptions(BaseModel):
     top_p: Optional[dict[str, float]] = None
     min_p: Optional[dict[str, float]] = None
     consensus: Optional[dict[str, int]] = None
+    consensus_by: Optional[Literal["chrf", "minilm"]] = None
 
 
 class Variant(BaseModel):
