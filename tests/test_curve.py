@@ -924,6 +924,10 @@ def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
             {"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}},
             {"name": "hot-srp", "like": "traces", "decoding": {"temperatures": {"srp": 0.7, "ers": 1.0}}},
             {"name": "same", "like": "traces", "decoding": {"top_p": {"ers": 0.9}}},
+            {"name": "srp-minilm", "like": "traces",
+             "decoding": {"consensus": {"srp": 4}, "consensus_by": "minilm"}},  # srp reranked: reused up to it
+            {"name": "ers-minilm", "like": "traces",
+             "decoding": {"consensus": {"ers": 4}, "consensus_by": "minilm"}},
             {"name": "unfiltered", "like": "traces", "options": {"quality": "off"}},
             {"name": "reply-unfiltered", "like": "teacher-reply", "options": {"quality": "off"}},
         ],
@@ -933,6 +937,7 @@ def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
         "traces": (), "direct": (), "rationale": (),  # each trains its first stage
         "teacher-reply": ("asi", "cae", "srp"),  # trains ers alone; the rest are traces' adapters
         "hot": ("asi", "cae", "srp"), "hot-srp": ("asi", "cae"), "same": ("asi", "cae", "srp"),
+        "srp-minilm": ("asi", "cae"), "ers-minilm": ("asi", "cae", "srp"),
         "unfiltered": (), "reply-unfiltered": ("asi", "cae", "srp"),
     }  # fmt: skip
 

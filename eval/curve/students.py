@@ -129,13 +129,20 @@ def reused_stages(student: Student, lender: Student) -> tuple[str, ...]:
     stages = PipelineConfig(**student.pipeline).stages()
     same: list[str] = []
     for role in stages:
-        decoded = [
-            (student.pipeline.get(f) or {}).get(role) == (lender.pipeline.get(f) or {}).get(role) for f in DECODING
-        ]
-        if role not in student.borrows or role in student.pipeline.get("oracle", {}) or not all(decoded):
+        decoded = role_decoding(student.pipeline, role) == role_decoding(lender.pipeline, role)
+        if role not in student.borrows or role in student.pipeline.get("oracle", {}) or not decoded:
             break
         same.append(role)
     return tuple(same)
+
+
+def role_decoding(pipeline: dict[str, Any], role: str) -> dict[str, Any]:
+    """How `role` samples under `pipeline`: its per-role decoding fields, and what consensus calls alike where
+    the role reranks (`consensus_by` is one setting for every role)."""
+    decoding = {f: (pipeline.get(f) or {}).get(role) for f in DECODING if f != "consensus_by"}
+    if decoding["consensus"]:
+        decoding["consensus_by"] = pipeline.get("consensus_by") or "chrf"
+    return decoding
 
 
 # --- what each student learns from whom ------------------------------------------------------------
