@@ -75,8 +75,8 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
 
 def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], variant: Optional[dict]) -> dict[str, Any]:
     figures = {f.path: f.read(report_row) for f in _figures()}
-    # what a decoding lever costs: the reply's generated tokens per dialogue (k samples: k times them), and the
-    # dialogue's seconds (its steps' summed latency; batched, so k samples cost less than k times the decode)
+    # what a decoding lever costs: the reply's generated tokens per dialogue and the dialogue's seconds (its
+    # steps' summed latency), each counting all k samples of a consensus
     cost = report_row.get("cost") or {}
     ers = (cost.get("tokens_per_role") or {}).get("ers") or {}
     return {

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from distill.adapters.adapters import adapter_fingerprint
 from distill.backends.adapter_switch import adapter_dirs
-from distill.pipeline.store import RunInfo, first_difference
+from distill.pipeline.store import RunInfo, TraceStore, first_difference
 
 Fingerprints = dict[str, dict[str, Optional[str]]]  # role -> adapter_fingerprint
 
@@ -43,6 +43,25 @@ def system_changed(
     if adapters:
         return adapters_changed(info.backend.get("adapter_fingerprints"), adapters, "its run.json")
     return None
+
+
+def drop_stale_run(
+    store: TraceStore, name: str, system: dict[str, Any], pipeline_config, adapters: Fingerprints
+) -> None:
+    """Delete the stored run of generated system `name` when an earlier compare made it from other inputs
+    (`system_changed`), saying why: its traces would otherwise be reused, or resumed, as this system's."""
+    import shutil
+
+    from distill.roles.roles import prompt_version
+
+    info = store.run_info()
+    if info is None or info.system is None:  # nothing stored, or a run this compare did not write: claim decides
+        return
+    style = pipeline_config.prompt_style
+    why = system_changed(info, system, pipeline_config.key_dict(), prompt_version(style), adapters)
+    if why:
+        regenerating(f"system '{name}'", why)
+        shutil.rmtree(store.run_dir)
 
 
 def report_changed(report: dict[str, Any], config: dict[str, Any], adapters: dict[str, Fingerprints]) -> Optional[str]:

@@ -251,7 +251,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
 
 def _reused(store, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
     """The stored traces of every test dialogue when an earlier compare generated this system (its inputs are
-    checked before, by `_drop_stale`)."""
+    checked before, by `eval.compare.reuse.drop_stale_run`)."""
     from distill.pipeline.trace import trace_key
 
     info = store.run_info()
@@ -261,24 +261,6 @@ def _reused(store, test: Sequence[Dialogue]) -> Optional[list[Trace]]:
     by_key = {t.key: t for t in traces}
     found = [by_key.get(trace_key(d, *info.identity().values())) for d in test]
     return found if all(found) else None
-
-
-def _drop_stale(store, spec: SystemSpec, pipeline_config, adapters: dict[str, Any]) -> None:
-    """Delete the system's stored run when an earlier compare made it from other inputs (`eval.compare.reuse`),
-    saying why: its traces would otherwise be reused, or resumed, as this system's."""
-    import shutil
-
-    from distill.roles.roles import prompt_version
-    from eval.compare.reuse import regenerating, system_changed
-
-    info = store.run_info()
-    if info is None or info.system is None:  # nothing stored, or a run this compare did not write: claim decides
-        return
-    spec_json, style = spec.model_dump(mode="json"), pipeline_config.prompt_style
-    why = system_changed(info, spec_json, pipeline_config.key_dict(), prompt_version(style), adapters)
-    if why:
-        regenerating(f"system '{spec.name}'", why)
-        shutil.rmtree(store.run_dir)
 
 
 def _pipeline_config(spec: SystemSpec, config_file: str):
@@ -292,17 +274,18 @@ def _pipeline_config(spec: SystemSpec, config_file: str):
 
 
 def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> dict[str, Any]:
-    """What the system's adapters hold now; a stored run of it made from other inputs is dropped (`_drop_stale`)."""
+    """What the system's adapters hold now; a stored run of it made from other inputs is dropped
+    (`eval.compare.reuse.drop_stale_run`)."""
     from distill.adapters.adapters import AdapterError
     from distill.pipeline.store import StoreError
-    from eval.compare.reuse import adapter_fingerprints
+    from eval.compare.reuse import adapter_fingerprints, drop_stale_run
 
     try:
         adapters = adapter_fingerprints(spec.backend)
     except (AdapterError, OSError) as err:
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
     try:
-        _drop_stale(store, spec, pipeline_config, adapters)
+        drop_stale_run(store, spec.name, spec.model_dump(mode="json"), pipeline_config, adapters)
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
     return adapters

@@ -157,17 +157,22 @@ class CorpusGrams:
         return np.where(total > 0, score, 0.0)
 
 
+def _half(n: int) -> int:
+    """How many of n dialogues a half-sample holds (at least one)."""
+    return max(1, n // 2)
+
+
 def half_samples(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """`resamples` rows of n // 2 of the n dialogue indices (at least one), without replacement, each row in
-    the test set's order; seeded."""
-    keep = max(1, n // 2)
+    """`resamples` rows of `_half(n)` of the n dialogue indices, without replacement, each row in the test set's
+    order; seeded."""
+    keep = _half(n)
     return np.sort(np.argsort(np.random.default_rng(seed).random((resamples, n)), axis=1)[:, :keep], axis=1)
 
 
 def spread_around(value: float, figures: np.ndarray, n: int) -> np.ndarray:
     """Draws for `interval_of_draws` / `p_of_differences`: `value` plus each half-corpus figure's distance from
     their mean, scaled to n dialogues (the delete-d jackknife's sqrt(m / (n − m)))."""
-    m = max(1, n // 2)
+    m = _half(n)
     scale = np.sqrt(m / (n - m)) if n > m else 0.0
     return value + (figures - figures.mean()) * scale
 
