@@ -48,7 +48,10 @@ def test_score_csv_cheap_metrics_and_iacc(tmp_path, capsys):
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     # one line names what was left out and the flag for each; I-ACC ran, so it is not among them
-    assert captured.err.strip() == "warning: skipped BERTScore (--gold-column), PPL (--ppl-model, e.g. smollm2-135m)"
+    assert captured.err.strip() == (
+        "warning: skipped BERTScore, ROUGE-L, BLEU-2 (--gold-column), "
+        "label accuracy (--label-column and --gold-label-column), PPL (--ppl-model, e.g. smollm2-135m)"
+    )
     assert printed == json.loads(out.read_text())
     assert printed["n"] == 2 and printed["diversity"]["dist1"] == pytest.approx(5 / 7)
     assert printed["diversity"]["ead_tokenizer"] == "cl100k_base"

@@ -18,6 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from data_prep.dialogues import Dialogue
+from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed
 from eval.compare.paired import ALPHA, human_gold, paired_comparisons
 from eval.compare.run_figures import reflection_figures, retries_per_role, trace_quality
@@ -102,9 +103,36 @@ def metric_settings(config: CompareConfig) -> dict[str, dict]:
     return settings
 
 
-def system_sample(run: SystemRun, test: Sequence[Dialogue], reference: Optional[SystemRun]) -> Sample:
-    """What one system answered on the test dialogues (its traces are in test order), as the metrics read it."""
+def load_train_labels(config: CompareConfig, test: Sequence[Dialogue], config_file: str) -> Optional[list[Dialogue]]:
+    """The dialogues whose gold labels give the majority class (`answers.majority_from`), checked with the test
+    split for a misspelt gold field; None when the majority comes from the test gold."""
+    from data_prep.loaders import load_split
+
+    spec = config.answers
+    train = None
+    if spec is not None and spec.majority_from:
+        try:
+            train = load_split(config.dialogues, spec.majority_from)
+        except Exception as err:
+            raise CompareError(f"{config_file}: answers.majority_from: {err}") from None
+    try:
+        check_gold_field(spec, test, config_file)
+    except ValueError as err:
+        raise CompareError(str(err)) from None
+    return train
+
+
+def system_sample(
+    run: SystemRun,
+    test: Sequence[Dialogue],
+    reference: Optional[SystemRun],
+    answers: Optional[AnswersSpec] = None,
+    train: Optional[Sequence[Dialogue]] = None,
+) -> Sample:
+    """What one system answered on the test dialogues (its traces are in test order), as the metrics read it;
+    `answers` names a declared pipeline's answers to read too, `train` gives their majority class."""
     ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
+    others = reference.traces if reference is not None and reference.name != run.name else None
     return Sample(
         replies=[t.response or "" for t in run.traces] if run.replies else None,
         gold_replies=[d.gold_response for d in test],
@@ -112,15 +140,19 @@ def system_sample(run: SystemRun, test: Sequence[Dialogue], reference: Optional[
         # ASI answers Ekman's six, so there is no 32-class figure here (see `emotion_accuracy`)
         emotions=[t.emotion for t in run.traces] if ran_asi else None,
         gold_emotions=[d.emotion for d in test],
-        reference_emotions=[t.emotion for t in reference.traces]
-        if reference is not None and reference.name != run.name
-        else None,
+        reference_emotions=[t.emotion for t in others] if others is not None else None,
         latencies=[sum(s.latency_s for s in t.steps) for t in run.traces],
+        **answer_fields(answers, run.traces, test, others, train),
     )
 
 
 def score_system(
-    run: SystemRun, test: Sequence[Dialogue], settings: dict[str, dict], reference: Optional[SystemRun]
+    run: SystemRun,
+    test: Sequence[Dialogue],
+    settings: dict[str, dict],
+    reference: Optional[SystemRun],
+    answers: Optional[AnswersSpec] = None,
+    train: Optional[Sequence[Dialogue]] = None,
 ) -> tuple[dict[str, Any], dict[str, list]]:
     """Every metric for one system on the test dialogues (a metric it cannot have is null), and the
     per-dialogue values the paired comparisons resample."""
@@ -134,7 +166,7 @@ def score_system(
     }
     if run.replies:
         result["empty_responses"] = sum(not (t.response or "").strip() for t in run.traces)
-    stats, items = score_sample(system_sample(run, test, reference), settings)
+    stats, items = score_sample(system_sample(run, test, reference, answers, train), settings)
     result.update({METRICS[name].row_key: None for name in settings if METRICS[name].row_key}, **stats)
     result["agreement"] = (
         teacher_agreement(run.traces, reference.traces)
@@ -230,11 +262,12 @@ def _mark_shared_outputs(runs: list[SystemRun], systems: list[dict[str, Any]]) -
 def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str, Any]:
     test = load_test_dialogues(config, config_file)
     index = load_index(config, test, config_file)
+    train = load_train_labels(config, test, config_file)
     runs = collect_systems(config, test, index, config_file, out)
     reference = next(r for r in runs if r.name == config.reference_system())
     settings = metric_settings(config)
     loaded = {name: {**s, **METRICS[name].prepare(s)} if METRICS[name].prepare else s for name, s in settings.items()}
-    scored = [score_system(run, test, loaded, reference) for run in runs]
+    scored = [score_system(run, test, loaded, reference, config.answers, train) for run in runs]
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})

@@ -80,10 +80,11 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def quality_table(report: dict) -> list[str]:
-    """TRACE Table 1/3 layout: one row per system, a column per figure of each registered metric, and the
-    human replies for scale."""
-    figures = [f for spec in METRICS.values() for f in spec.shown]
+    """TRACE Table 1/3 layout: one row per system, a column per figure of each registered metric that some row
+    has (a strategy's accuracy on a dataset without strategies is no column of dashes), and the human replies
+    for scale."""
     rows = [*report["systems"], *([report["human_gold"]] if report.get("human_gold") else [])]
+    figures = [f for spec in METRICS.values() for f in spec.shown if any(f.read(s) is not None for s in rows)]
     body = [[_name(s), fmt(s["n"]), *(cell(s, f) for f in figures)] for s in rows]
     return markdown_table(["System", "n", *(f.header for f in figures)], body)
 

@@ -21,6 +21,7 @@ from data_prep.models import ModelNotAvailable, check_model_name
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
+from eval.compare.answers import AnswersSpec
 from eval.compare.cost import PeakRSS
 from eval.metrics.judge import ASPECTS
 from eval.metrics.perplexity import PplContext
@@ -148,6 +149,9 @@ class CompareConfig(BaseModel):
     ead: EadSpec = Field(default_factory=EadSpec)
     paper_reference: PaperReference = Field(
         None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
+    )
+    answers: Optional[AnswersSpec] = Field(
+        None, description="a declared pipeline's answers to score besides the reply (eval.compare.answers)"
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""Metrics read off pipeline traces: emotion accuracy (I-ACC), agreement with the teacher, schema validity.
+"""Metrics read off pipeline traces: emotion accuracy (I-ACC), any label's accuracy beside its majority class,
+agreement with the teacher, schema validity.
 
 Mean-type numbers carry a seeded bootstrap 95% CI and n (`eval.metrics.stats.mean_with_ci`). Labels come
 from `data_prep.taxonomy` only: 6-class (Ekman) and 32-class (ED) accuracy are separate results,
@@ -105,6 +106,44 @@ def i_acc(
     is a miss) as ``items`` for the paired table."""
     items = [float(ekman_or_invalid(p) == to_ekman(g)) for p, g in zip(emotions, gold_emotions)]
     return {**emotion_accuracy(emotions, gold_emotions, gold_fine), "items": items}
+
+
+def majority_class(gold: Sequence[str], train: Optional[Sequence[Optional[str]]] = None) -> dict:
+    """The label a constant guess would name, and how often it is right on `gold`: the commonest label of the
+    train split's gold labels when given (`from`: "train labels"), else of `gold` itself ("test gold", an upper
+    bound on what a constant guess learned elsewhere scores). Labels compare stripped and lowercased; a tie
+    goes to the label first in alphabetical order."""
+    source = [t for t in (train or []) if t and t.strip()]
+    pool = [_key(t) for t in (source or gold)]
+    label = min(Counter(pool).items(), key=lambda item: (-item[1], item[0]))[0] if pool else None
+    rate = sum(_key(g) == label for g in gold) / len(gold) if gold and label is not None else None
+    return {"label": label, "rate": rate, "from": "train labels" if source else "test gold"}
+
+
+def _key(label: Optional[str]) -> str:
+    return (label or "").strip().lower()
+
+
+def label_accuracy(
+    labels: Sequence[Optional[str]],
+    gold_labels: Sequence[Optional[str]],
+    train_labels: Optional[Sequence[Optional[str]]] = None,
+) -> dict:
+    """The registry's label accuracy, for any classification answer (ESCoT's 13 strategies, say): a system's
+    label against the gold one per dialogue, as `classification_report` scores it (strict accuracy with a CI,
+    macro-F1, confusion), with `majority_class` beside it. Dialogues without a gold label are not scored.
+
+    The label set is every gold label of the test and train splits: a prediction outside it is invalid (a miss).
+    ``items`` (1 hit, 0 miss, None without gold) pair systems on the same dialogues.
+    """
+    scored = [i for i, g in enumerate(gold_labels) if g and g.strip()]
+    gold = [_key(gold_labels[i]) for i in scored]
+    label_set = sorted({*gold, *(_key(t) for t in train_labels or [] if t and t.strip())})
+    report = classification_report([labels[i] for i in scored], gold, label_set)
+    items: list[Optional[float]] = [None] * len(gold_labels)
+    for i, g in zip(scored, gold):
+        items[i] = float(_key(labels[i]) == g)
+    return {**report, "majority": majority_class(gold, train_labels), "items": items}
 
 
 def emotion_agreement(emotions: Sequence[Optional[str]], reference_emotions: Sequence[Optional[str]]) -> dict:

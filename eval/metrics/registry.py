@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, Optional, Union
 
-from eval.metrics.accuracy import emotion_agreement, i_acc
+from eval.metrics.accuracy import emotion_agreement, i_acc, label_accuracy
 from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL, bertscore
 from eval.metrics.diversity import DEFAULT_EAD_ENCODING, RATIO_KEYS
 from eval.metrics.diversity_ci import diversity_with_items
 from eval.metrics.length import reply_length
+from eval.metrics.overlap import BLEU_TOKENIZER, bleu_of_counts, score_bleu, score_rouge_l
 from eval.metrics.perplexity import (
     DEFAULT_PPL_CONTEXT,
     DEFAULT_PPL_MODEL,
@@ -34,6 +35,7 @@ from eval.metrics.perplexity import (
     ppl_inputs,
     score_ppl,
 )
+from eval.metrics.similarity import DEFAULT_SIMILARITY_MODEL, answer_similarity
 from eval.metrics.stats import mean_with_items
 
 Scorer = Callable[..., dict]
@@ -52,6 +54,11 @@ class Sample:
     gold_emotions: Optional[list[str]] = None
     gold_fine: Optional[list[Optional[str]]] = None  # ED's 32 labels, where the gold has them
     reference_emotions: Optional[list[Optional[str]]] = None  # the reference system's, same dialogues
+    labels: Optional[list[Optional[str]]] = None  # a classification answer (a strategy, say) the source gave
+    gold_labels: Optional[list[Optional[str]]] = None  # its gold label per dialogue
+    train_labels: Optional[list[Optional[str]]] = None  # the train split's gold labels: the majority class
+    answers: Optional[list[Optional[str]]] = None  # a free-text answer (an emotion, say) the source gave
+    reference_answers: Optional[list[Optional[str]]] = None  # the reference system's, same dialogues
     latencies: Optional[list[float]] = None  # seconds per dialogue
 
 
@@ -244,6 +251,38 @@ for _spec in (
             "num_layers": {"type": int},
             "batch_size": {"type": int},
         },
+    ),
+    MetricSpec(
+        "rouge_l", "ROUGE-L", "dialogue", "higher", paired=True, score=score_rouge_l,
+        inputs=("replies", "gold_replies"), needs=("replies", "gold_replies"),
+        columns=(Figure("ROUGE-L ↑", "rouge_l"),), headline=(Figure("ROUGE-L vs the gold reply", "rouge_l"),),
+        note="ROUGE-L: the F-measure of the longest common subsequence with the gold reply, per dialogue, on "
+        "rouge_score's default tokens (lowercased ASCII words, no stemming), as `evaluate`'s `rouge` computes it.",
+    ),
+    MetricSpec(
+        "bleu2", "BLEU-2", "corpus", "higher", paired=True, score=partial(score_bleu, max_order=2),
+        inputs=("replies", "gold_replies"), needs=("replies", "gold_replies"), paired_statistic=bleu_of_counts,
+        columns=(Figure("BLEU-2 ↑", "bleu2"),), headline=(Figure("BLEU-2 vs the gold reply", "bleu2"),),
+        note=f"BLEU-2: corpus BLEU against the gold replies, n-grams up to 2, with the brevity penalty, "
+        f"{BLEU_TOKENIZER} tokens, no smoothing, as `evaluate`'s `bleu` computes it; its CIs and paired "
+        "differences recompute the corpus BLEU on each resample of the dialogues.",
+    ),
+    MetricSpec(
+        "label_accuracy", "label accuracy", "dialogue", "higher", paired=True, score=label_accuracy,
+        inputs=("labels", "gold_labels", "train_labels"), needs=("labels", "gold_labels"),
+        columns=(
+            Figure("label accuracy ↑", "label_accuracy.accuracy"),
+            Figure("majority class", "label_accuracy.majority.rate"),
+            Figure("label macro-F1", "label_accuracy.macro_f1"),
+        ),
+        headline=(Figure("label accuracy", "label_accuracy.accuracy"),),
+    ),
+    MetricSpec(
+        "answer_similarity", "answer similarity", "dialogue", "higher", paired=True, score=answer_similarity,
+        settings={"model": DEFAULT_SIMILARITY_MODEL}, inputs=("answers", "reference_answers"),
+        needs=("answers", "reference_answers"), columns=(Figure("answer similarity ↑", "answer_similarity"),),
+        note="Answer similarity: per dialogue, the cosine of `{model}` sentence embeddings of a system's free-text "
+        "answer and the reference system's.",
     ),
     MetricSpec(
         "emotion_agreement", "emotion agreement", "dialogue", "higher", paired=True, score=emotion_agreement,

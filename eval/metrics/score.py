@@ -1,12 +1,14 @@
 """`python -m eval score`: the registry's metrics for responses from any source (a CSV or JSONL file).
 
     python -m eval score --responses out.csv --column response [--gold-column gold_response]
-        [--emotion-column emotion --gold-emotion-column gold_emotion] [--ppl-model smollm2-135m]
+        [--emotion-column emotion --gold-emotion-column gold_emotion] [--label-column strategy
+        --gold-label-column gold_strategy] [--ppl-model smollm2-135m]
         [--bertscore-model minilm] [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
 
 Every metric of the registry (eval.metrics.registry) runs that the file has the columns for: Dist/EAD
-always (seconds, no model), I-ACC when both emotion columns are given, BERTScore when a gold column is
-given; a metric that loads a model on request alone (PPL) runs only when its first setting is given
+always (seconds, no model), I-ACC when both emotion columns are given, BERTScore, ROUGE-L and BLEU-2 when a
+gold column is given, label accuracy when both label columns are given (any labels: the gold column's are the
+label set); a metric that loads a model on request alone (PPL) runs only when its first setting is given
 (``--ppl-model``). Each setting of a metric is a flag, ``--<metric>-<setting>``. One warning line on stderr
 names each metric skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``);
 a missing file or column is one line on stderr and exit code 2.
@@ -28,11 +30,14 @@ from eval.metrics.registry import METRICS, MetricSpec, Sample, score_sample
 # The inputs a metric may need that a file can hold, and the flags that name their columns. A metric that
 # needs anything else (the latency of a run, a reference system) is not one `eval score` can run.
 EMOTION_FLAGS = "--emotion-column and --gold-emotion-column"
+LABEL_FLAGS = "--label-column and --gold-label-column"
 INPUT_FLAGS = {
     "gold_replies": "--gold-column",
     "contexts": "--context-column",
     "emotions": EMOTION_FLAGS,
     "gold_emotions": EMOTION_FLAGS,
+    "labels": LABEL_FLAGS,
+    "gold_labels": LABEL_FLAGS,
 }
 
 
@@ -127,6 +132,11 @@ def read_sample(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace
         sample["gold_emotions"] = gold
         # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
         sample["gold_fine"] = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
+    if args.label_column or args.gold_label_column:
+        if not (args.label_column and args.gold_label_column):
+            raise ScoreInputError(f"{LABEL_FLAGS} go together: the predicted and the gold label")
+        sample["labels"] = column(rows, args.label_column, path, required=False, label=True)
+        sample["gold_labels"] = column(rows, args.gold_label_column, path, required=False, label=True)
     return Sample(**sample)
 
 
@@ -144,7 +154,7 @@ def metric_settings(args: argparse.Namespace, sample: Sample) -> tuple[dict[str,
     """The metrics this run scores, each with its settings (the defaults, overridden by the flags given),
     and the ones it skips for want of a flag, each with the flag that turns it on. A metric asked for by
     its flags that the file cannot feed is an error, not a skip."""
-    settings, lacking, off = {}, [], []
+    settings, lacking, off = {}, {}, []  # lacking: the column flags -> the metrics they would turn on
     for name, spec in METRICS.items():
         given = _given(spec, args)
         first = next(iter(spec.settings), None)
@@ -160,8 +170,8 @@ def metric_settings(args: argparse.Namespace, sample: Sample) -> tuple[dict[str,
             if spec.opt_in:
                 asked = " ".join(f"{_flag(spec, k)} {v}" for k, v in given.items())
                 raise ScoreInputError(f"{spec.label} with {asked} needs {flags}")
-            lacking.append(f"{spec.label} ({flags})")
-    return settings, lacking + off
+            lacking.setdefault(flags, []).append(spec.label)
+    return settings, [f"{', '.join(labels)} ({flags})" for flags, labels in lacking.items()] + off
 
 
 def _enables(needed: str) -> str:
@@ -179,6 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gold-emotion-column", help="gold emotion column (Ekman, or ED's 32 for a 32-class score too)"
     )
+    parser.add_argument("--label-column", help="predicted label column (a strategy, say)" + _enables("labels"))
+    parser.add_argument("--gold-label-column", help="gold label column: its labels are the label set")
     parser.add_argument("--context-column", help="the dialogue before each response (for --ppl-context dialogue)")
     for spec in METRICS.values():  # each metric's settings, as --<metric>-<setting>
         for setting, default in spec.settings.items():
