@@ -125,8 +125,12 @@ def test_score_with_bertscore_and_ppl(tmp_path, capsys):
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
     warned = [line for line in captured.err.splitlines() if line.startswith("warning:")]  # beside load bars
-    assert warned == ["warning: skipped I-ACC (--emotion-column and --gold-emotion-column)"]
+    assert warned == [
+        "warning: skipped I-ACC (--emotion-column and --gold-emotion-column), "
+        "label accuracy (--label-column and --gold-label-column)"
+    ]
     assert printed["bertscore"]["f1"]["n"] == 2 and printed["bertscore"]["model"] == "minilm"
+    assert printed["rouge_l"]["n"] == printed["bleu2"]["n"] == 2 and "items" not in printed["bleu2"]
     assert printed["ppl"]["value"] > 1 and printed["ppl"]["tokens"] > 0 and printed["ppl"]["context"] == "response"
 
 

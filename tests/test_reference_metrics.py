@@ -206,3 +206,16 @@ def test_answer_similarity_is_the_minilm_cosine_with_the_reference(tmp_path, tin
     assert second["answer_similarity"]["value"] == pytest.approx(1.0, abs=1e-5)  # the same hand-written cause
     assert not any(p["metric"] == "answer_similarity" for p in report["paired"])  # one system has it: no pair
     assert "answer similarity ↑" in markdown
+
+
+def test_eval_score_takes_label_columns(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    rows = [("ok", "Question", "Question"), ("sure", "Specify", "Question"), ("hm", None, "Specify")]
+    path.write_text("".join(json.dumps({"reply": r, "pred": p, "gold": g}) + "\n" for r, p, g in rows))
+    argv = ["score", "--responses", str(path), "--column", "reply", "--label-column", "pred"]
+    capsys.readouterr()
+    assert main([*argv, "--gold-label-column", "gold"]) == 0
+    scored = json.loads(capsys.readouterr().out)["label_accuracy"]
+    assert scored["accuracy"]["value"] == pytest.approx(1 / 3) and scored["n_invalid"] == 1  # no answer: a miss
+    assert scored["majority"] == {"label": "question", "rate": pytest.approx(2 / 3), "from": "test gold"}
+    assert main(argv) == 2 and "--label-column and --gold-label-column go together" in capsys.readouterr().err
