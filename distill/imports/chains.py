@@ -59,7 +59,8 @@ class ImportReport:
 
     def lines(self) -> list[str]:
         return [
-            f"failed {n}: {reason} (e.g. {', '.join(self.examples[reason])})" for reason, n in self.failures.most_common()
+            f"failed {n}: {reason} (e.g. {', '.join(self.examples[reason])})"
+            for reason, n in self.failures.most_common()
         ]
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="a file `datasets` loads (json, jsonl, csv, parquet) or a saved dataset")
+    parser.add_argument(
+        "--data", required=True, help="a file `datasets` loads (json, jsonl, csv, parquet) or a saved dataset"
+    )
     parser.add_argument("--mapping", required=True, help="YAML: the pipeline and which field feeds which role")
     parser.add_argument("--out", required=True, help="run directory (traces.jsonl + run.json)")
     parser.add_argument("--split", default=None, help="the dialogue split these rows are (train / validation / test)")

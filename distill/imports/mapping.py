@@ -134,17 +134,23 @@ class ImportMapping(_Strict):
                 if line.strip():
                     speaker, sep, said = line.partition(": ")
                     if not sep or speaker.strip() not in spec.speakers:
-                        raise ValueError(f"dialogue line {number} does not open with a speaker of {sorted(spec.speakers)}")
+                        raise ValueError(
+                            f"dialogue line {number} does not open with a speaker of {sorted(spec.speakers)}"
+                        )
                     records.append((speaker.strip(), said))
         else:
             raw = lookup(row, spec.turns)
             if not isinstance(raw, list):
                 raise ValueError(f"field '{spec.turns}' holds no list of turns")
-            records = [(r.get(spec.speaker_key), r.get(spec.text_key)) if isinstance(r, dict) else (None, None) for r in raw]
+            records = [
+                (r.get(spec.speaker_key), r.get(spec.text_key)) if isinstance(r, dict) else (None, None) for r in raw
+            ]
         turns = []
         for number, (speaker, said) in enumerate(records, start=1):
             if speaker not in spec.speakers or not isinstance(said, str):
-                raise ValueError(f"dialogue turn {number}: speaker {speaker!r} or its text is not one the mapping reads")
+                raise ValueError(
+                    f"dialogue turn {number}: speaker {speaker!r} or its text is not one the mapping reads"
+                )
             turns.append(Turn(speaker=spec.speakers[speaker], text=said.strip()))
         if not turns:
             raise ValueError("the dialogue has no turns")

@@ -45,7 +45,8 @@ class _PipelineSettings(BaseModel):
         "whose roles run in its stage order instead of TRACE's; stored in full in every trace's config",
     )
     skip: list[str] = Field(
-        default_factory=list, description="roles of the declared pipeline that do not run (later roles read them absent)"
+        default_factory=list,
+        description="roles of the declared pipeline that do not run (later roles read them absent)",
     )
 
     max_refinements: int = Field(2, ge=0, le=5)

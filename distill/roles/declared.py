@@ -92,7 +92,9 @@ class DeclaredPipeline(_Strict):
                 raise ValueError(f"role '{role.name}': inputs name unknown role(s) {', '.join(unknown)}")
             for field, answer in role.answer.items():
                 if answer.label is not None and answer.label not in self.labels:
-                    raise ValueError(f"role '{role.name}': answer '{field}' names no declared label set {answer.label!r}")
+                    raise ValueError(
+                        f"role '{role.name}': answer '{field}' names no declared label set {answer.label!r}"
+                    )
         for name, labels in self.labels.items():
             if not labels or len(set(labels)) != len(labels):
                 raise ValueError(f"labels '{name}': a label set needs distinct labels")
@@ -199,4 +201,3 @@ def label_set(spec: RoleSpec, field: str) -> Optional[tuple[str, ...]]:
     annotation = spec.schema.model_fields[field].annotation
     args = getattr(annotation, "__args__", ())
     return tuple(args) if args and all(isinstance(a, str) for a in args) else None
-
