@@ -155,6 +155,8 @@ def test_declared_roles_render_with_their_truncation_and_trace_roles_stay():
 
     config = PipelineConfig(pipeline=str(ESCOT), skip=["es"])
     assert config.stages() == ["em", "ia", "sr", "re"] and PipelineConfig().stages() == ["asi", "cae", "srp", "ers"]
+    trace_config = PipelineConfig()  # TRACE's: a registered declared role never runs in it, nor TRACE's in escot
+    assert not any(trace_config.runs(r) for r in ("em", "es", "ia", "sr", "re")) and not config.runs("asi")
     turns = [Turn(speaker="seeker" if i % 2 else "responder", text=f"turn {i}") for i in range(30)]
     dialogue = Dialogue(id="x", conv_id="x", turns=turns, situation="", emotion="")
     prompt = ROLES["em"].render(RoleInput(dialogue=dialogue), "student")[1]["content"]
