@@ -29,9 +29,11 @@ class Dialogue(BaseModel):
     emotion_fine: Optional[str] = Field(default=None, description="gold ED fine label, when the source has it")
     gold_response: Optional[str] = None
 
-    def render_context(self) -> str:
-        """The dialogue as 'seeker: …' / 'responder: …' lines, the form every prompt shows."""
-        return "\n".join(f"{t.speaker}: {t.text}" for t in self.turns)
+    def render_context(self, last: Optional[int] = None) -> str:
+        """The dialogue as 'seeker: …' / 'responder: …' lines, the form every prompt shows; `last`: only its
+        last turns (a declared role's truncation; None: all)."""
+        turns = self.turns[-last:] if last else self.turns
+        return "\n".join(f"{t.speaker}: {t.text}" for t in turns)
 
     def seeker_text(self) -> str:
         return "\n".join(t.text for t in self.turns if t.speaker == "seeker")

@@ -37,6 +37,7 @@ NOT_RUN = {
     "configs/eval/student-openai.yaml": "needs the server the command before it starts",
     "distill serve": "serves until stopped",
     "serve_vllm.sh": "needs a GPU and vLLM",
+    "esd-cot": "needs ESD-CoT in ../shared/data (tests/test_import.py imports it)",
 }
 # Smaller sizes for the commands that run (sizes only, never paths): the README's own are for a reader.
 SMALLER = {"--max_tokens_budget": "800", "--limit": "4"}

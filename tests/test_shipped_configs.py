@@ -91,3 +91,20 @@ def test_accelerate_configs_parse(path):
     assert data["compute_environment"] == "LOCAL_MACHINE"
     assert data["distributed_type"] in {"NO", "MULTI_GPU", "MULTI_CPU", "FSDP", "DEEPSPEED"}
     assert int(data["num_processes"]) >= 1
+
+
+@pytest.mark.parametrize("path", _shipped("pipelines"), ids=lambda p: p.name)
+def test_declared_pipelines_parse(path):
+    from distill.roles.declared import load_pipeline
+
+    assert load_pipeline(path).stage_order()
+
+
+@pytest.mark.parametrize("path", _shipped("import"), ids=lambda p: p.name)
+def test_import_mappings_fit_their_pipeline(path, monkeypatch):
+    from distill.imports import chains
+    from distill.imports.mapping import load_mapping
+
+    monkeypatch.chdir(CONFIGS.parent)  # a mapping names its pipeline from the repository root
+    mapping = load_mapping(path)
+    chains.check_mapping(mapping, chains.pipeline_config(mapping, str(path)), str(path))

@@ -22,7 +22,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
@@ -52,6 +52,13 @@ class DistillArguments:
         metadata={
             "help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers); "
             "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint)."
+        },
+    )
+    pipeline: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "A declared pipeline's YAML (e.g. configs/pipelines/escot.yaml, as its traces were made with): "
+            "its roles can be trained, and 'all' means them."
         },
     )
     max_tokens_budget: int = field(
@@ -160,8 +167,9 @@ class TrainConfig:
     source: str = "command line"  # the YAML file (or flags) the options came from, for error messages
 
     def role_list(self) -> list[str]:
+        declared = self._declared_roles()
         if self.distill.roles.strip() == "all":
-            return list(CORE_ROLES)
+            return list(declared or CORE_ROLES)
         names = [r.strip() for r in self.distill.roles.split(",") if r.strip()]
         unknown = [r for r in names if r not in ROLES and r != JOINT]
         if not names or unknown:
@@ -169,6 +177,17 @@ class TrainConfig:
                 f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)}, {JOINT})"
             )
         return names
+
+    def _declared_roles(self) -> tuple[str, ...]:
+        """The declared pipeline's roles, registered so the recipe finds them like TRACE's (none without one)."""
+        if not self.distill.pipeline:
+            return ()
+        from distill.roles.declared import load_pipeline, register
+
+        try:
+            return tuple(spec.name for spec in register(load_pipeline(self.distill.pipeline)))
+        except ValueError as exc:
+            raise ConfigError(f"pipeline: {exc}") from None
 
     def device(self) -> str:
         """cpu or cuda: where this config trains."""

@@ -241,15 +241,16 @@ def _wanted_roles(
 ) -> list[str]:
     """The roles to build: the requested ones the run can give rows for.
 
-    `roles=None` (`--roles all`) means the four core roles the run enabled, as in `train --roles all`: a
-    plan or gra dataset is built only when asked for by name, since only then is it trained."""
+    `roles=None` (`--roles all`) means the four core roles the run enabled, as in `train --roles all`, or every
+    role of a declared pipeline: a plan or gra dataset is built only when asked for by name, since only then is it
+    trained."""
     if options.inputs == "direct":  # gold answers come from the data, whichever roles the teacher ran
         requested = list(roles or DIRECT_ROLES)
         bad = [r for r in requested if r not in DIRECT_ROLES]
         if bad:
             raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
         return requested
-    roles = roles or [r for r in run_roles if r in CORE_ROLES]
+    roles = roles or [r for r in run_roles if r in CORE_ROLES or ROLES[r].pipeline is not None]
     for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")

@@ -10,6 +10,7 @@ default.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model, field_validator, model_validator
@@ -17,13 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model,
 from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.reflection import FinalSelection
+from distill.roles.declared import DeclaredPipeline, load_pipeline, register
 from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by",
+    "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by", "pipeline", "skip",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -35,6 +37,17 @@ class _PipelineSettings(BaseModel):
     """Everything but the role switches, which `PipelineConfig` adds from the registry."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # First, so the declared roles are in the registry when the per-role fields below are checked.
+    pipeline: Optional[DeclaredPipeline] = Field(
+        None,
+        description="a declared pipeline (distill.roles.declared): its YAML file, e.g. configs/pipelines/escot.yaml, "
+        "whose roles run in its stage order instead of TRACE's; stored in full in every trace's config",
+    )
+    skip: list[str] = Field(
+        default_factory=list,
+        description="roles of the declared pipeline that do not run (later roles read them absent)",
+    )
 
     max_refinements: int = Field(2, ge=0, le=5)
     final_selection: FinalSelection = Field(
@@ -113,6 +126,28 @@ class _PipelineSettings(BaseModel):
     )
     seed: int = 0
 
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _declaration_file(cls, value: Any) -> Any:
+        return load_pipeline(value) if isinstance(value, (str, Path)) else value
+
+    @field_validator("pipeline")
+    @classmethod
+    def _register(cls, value: Optional[DeclaredPipeline]) -> Optional[DeclaredPipeline]:
+        if value is not None:
+            register(value)
+        return value
+
+    @model_validator(mode="after")
+    def _declared_run(self) -> _PipelineSettings:
+        if self.skip and self.pipeline is None:
+            raise ValueError("skip: names roles of a declared pipeline, and no `pipeline` is declared")
+        if unknown := [r for r in self.skip if r not in (self.pipeline.stage_order() if self.pipeline else ())]:
+            raise ValueError(f"skip: {', '.join(unknown)} not a role of pipeline '{self.pipeline.name}'")
+        if self.pipeline is not None and (self.reflection or not self.stages()):
+            raise ValueError("a declared pipeline runs at least one of its roles, and without reflection (gra)")
+        return self
+
     @model_validator(mode="after")
     def _oracle_sources(self) -> _PipelineSettings:
         for role, source in self.oracle.items():
@@ -168,12 +203,18 @@ class _PipelineSettings(BaseModel):
         return cfg
 
     def runs(self, role: str) -> bool:
+        """Whether `role` runs: a declared pipeline's own roles less `skip`, else TRACE's by their switches."""
+        if self.pipeline is not None:
+            return ROLES[role].pipeline == self.pipeline.name and role not in self.skip
+        if ROLES[role].pipeline is not None:
+            return False
         switch = ROLES[role].switch
         return switch is None or bool(getattr(self, switch))
 
     def stages(self) -> list[str]:
         """Enabled generation stages in order (gra excluded: it runs after them)."""
-        return [r for r in STAGE_ORDER if self.runs(r)]
+        order = self.pipeline.stage_order() if self.pipeline is not None else STAGE_ORDER
+        return [r for r in order if self.runs(r)]
 
     def key_dict(self) -> dict[str, Any]:
         """The part of the config that changes outputs, for trace keys.

@@ -63,7 +63,11 @@ class Trace(BaseModel):
 
     @property
     def response(self) -> Optional[str]:
-        return (self.outputs.get("ers") or {}).get("response")
+        """The reply: ers's, or a declared pipeline's (the last stage that answers a `response` field)."""
+        if "ers" in self.outputs:
+            return self.outputs["ers"].get("response")
+        replies = [out["response"] for out in self.outputs.values() if isinstance(out, dict) and "response" in out]
+        return replies[-1] if replies else None
 
     @property
     def emotion(self) -> Optional[str]:

@@ -18,10 +18,27 @@ from distill.quality.checks import CHECKS, echo, exemplar_copy, loop, non_reply,
 from distill.quality.duplicates import near_duplicates
 from distill.quality.report import Finding, QualityReport
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.declared import REPLY_FIELD
 from distill.roles.roles import ROLES, exemplar_texts
 
 CHECKED_ROLES = tuple(r for r in ROLES if any(r in c.roles for c in CHECKS.values()))
 _REASONING = "reasoning"
+
+
+def checked_roles(trace: Trace) -> tuple[str, ...]:
+    """The built-in roles the checks read, then the trace's declared ones (distill.roles.declared): `loop` reads
+    every text field of a declared role, and the reply checks read a declared reply (its `response` field)."""
+    declared = tuple(r for r in trace.outputs if r in ROLES and ROLES[r].pipeline is not None)
+    return CHECKED_ROLES + declared
+
+
+def _is_reply(role: str) -> bool:
+    return role == "ers" or (ROLES[role].pipeline is not None and REPLY_FIELD in ROLES[role].schema.model_fields)
+
+
+def _reply_role(trace: Trace) -> str:
+    """The role whose answer is the trace's reply (`Trace.response`)."""
+    return "ers" if "ers" in trace.outputs else [r for r in checked_roles(trace) if _is_reply(r)][-1]
 
 
 def check_traces(
@@ -35,11 +52,11 @@ def check_traces(
     report = QualityReport(thresholds=t, traces=len(traces))
     show = len(traces) > 200 if progress is None else progress
     for trace in tqdm(traces, desc="quality checks", unit="trace", disable=not show, leave=False):
-        for role in CHECKED_ROLES:
+        for role in checked_roles(trace):
             if trace.outputs.get(role) is not None:
                 report.checked[role] = report.checked.get(role, 0) + 1
         report.findings += check_trace(trace, t)
-    replied = [tr for tr in traces if isinstance((tr.outputs.get("ers") or {}).get("response"), str)]
+    replied = [tr for tr in traces if isinstance(tr.response, str)]
     report.findings += _near_duplicates(replied, [tr.response for tr in replied], t)
     return report
 
@@ -54,7 +71,7 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
 
     d = trace.dialogue
     seeker = [turn.text for turn in d.turns if turn.speaker == "seeker"]
-    for role in CHECKED_ROLES:
+    for role in checked_roles(trace):
         out = trace.outputs.get(role)
         if not isinstance(out, dict):
             continue
@@ -73,7 +90,7 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
         if role == "cae":
             for span in _ungrounded(out, d, t):
                 note(role, "ungrounded_trigger", "triggers", f"not a span of the seeker's turns: {span!r}", span)
-        if role == "ers" and isinstance(out.get("response"), str):
+        if _is_reply(role) and isinstance(out.get("response"), str):
             reply = out["response"]
             note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t), reply)
             note(role, "non_reply", "response", non_reply(reply, t), reply)
@@ -108,7 +125,7 @@ def check_replies(
 def _near_duplicates(traces: Sequence[Trace], replies: Sequence[str], t: QualityThresholds) -> list[Finding]:
     reasons = near_duplicates(replies, [tr.dialogue.id for tr in traces], t)
     return [
-        Finding(tr.key, tr.dialogue.id, "ers", "near_duplicate", "response", reason, reply)
+        Finding(tr.key, tr.dialogue.id, _reply_role(tr), "near_duplicate", "response", reason, reply)
         for tr, reply, reason in zip(traces, replies, reasons)
         if reason
     ]

@@ -66,6 +66,11 @@ class RoleSpec:
     # The teacher's instruction for a role that reads the run's stages (the audit): built from the
     # stages present in the input, so it never asks about a stage that did not run.
     stage_task: Optional[Callable[[tuple[str, ...]], str]] = None
+    # A role from a declared pipeline (distill.roles.declared): its pipeline's name, what later agents are
+    # told it did, and the last dialogue turns it sees (None: all). Built-in roles have none of these.
+    pipeline: Optional[str] = None
+    brief: str = ""
+    context_turns: Optional[int] = None
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
@@ -170,7 +175,7 @@ def _briefing(spec: RoleSpec, inp: RoleInput) -> str:
     ran = [name for name in spec.inputs if name in inp.upstream]
     if not ran:
         return ""
-    lines = [f"- the {ROLES[name].title} {teacher_prompts.BRIEFS[name]}." for name in ran]
+    lines = [f"- the {ROLES[name].title} {ROLES[name].brief or teacher_prompts.BRIEFS[name]}." for name in ran]
     return "Earlier agents in this team:\n" + "\n".join(lines)
 
 
@@ -192,7 +197,7 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
     """
     task = spec.stage_task(tuple(inp.upstream)) if spec.stage_task is not None and inp.upstream else spec.task
     system = f"You are the {spec.title} in a team of agents that writes empathetic replies.\n\n{task}"
-    parts = [f"Dialogue:\n{inp.dialogue.render_context()}"]
+    parts = [f"Dialogue:\n{inp.dialogue.render_context(spec.context_turns)}"]
     briefing = _briefing(spec, inp)
     if briefing:
         parts.insert(0, briefing)
@@ -215,7 +220,7 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
 
 def render_student(spec: RoleSpec, inp: RoleInput) -> Messages:
     """A role tag and only the inputs the role needs; the behaviour lives in the adapter."""
-    parts = [inp.dialogue.render_context()]
+    parts = [inp.dialogue.render_context(spec.context_turns)]
     up = _upstream_lines(inp, spec.inputs)
     if up:
         parts.append("\n".join(up))

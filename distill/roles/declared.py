@@ -1,0 +1,203 @@
+"""A pipeline its user declares in YAML: roles, their inputs, answers, prompts and context, without editing the package.
+
+A declaration (configs/pipelines/escot.yaml is the first) names each role, its title, the upstream roles it
+reads, its answer fields (a text of at most N characters, or one label of a label set it declares), the
+teacher's task, the sentence later agents hear about it, and how many of the dialogue's last turns it sees.
+`declared_roles` turns it into real `RoleSpec`s, with pydantic answer schemas made by `create_model`, so
+the same `Pipeline`, backends (constrained JSON included), datasets and training run them as TRACE's roles.
+
+A pipeline config that names a declaration (`PipelineConfig.pipeline`) registers its roles into the one
+registry, `distill.roles.roles.ROLES`, and runs them in the declaration's stage order (its inputs sorted
+topologically, ties in the order written); TRACE's built-in roles then do not run. The declaration travels
+inside every trace's config, so a trace run can be read (datasets, train, eval) without the YAML file.
+
+Two rules tie a declared role to the rest of the toolkit: an answer field named `response` is the pipeline's
+reply (`Trace.response`, the reply quality checks), and the student renderer is the generic compact one.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+
+from distill.roles.roles import ROLES, RoleSpec
+
+REPLY_FIELD = "response"  # the answer field that makes a declared role the pipeline's reply
+_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AnswerField(_Strict):
+    """One field of a role's answer: free text of at most `text` characters, or one label of the set `label`."""
+
+    text: Optional[int] = Field(None, ge=1, description="a text answer of at most this many characters")
+    label: Optional[str] = Field(None, description="the name of a label set under the pipeline's `labels`")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AnswerField:
+        if (self.text is None) == (self.label is None):
+            raise ValueError("an answer field is either `text: <max characters>` or `label: <label set>`")
+        return self
+
+
+class DeclaredRole(_Strict):
+    name: str = Field(pattern=_NAME)
+    title: str = Field(min_length=1)
+    inputs: list[str] = Field(default_factory=list, description="upstream roles whose answers this role reads")
+    answer: dict[str, AnswerField] = Field(min_length=1)
+    task: str = Field(min_length=1, description="the teacher's instruction")
+    brief: str = Field("", description="what later agents are told this role did (one clause)")
+    context_turns: Optional[int] = Field(None, description="the last K dialogue turns this role sees; null = all")
+    student_answer: Optional[list[str]] = Field(None, description="the answer fields the student writes; null = all")
+    temperature: float = Field(0.0, ge=0)
+    max_new_tokens: int = Field(128, ge=1)
+
+    @field_validator("context_turns")
+    @classmethod
+    def _leaves_context(cls, turns: Optional[int]) -> Optional[int]:
+        if turns is not None and turns < 1:
+            raise ValueError(f"context_turns {turns} leaves the role no dialogue context (>= 1, or null for all)")
+        return turns
+
+    @model_validator(mode="after")
+    def _student_fields_exist(self) -> DeclaredRole:
+        unknown = [f for f in self.student_answer or () if f not in self.answer]
+        if unknown or self.student_answer == []:
+            raise ValueError(f"student_answer: {unknown or '[]'} are not answer fields of {self.name}")
+        return self
+
+
+class DeclaredPipeline(_Strict):
+    name: str = Field(pattern=_NAME)
+    labels: dict[str, list[str]] = Field(default_factory=dict, description="label sets, each a list of labels")
+    roles: list[DeclaredRole] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeclaredPipeline:
+        names = [r.name for r in self.roles]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"role(s) {', '.join(dupes)} declared twice")
+        for role in self.roles:
+            if role.name in ROLES and ROLES[role.name].pipeline is None:
+                raise ValueError(f"role '{role.name}' is a built-in role's name; give the declared role another")
+            if unknown := [i for i in role.inputs if i not in names]:
+                raise ValueError(f"role '{role.name}': inputs name unknown role(s) {', '.join(unknown)}")
+            for field, answer in role.answer.items():
+                if answer.label is not None and answer.label not in self.labels:
+                    raise ValueError(
+                        f"role '{role.name}': answer '{field}' names no declared label set {answer.label!r}"
+                    )
+        for name, labels in self.labels.items():
+            if not labels or len(set(labels)) != len(labels):
+                raise ValueError(f"labels '{name}': a label set needs distinct labels")
+        self.stage_order()  # a cycle is refused here, when the file is read
+        return self
+
+    def stage_order(self) -> tuple[str, ...]:
+        """The roles sorted so every role comes after its inputs, ties in the order written; a cycle is refused."""
+        inputs = {r.name: set(r.inputs) for r in self.roles}
+        order: list[str] = []
+        while len(order) < len(inputs):
+            ready = [n for n in inputs if n not in order and inputs[n] <= set(order)]
+            if not ready:
+                raise ValueError(f"the inputs of role(s) {', '.join(_cycle(inputs, order))} make a cycle")
+            order.append(ready[0])
+        return tuple(order)
+
+    def role(self, name: str) -> DeclaredRole:
+        return next(r for r in self.roles if r.name == name)
+
+
+def _cycle(inputs: dict[str, set[str]], placed: list[str]) -> list[str]:
+    """One cycle among the roles not yet placed, as `a -> b -> a` reads: walk inputs until a role repeats."""
+    walk = [next(n for n in inputs if n not in placed)]
+    while True:
+        nxt = sorted(i for i in inputs[walk[-1]] if i not in placed)[0]
+        if nxt in walk:
+            return [*walk[walk.index(nxt) :], nxt][::-1]
+        walk.append(nxt)
+
+
+def load_pipeline(path: str | Path) -> DeclaredPipeline:
+    """A declaration from its YAML file; ValueError in one line naming the file and the field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc).splitlines()[0]
+        raise ValueError(f"{path}: cannot read the pipeline declaration ({reason})") from None
+    return parse_pipeline(data, str(path))
+
+
+def parse_pipeline(data: Any, where: str) -> DeclaredPipeline:
+    try:
+        return DeclaredPipeline.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "declaration"
+        raise ValueError(f"{where}: field '{field}': {err['msg'].removeprefix('Value error, ')}") from None
+
+
+# --- declaration -> RoleSpecs in the registry -----------------------------------------------------
+
+
+def _answer_schema(pipeline: DeclaredPipeline, role: DeclaredRole, fields: list[str], suffix: str) -> type[BaseModel]:
+    columns: dict[str, Any] = {}
+    for name in fields:
+        spec = role.answer[name]
+        if spec.label is not None:
+            labels = tuple(pipeline.labels[spec.label])
+            columns[name] = (Literal[labels], Field(description=spec.description or f"one of {spec.label}"))
+        else:  # min_length: an empty answer is no answer, so constrained decoding cannot close the string at once
+            columns[name] = (str, Field(min_length=1, max_length=spec.text, description=spec.description))
+    title = "".join(part.title() for part in f"{pipeline.name}_{role.name}_{suffix}".split("_"))
+    return create_model(title, __base__=_Strict, **columns)
+
+
+def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole) -> RoleSpec:
+    schema = _answer_schema(pipeline, role, list(role.answer), "answer")
+    student = None
+    if role.student_answer and set(role.student_answer) != set(role.answer):
+        student = _answer_schema(pipeline, role, role.student_answer, "decision")
+    return RoleSpec(
+        role.name,
+        role.title,
+        schema,
+        tuple(role.inputs),
+        role.temperature,
+        role.max_new_tokens,
+        role.task.strip(),
+        student_schema=student,
+        pipeline=pipeline.name,
+        brief=role.brief,
+        context_turns=role.context_turns,
+    )
+
+
+@lru_cache(maxsize=16)
+def _specs(declaration_json: str) -> tuple[RoleSpec, ...]:
+    # keyed on the declaration's JSON: every trace of a run carries it, and reading a run validates each one
+    pipeline = DeclaredPipeline.model_validate_json(declaration_json)
+    return tuple(_role_spec(pipeline, pipeline.role(name)) for name in pipeline.stage_order())
+
+
+def register(pipeline: DeclaredPipeline) -> tuple[RoleSpec, ...]:
+    """Put the declaration's roles into the registry (replacing an earlier declaration of the same names)."""
+    specs = _specs(pipeline.model_dump_json())
+    for spec in specs:
+        ROLES[spec.name] = spec
+    return specs
+
+
+def label_set(spec: RoleSpec, field: str) -> Optional[tuple[str, ...]]:
+    """The labels a role's answer field may take, or None for a text field."""
+    annotation = spec.schema.model_fields[field].annotation
+    args = getattr(annotation, "__args__", ())
+    return tuple(args) if args and all(isinstance(a, str) for a in args) else None
