@@ -27,6 +27,8 @@ LOOPING = [
     "no no no no no no",
     "That is awful. I am so sorry. That is awful. I am here. That is awful. Really.",
     "wow!!!!!!!!!!!! that is great",
+    "hahahahahahahahahahahahahaha",  # a character run inside the word still being decoded
+    "the fee was 100000000000000000000",
 ]
 FINE = [
     "I'm so sorry, that sounds awful. Did you get to talk to her?",
@@ -67,6 +69,15 @@ def test_watch_reads_json_strings_apart_and_plain_text_whole():
     sad_list = [tok.alphabet.index(c) for c in '{"t": ["sad", "sad", "sad", "sad", "sad"']
     assert LoopWatch(tok, constrained=True)(sad_list) is None  # five triggers, each one word
     assert LoopWatch(tok, constrained=False)(sad_list).startswith("loop: the word 'sad'")
+
+
+def test_watch_stops_a_character_run_while_its_word_is_still_growing():
+    tok = _Chars('{}":, ha10')
+    laugh = [tok.alphabet.index(c) for c in "ha" * 6]
+    assert LoopWatch(tok, constrained=False)(laugh) == "loop: 'ha' repeated 6 times in a row"
+    number = [tok.alphabet.index(c) for c in '{"a": "1' + "0" * 9]
+    assert LoopWatch(tok, constrained=True)(number) == "loop: '0' repeated 9 times in a row"
+    assert LoopWatch(tok, constrained=False)(laugh[:-2]) is None  # 'ha' 5 times: not yet a run
 
 
 def _tiny_llama():

@@ -163,14 +163,16 @@ def loop(text: str, t: QualityThresholds) -> Optional[str]:
 
 def loop_so_far(text: str, t: QualityThresholds) -> Optional[str]:
     """`loop` on a text still being decoded, by the rules more text cannot undo, so that whatever it finds
-    `loop` finds in the whole text: the runs without the possibly unfinished last word, repeated sentences up
-    to the last sentence end. The compression rule is left out: a prefix can compress better than the whole."""
+    `loop` finds in the whole text: word and phrase runs without the possibly unfinished last word, repeated
+    sentences up to the last sentence end, and character runs anywhere, the growing last word included (more
+    characters cannot shorten "hahahaha" or "1000000000"). The compression rule is left out: a prefix can
+    compress better than the whole."""
     done = _UNFINISHED_WORD.sub("", text)
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     return (
         _repeated_units(done, t)
         or _repeated_sentence(text[: ends[-1]] if ends else "", t.loop_phrase_repeats)
-        or _character_run(done, t.loop_char_repeats, t.loop_chunk_repeats)
+        or _character_run(text, t.loop_char_repeats, t.loop_chunk_repeats)
     )
 
 
