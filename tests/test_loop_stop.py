@@ -24,7 +24,7 @@ T = QualityThresholds()
 LOOPING = [
     "anxiety_disorder_category_anxiety_disorder_category_anxiety_disorder_category_1",
     "I feel bad I feel bad I feel bad I feel bad about it",
-    "no no no no no no",
+    "no no no no no no no",  # an interjection: loop_interjection_repeats (6), found before the last word
     "That is awful. I am so sorry. That is awful. I am here. That is awful. Really.",
     "wow!!!!!!!!!!!! that is great",
     "hahahahahahahahahahahahahaha",  # a character run inside the word still being decoded
