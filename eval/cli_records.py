@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     for path in doc_files():
         text = path.read_text(encoding="utf-8")
-        rendered = render_blocks(text)
+        rendered = render_blocks(text, where=str(path))
         if rendered != text:
             path.write_text(rendered, encoding="utf-8")
             print(f"rendered {path}")

@@ -346,11 +346,25 @@ def headline(report_json: Path) -> str:
     diff, low, high = (sign * p[k] for k in ("diff", "ci_low", "ci_high"))
     low, high = min(low, high), max(low, high)
     verdict = "the interval excludes 0" if low > 0 or high < 0 else "the interval includes 0: too few dialogues to tell"
+    if (low > 0 or high < 0) and p.get("p_holm") is not None:
+        verdict += _holm_verdict(p, sum(row.get("p_value") is not None for row in pairs))
     return (
         f"result: the distilled student's emotion accuracy minus its teacher's is {diff:+.2f} "
         f"(paired bootstrap 95% CI [{low:+.2f}, {high:+.2f}], n = {p['n']} test dialogues); {verdict}. "
         "The teacher here is the untuned model with TRACE's prompts; the student learned its emotions from that "
         "teacher's train traces, made while it was told the true emotion (gold-guided, STaR)."
+    )
+
+
+def _holm_verdict(row: dict, family: int) -> str:
+    """What the report's own Holm-adjusted table says of the row: the interval alone is not a finding there."""
+    from eval.compare.paired import ALPHA
+
+    held = "holds" if row.get("survives_holm") else "does not hold"
+    return (
+        f", and Holm's adjustment over the report's {family} paired comparisons gives p {row['p_holm']:.3f}: the "
+        f"difference {held} at a family-wise error rate of {ALPHA}"
+        + ("" if row.get("survives_holm") else ", so report.md's paired table does not count it a finding")
     )
 
 

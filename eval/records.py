@@ -26,18 +26,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
+from distill.roles.roles import ROLES
 from eval.compare.report import cell, fmt, interval, markdown_table
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
+from eval.curve.curve_report import TARGET_BERTSCORE_DROP, target_rows
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
 # `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows)
+# (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
-    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))? -->\n)"
+    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))? -->[ \t]*(?P<eol>\r?\n))"
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
+MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
 
@@ -68,6 +72,7 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
         "systems": systems,
         "paper": against.get("paper"),
         "target": curve.get("target", []),
+        "target_bertscore_drop": TARGET_BERTSCORE_DROP,  # the rule the target was judged by when this run was made
         # the curve's questions at that point (each lever against the student it is made like, ...), paired
         "paired": [{k: p[k] for k in PAIRED_FIELDS} for p in curve.get("paired", []) if p["n"] == against["n"]],
     }
@@ -119,6 +124,7 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
         raise RecordError(f"record '{record.get('name', '?')}': missing {', '.join(missing)}")
+    target = _target(record)  # over every system, before `only` picks those the table shows
     if only:
         by_name = {s["name"]: s for s in record["systems"]}
         unknown = [name for name in only if name not in by_name]
@@ -148,7 +154,7 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     )
     paper = f"\\* {record['paper']['source']} " if record.get("paper") else ""
     lines = [*_wrap(intro), "", *markdown_table(header, rows), ""]
-    lines += [line for p in _verdict(record) for line in [*_wrap(p), ""]]
+    lines += [line for p in _verdict(target, record.get("target_bertscore_drop")) for line in [*_wrap(p), ""]]
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
     return [*lines, *_wrap(paper + run)]
@@ -181,7 +187,7 @@ def _cost_cells(system: dict[str, Any]) -> list[str]:
 
 def _decoding(decoding: dict[str, Any]) -> str:
     if not decoding:
-        return "TRACE's (T 0.5)"
+        return f"TRACE's (T {ROLES['ers'].temperature})"
     parts = []
     for key, label in (("temperatures", "T"), ("top_p", "top-p"), ("min_p", "min-p"), ("consensus", "consensus of")):
         if "ers" in (decoding.get(key) or {}):
@@ -207,14 +213,56 @@ def _learns(systems: list[dict[str, Any]]) -> str:
     )
 
 
-def _verdict(record: dict[str, Any]) -> list[str]:
-    target = record.get("target") or []
+def _target(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The target's rows recomputed from the record's figures and its rule (`curve_report.target_rows`), each
+    system against the reference its stored row names; a stored verdict that the figures do not give is an error,
+    so a `met` or a `beats` typed into the record cannot reach the docs."""
+    stored = record.get("target") or []
+    if not stored:
+        return []
+    name, max_drop = record["name"], record.get("target_bertscore_drop")
+    if max_drop is None:
+        raise RecordError(f"record '{name}': a target without the rule it was judged by (target_bertscore_drop)")
+    systems = [{"name": s["name"], **_nested(s["figures"])} for s in record["systems"]]
+    lenders = {t["system"]: t["bertscore_reference"] for t in stored}
+    rows = target_rows({"systems": systems, "paper": record.get("paper")}, lenders, max_drop)
+    by_key = {(t["system"], t["paper"]): t for t in rows}
+    for t in stored:
+        mine = by_key.get((t["system"], t["paper"]))
+        if mine is None:
+            raise RecordError(f"record '{name}': target row {t['system']} against {t['paper']}: no such figures")
+        for key in ("beats", "met", "bertscore_drop"):
+            if not _same(t[key], mine[key]):
+                given = f"its figures give {mine[key]!r}"
+                raise RecordError(f"record '{name}': target row {t['system']}: stored {key} {t[key]!r}, {given}")
+    return rows
+
+
+def _nested(figures: dict[str, Any]) -> dict[str, Any]:
+    """A record's figures (keyed by dotted path) as the report row `Figure.read` reads."""
+    row: dict[str, Any] = {}
+    for path, value in figures.items():
+        *parents, leaf = path.split(".")
+        node = row
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return row
+
+
+def _same(stored: Any, computed: Any) -> bool:
+    if isinstance(stored, float) and isinstance(computed, float):
+        return abs(stored - computed) < 1e-9
+    return stored == computed
+
+
+def _verdict(target: list[dict[str, Any]], max_drop: Optional[float]) -> list[str]:
     if not target:
         return []
     met = sorted({t["system"] for t in target if t["met"]})
     rule = (
         f"The target (beat {target[0]['paper']} on every figure, each 95% CI wholly on the better side, with "
-        "BERTScore at most 0.02 below the same student at TRACE's decoding): "
+        f"BERTScore at most {max_drop} below the same student at TRACE's decoding): "
     )
     if met:
         return [rule + f"met by {', '.join(met)}."]
@@ -238,13 +286,23 @@ def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def render_blocks(text: str, folder: Path = RECORDS) -> str:
-    """`text` with every record block's body rendered from its record."""
+def render_blocks(text: str, folder: Path = RECORDS, where: str = "text") -> str:
+    """`text` with every record block's body rendered from its record, in the marker line's line ending; a
+    `<!-- record:` line that opens no block (`where` names the file) is an error."""
+    blocks = list(BLOCK.finditer(text))
+    starts = {m.start() for m in blocks}
+    for at in (m.end() - len("<!-- record:") for m in MARKER.finditer(text)):
+        if at not in starts:
+            line = text.count("\n", 0, at) + 1
+            raise RecordError(
+                f"{where}:{line}: a record marker that opens no block (expected `<!-- record: NAME -->` on its own "
+                "line, then `<!-- /record -->`)"
+            )
 
     def body(match: re.Match) -> str:
         only = match["systems"].split(",") if match["systems"] else None
         rendered = render_record(load_record(match["name"], folder), only)
-        return match.group(1) + "\n".join(rendered) + "\n" + match["end"]
+        return match.group(1) + match["eol"].join(rendered) + match["eol"] + match["end"]
 
     return BLOCK.sub(body, text)
 
@@ -258,7 +316,7 @@ def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
     stale = []
     for path in files:
         text = path.read_text(encoding="utf-8")
-        rendered = render_blocks(text, folder)
+        rendered = render_blocks(text, folder, str(path))
         if rendered != text:
             old, new = text.splitlines(), rendered.splitlines()
             line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))

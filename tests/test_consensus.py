@@ -35,10 +35,19 @@ def test_chrf_reads_characters_and_weighs_recall():
     assert chrf("", "anything") == 0.0
 
 
+def test_chrf_averages_every_order_up_to_6():
+    """'abcabc' against 'abcabd': n-gram precision = recall = 5/6, 4/5, 3/4, 2/3, 1/2 and 0 for n = 1..6, so
+    chrF is their mean over all six orders (cutting the range short drops the 6-gram's 0)."""
+    assert chrf("abcabc", "abcabd") == pytest.approx((5 / 6 + 4 / 5 + 3 / 4 + 2 / 3 + 1 / 2 + 0) / 6)
+    assert chrf("abcabc", "abcabd", order=3) == pytest.approx((5 / 6 + 4 / 5 + 3 / 4) / 3)
+
+
 def test_the_pick_is_the_sample_most_like_the_others():
     best, agreement = consensus_pick([REPLIES[0], REPLIES[1], REPLIES[2]])
     assert best in (1, 2) and 0 < agreement < 1
     assert consensus_pick(["only one"]) == (0, 1.0)
+    assert consensus_pick(["Oh no.", "Oh no.", "Oh no."]) == (0, pytest.approx(1.0))  # a tie keeps the first
+    assert consensus_pick(["so sad", "Oh no.", "Oh no.", "so sad"])[0] == 0
     assert answer_text('{"response": "Oh no."}') == "Oh no." and answer_text(REPLIES[3]) is None
     assert answer_text('{"response": " "}') is None  # says nothing: not a candidate
 

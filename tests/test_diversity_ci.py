@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.diversity_ci_coverage import Population, coverage
+from eval.compare.report import fmt, paired_table
 from eval.metrics.diversity import distinct_n, ead_n
 from eval.metrics.diversity_ci import (
     CorpusGrams,
@@ -16,7 +17,7 @@ from eval.metrics.diversity_ci import (
     paired_differences,
     reply_tokens,
 )
-from eval.metrics.stats import interval_of_draws, p_of_differences
+from eval.metrics.stats import interval_of_draws
 
 FIGURES = ("dist1", "dist2", "ead1", "ead2")
 SYSTEM = [
@@ -62,32 +63,64 @@ def test_half_samples_are_half_the_dialogues_without_repeats_in_order():
     assert draws.shape == (50, 4)
     assert all(len(set(row)) == 4 and list(row) == sorted(row) for row in draws.tolist())
     np.testing.assert_array_equal(draws, half_samples(9, resamples=50, seed=3))
-    assert half_samples(1, resamples=2).tolist() == [[0], [0]]
 
 
+def test_one_dialogue_has_a_figure_but_no_interval_and_no_p():
+    """One dialogue has no rest to scale a half-sample by: a zero-width interval and p = 2 / (B + 1) would call
+    any difference significant."""
+    items = {
+        "system": reply_tokens(SYSTEM[:1], "cl100k_base", None),
+        "human": reply_tokens(HUMAN[:1], "cl100k_base", None),
+    }
+    [diff] = paired_differences(items, [("system", "human")], "dist1", resamples=50)
+    value = reference(SYSTEM[:1], "dist1", [0]) - reference(HUMAN[:1], "dist1", [0])
+    assert diff == {"diff": pytest.approx(value), "ci_low": None, "ci_high": None, "n": 1, "p_value": None}
+    share = human_ratio_intervals(items["system"], items["human"], ["ead1"], resamples=50)["ead1"]
+    assert share["value"] > 0 and (share["ci_low"], share["ci_high"], share["n"]) == (None, None, 1)
+    row = {"pair": ["system", "human"], "metric": "dist1", "reading": "higher is better", **diff}
+    assert (
+        paired_table({"paired": [row]})[-1]
+        == f"| system − human | dist1 | {fmt(value)} | 1 | higher is better | – | – | no |"
+    )
+
+
+@pytest.mark.parametrize("n, scale", [(8, 1.0), (7, np.sqrt(3 / 4))])
 @pytest.mark.parametrize("figure", FIGURES)
-def test_paired_intervals_are_the_half_samples_spread_around_the_figure(figure):
+def test_paired_intervals_are_the_half_samples_spread_around_the_figure(figure, n, scale):
     """Differences and shares of the human replies: each half-sample scores both corpora on the same dialogues;
-    the interval is the figure plus the half-corpora's spread around their mean (8 dialogues: scale 1)."""
-    resamples = 400
-    draws = half_samples(len(SYSTEM), resamples)
-    mine = np.array([reference(SYSTEM, figure, d) for d in draws])
-    theirs = np.array([reference(HUMAN, figure, d) for d in draws])
-    items = {"system": reply_tokens(SYSTEM, "cl100k_base", None), "human": reply_tokens(HUMAN, "cl100k_base", None)}
-    every = range(len(SYSTEM))
+    the interval is the figure plus the half-corpora's spread around their mean, scaled by sqrt(m / (n − m)):
+    1 for 8 dialogues, sqrt(3 / 4) for 7 (halves of 3)."""
+    system, human, resamples = SYSTEM[:n], HUMAN[:n], 400
+    draws = half_samples(n, resamples)
+    mine = np.array([reference(system, figure, d) for d in draws])
+    theirs = np.array([reference(human, figure, d) for d in draws])
+    items = {"system": reply_tokens(system, "cl100k_base", None), "human": reply_tokens(human, "cl100k_base", None)}
+    every = range(n)
 
     [diff] = paired_differences(items, [("system", "human")], figure, resamples)
-    value = reference(SYSTEM, figure, every) - reference(HUMAN, figure, every)
-    spread = value + (mine - theirs) - (mine - theirs).mean()
-    assert diff["diff"] == pytest.approx(value)
+    value = reference(system, figure, every) - reference(human, figure, every)
+    spread = value + ((mine - theirs) - (mine - theirs).mean()) * scale
+    assert diff["diff"] == pytest.approx(value) and diff["n"] == n
     assert (diff["ci_low"], diff["ci_high"]) == pytest.approx(interval_of_draws(spread))
-    assert diff["p_value"] == pytest.approx(p_of_differences(spread)) and diff["n"] == len(SYSTEM)
+    on_smaller_side = min((spread <= 0).sum(), (spread >= 0).sum())
+    assert diff["p_value"] == pytest.approx(min(1.0, 2 * (on_smaller_side + 1) / (resamples + 1)))
 
     share = human_ratio_intervals(items["system"], items["human"], [figure], resamples)[figure]
-    value = reference(SYSTEM, figure, every) / reference(HUMAN, figure, every)
+    value = reference(system, figure, every) / reference(human, figure, every)
     assert share["value"] == pytest.approx(value)
-    spread = value + mine / theirs - (mine / theirs).mean()
+    spread = value + (mine / theirs - (mine / theirs).mean()) * scale
     assert (share["ci_low"], share["ci_high"]) == pytest.approx(interval_of_draws(spread))
+
+
+def test_the_p_value_is_1_for_a_system_against_itself_and_smallest_for_a_clear_difference():
+    resamples = 200
+    items = {
+        "system": reply_tokens(SYSTEM, "cl100k_base", None),
+        "repeats": reply_tokens(["so sorry so sorry so sorry"] * len(SYSTEM), "cl100k_base", None),
+    }
+    same, clear = paired_differences(items, [("system", "system"), ("system", "repeats")], "dist1", resamples)
+    assert same["p_value"] == 1.0 and (same["diff"], same["ci_low"], same["ci_high"]) == (0.0, 0.0, 0.0)
+    assert clear["p_value"] == pytest.approx(2 / (resamples + 1)) and clear["ci_low"] > 0
 
 
 @pytest.mark.slow

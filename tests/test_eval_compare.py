@@ -537,3 +537,38 @@ def test_a_student_whose_adapter_was_retrained_under_the_same_path_is_generated_
     (stored / "run.json").write_text(json.dumps(record))
     source, log = compare()
     assert source == "generated" and "regenerating system 'student': its run.json holds no adapter fingerprints" in log
+
+
+def test_an_adapter_folder_holding_another_roles_adapter_is_one_line(tmp_path, tiny_model_dir, tiny_dialogues, capsys):
+    """adapters/asi holding a copy of adapters/cae: one line naming the folder and the role its metadata gives,
+    before any model loads, instead of a traceback at the first asi stage."""
+    import shutil
+
+    from fault_proxy import save_tiny_lora
+
+    from distill.adapters.adapters import write_metadata
+
+    adapters = tmp_path / "adapters"
+    for role in ("cae", "ers"):
+        write_metadata(save_tiny_lora(tiny_model_dir, adapters / role, seed=0), {"role": role})
+    shutil.copytree(adapters / "cae", adapters / "asi")
+    student = {
+        "name": "student",
+        "backend": {"type": "local", "model": tiny_model_dir, "adapters": str(adapters)},
+        "pipeline": {"prompt_style": "student", "use_adapters": True, "rag": False},
+    }
+    cfg = {"dialogues": _dataset(tmp_path, "ds", tiny_dialogues[:2]), "ppl": None, "bertscore": None}
+    config = _write_config(tmp_path, {**cfg, "systems": [student]})
+    capsys.readouterr()
+    assert main(["compare", "--config", config, "--out", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert (
+        f"{adapters / 'asi'}: holds the adapter for role 'cae' (its trace_distill_adapter.json), not for 'asi'"
+        in err[0]
+    )
+
+    shutil.rmtree(adapters / "asi")  # and one under a name that is no role, beside the real cae: a second cae
+    shutil.copytree(adapters / "cae", adapters / "cae-copy")
+    assert main(["compare", "--config", config, "--out", str(tmp_path / "out")]) != 0
+    assert f"{adapters / 'cae-copy'}: a second adapter for role 'cae'" in capsys.readouterr().err

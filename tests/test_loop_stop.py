@@ -24,9 +24,11 @@ T = QualityThresholds()
 LOOPING = [
     "anxiety_disorder_category_anxiety_disorder_category_anxiety_disorder_category_1",
     "I feel bad I feel bad I feel bad I feel bad about it",
-    "no no no no no no",
+    "no no no no no no no",  # an interjection: loop_interjection_repeats (6), found before the last word
     "That is awful. I am so sorry. That is awful. I am here. That is awful. Really.",
     "wow!!!!!!!!!!!! that is great",
+    "hahahahahahahahahahahahahaha",  # a character run inside the word still being decoded
+    "the fee was 100000000000000000000",
 ]
 FINE = [
     "I'm so sorry, that sounds awful. Did you get to talk to her?",
@@ -69,6 +71,15 @@ def test_watch_reads_json_strings_apart_and_plain_text_whole():
     assert LoopWatch(tok, constrained=False)(sad_list).startswith("loop: the word 'sad'")
 
 
+def test_watch_stops_a_character_run_while_its_word_is_still_growing():
+    tok = _Chars('{}":, ha10')
+    laugh = [tok.alphabet.index(c) for c in "ha" * 6]
+    assert LoopWatch(tok, constrained=False)(laugh) == "loop: 'ha' repeated 6 times in a row"
+    number = [tok.alphabet.index(c) for c in '{"a": "1' + "0" * 9]
+    assert LoopWatch(tok, constrained=True)(number) == "loop: '0' repeated 9 times in a row"
+    assert LoopWatch(tok, constrained=False)(laugh[:-2]) is None  # 'ha' 5 times: not yet a run
+
+
 def _tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -109,9 +120,11 @@ class _LoopsOnce:
 
     def __init__(self):
         self.temperatures: list[list[float]] = []
+        self.stop_loops: list[bool] = []
 
     def generate(self, requests, progress=None):
         self.temperatures.append([r.temperature for r in requests])
+        self.stop_loops += [r.stop_loops for r in requests]
         first = len(self.temperatures) == 1
         asi = issubclass(requests[0].schema, ROLES["asi"].schema)
         answer = {"reasoning": "her dog died last week", "emotion": "sadness"} if asi else {"response": "Oh no."}
@@ -130,4 +143,48 @@ def test_a_given_up_answer_is_a_failed_attempt_that_is_retried(tiny_dialogues):
     assert trace.status != "failed" and step.attempts == 2 and step.parsed["emotion"] == "sadness"
     assert step.events == ["attempt 1: invalid output: loop: the word 'sad' repeated 4 times in a row"]
     assert backend.temperatures == [[0.0], [0.7], [0.5]]  # asi's retry samples, as after any invalid answer
-    assert GenerationRequest([], stop_loops=True).stop_loops
+    assert backend.stop_loops == [True, True, True]  # the config's stop_loops reaches every request, retries too
+
+
+@pytest.fixture(scope="module")
+def zeros_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model made to answer "000…" to any prompt: with attention and MLP outputs zeroed each position
+    reads only its own token, and with the token "0" embedded as 10 × the newline (embeddings are tied), both the
+    newline that ends the chat prompt and "0" itself score "0" highest."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
+    assert model.config.tie_word_embeddings
+    newline, zero = tokenizer.convert_tokens_to_ids("\u010a"), tokenizer.convert_tokens_to_ids("0")
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = model.model.embed_tokens.weight
+        embeddings[zero] = 10 * embeddings[newline]
+    out = tmp_path_factory.mktemp("zeros-llama")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def test_local_backend_stops_a_looping_answer_only_for_the_requests_that_ask(zeros_model_dir):
+    """One call, the same prompt twice: the request with stop_loops ends at the watch's first look past the
+    character run (16 tokens), the one without decodes to its cap; they never share a decode group."""
+    from distill.backends.local import LocalBackend
+
+    backend = LocalBackend(zeros_model_dir, dtype="fp32", batch_size=4)
+    messages = [{"role": "user", "content": "My dog died."}]
+    plain, watched = backend.generate(
+        [
+            GenerationRequest(messages, max_new_tokens=48),
+            GenerationRequest(messages, max_new_tokens=48, stop_loops=True),
+        ]
+    )
+    assert plain.text == "0" * 48 and plain.gave_up is None
+    assert watched.text == "0" * 16 and watched.completion_tokens == 16
+    assert watched.gave_up == "loop: '0' repeated 16 times in a row"
+    assert watched.events == [f"stopped at 16 tokens: {watched.gave_up}"]

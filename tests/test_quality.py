@@ -67,6 +67,9 @@ def dialogue(i: int = 0, seeker: str = SEEKER) -> Dialogue:
         "Well. I'm not sure what's going on here.",
         "so so so so sad",
         "hahahahahahahaha",
+        "no no no no no no",  # an interjection, at loop_interjection_repeats
+        "Well............",  # a run of punctuation marks, at loop_punctuation_repeats
+        "really?!?!?!?!?!?!",
     ],
 )
 def test_loop_catches_degenerate_repetition(text):
@@ -79,7 +82,9 @@ def test_loop_compression_rule_catches_a_loop_that_never_repeats_exactly():
     assert reason and "compresses" in reason
 
 
-@pytest.mark.parametrize("text", HUMAN_REPLIES + [SEEKER, "5_5_5_5_5_5 was the score"])
+@pytest.mark.parametrize(
+    "text", HUMAN_REPLIES + [SEEKER, "5_5_5_5_5_5 was the score", "No no no no", "Well.........", "Oh.......!!!"]
+)
 def test_loop_passes_human_text(text):
     assert loop(text, T) is None
 
@@ -205,6 +210,9 @@ def test_non_reply_fails_a_label_in_place_of_a_reply(reply):
         "I'm so happy for you!",
         "You can't help it, connections drop. Worrying won't help either.",
         "Note: a wired connection drops less often.",
+        "Devastated.",  # a one-word reaction in ED's words, not a role's label
+        "Impressed!",
+        "I'm unable to provide much advice but I am here for you",
     ],
 )
 def test_non_reply_passes_listeners_who_say_sorry_or_name_a_feeling(reply):
@@ -223,8 +231,8 @@ def test_near_duplicate_counts_different_dialogues():
 
 
 def test_thresholds_move_the_verdicts_and_a_bad_file_names_the_field(tmp_path):
-    assert loop("no no no way", T) is None
-    assert loop("no no no way", T.model_copy(update={"loop_word_repeats": 3}))
+    assert loop("so so so sad", T) is None
+    assert loop("so so so sad", T.model_copy(update={"loop_word_repeats": 3}))
     path = tmp_path / "q.yaml"
     path.write_text("loop_word_repeats: 3\n", encoding="utf-8")
     assert QualityThresholds.from_file(path).loop_word_repeats == 3

@@ -153,3 +153,20 @@ def test_headline_states_the_paired_result_with_its_interval(tmp_path):
     path.write_text(json.dumps({"paired": [paired]}))
     assert "too few dialogues to tell" in headline(path)
     assert "no paired" in headline(tmp_path / "missing.json")
+
+
+def test_headline_says_what_holms_adjustment_makes_of_an_interval_that_excludes_0(tmp_path):
+    """The report's paired table counts a row a finding only when it survives Holm; the line must not say less."""
+    path = tmp_path / "report.json"
+    i_acc = {"metric": "i_acc", "pair": ["student", "teacher"], "diff": 0.25, "ci_low": 0.04, "ci_high": 0.46, "n": 48}
+    others = [{"metric": m, "pair": ["student", "teacher"], "p_value": 0.5, "p_holm": 1.0} for m in ("dist1", "ead1")]
+    path.write_text(
+        json.dumps({"paired": [{**i_acc, "p_value": 0.036, "p_holm": 0.108, "survives_holm": False}, *others]})
+    )
+    line = headline(path)
+    assert "the interval excludes 0, and Holm's adjustment over the report's 3 paired comparisons gives p 0.108" in line
+    assert "does not hold at a family-wise error rate of 0.05, so report.md's paired table does not count it" in line
+    path.write_text(
+        json.dumps({"paired": [{**i_acc, "p_value": 0.002, "p_holm": 0.006, "survives_holm": True}, *others]})
+    )
+    assert "gives p 0.006: the difference holds at a family-wise error rate of 0.05." in headline(path)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from eval.curve.curve_report import target_rows
 from eval.paper import load_paper_reference
 from eval.records import (
     RecordError,
@@ -32,30 +33,31 @@ def _row(name, ratio, i_acc, bertscore, reply_tokens, seconds=0.8):
     }
 
 
-def _curve():
+def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30)):
+    """Two students against TRACE's GPT-4o row (Dist/EAD shares 0.81-0.91, I-ACC 0.443): by default student-hot
+    (its shares 0.97 [0.92, 1.02], BERTScore 0.01 below student-traces) meets the target, student-traces does not."""
     own = {"asi": {"target": "gold label"}, "ers": {"target": "human reply"}}
     lent = {role: {**source, "adapter": "student-traces's"} for role, source in own.items()}
+    against = {
+        "n": 400,
+        "systems": [
+            _row("student-traces", traces[0], 0.6, traces[1], 20.0),
+            _row("student-hot", hot[0], 0.6, hot[1], 21.5, 1.7),
+        ],
+        "paper": load_paper_reference("trace-table1"),
+    }
     return {
         "test": {"dialogues": "d", "split": "test", "n": 4},
         "sources": {"student-traces": own, "student-hot": lent},
         "config": {"variants": [{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}]},
-        "against_paper": {
-            "n": 400,
-            "systems": [_row("student-traces", 0.6, 0.6, 0.30, 20.0), _row("student-hot", 0.95, 0.6, 0.29, 21.5, 1.7)],
-            "paper": load_paper_reference("trace-table1"),
-        },
+        "against_paper": against,
         "paired": [
             {"n": 400, "pair": ["student-hot", "student-traces"], "metric": "bertscore_f1", "diff": -0.01,
              "ci_low": -0.02, "ci_high": -0.001, "dialogues": 4, "reading": "higher is better", "meaning": "lever"},
             {"n": 20, "pair": ["student-hot", "student-traces"], "metric": "i_acc", "diff": 0.0, "ci_low": 0.0,
              "ci_high": 0.0, "dialogues": 4, "reading": "higher is better", "meaning": "a smaller point"},
         ],
-        "target": [
-            {"system": "student-traces", "paper": "GPT-4o", "beats": {"Dist-1 / human": False}, "bertscore_drop": 0.0,
-             "met": False},
-            {"system": "student-hot", "paper": "GPT-4o", "beats": {"Dist-1 / human": True}, "bertscore_drop": 0.01,
-             "met": True},
-        ],
+        "target": target_rows(against, {"student-hot": "student-traces"}),
     }  # fmt: skip
 
 
@@ -66,7 +68,7 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert max(len(line) for line in lines if not line.startswith("|")) <= 120  # prose wrapped to the docs' width
     text = " ".join(lines)
     assert "| student-traces | TRACE's (T 0.5) | 0.600 [0.550, 0.650] |" in text
-    assert "| student-hot | T 1.0 | 0.950 [0.900, 1.000] |" in text and "| 0.290 [0.280, 0.300] | 21.5 | 1.70 |" in text
+    assert "| student-hot | T 1.0 | 0.970 [0.920, 1.020] |" in text and "| 0.290 [0.280, 0.300] | 21.5 | 1.70 |" in text
     assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – | – |" in text
     assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
     assert "| student-hot − student-traces | BERTScore F | -0.0100 [-0.0200, -0.0010] | higher is better |" in text
@@ -78,18 +80,54 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
 
 
 def test_the_verdict_names_what_the_closest_system_misses():
-    curve = _curve()
-    curve["target"] = [
-        {"system": "student-traces", "paper": "GPT-4o", "beats": {"Dist-1 / human": False}, "bertscore_drop": 0.0,
-         "met": False},
-        {"system": "student-hot", "paper": "GPT-4o", "beats": {"Dist-1 / human": True}, "bertscore_drop": 0.05,
-         "met": False},
-    ]  # fmt: skip
-    text = " ".join(render_record(record_from_curve(curve, "demo", "bash run.sh", "abc1234", "test CPU")))
-    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050." in text
-    curve["target"][1]["beats"]["Dist-1 / human"] = False  # both miss one figure: the smaller fall is closer
-    text = " ".join(render_record(record_from_curve(curve, "demo", "bash run.sh", "abc1234", "test CPU")))
-    assert "the closest, student-traces, falls short on Dist-1 / human (BERTScore fall 0.000)." in text
+    record = record_from_curve(_curve(hot=(0.97, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
+    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050." in " ".join(render_record(record))
+    # both miss every Dist/EAD share: the smaller fall is closer
+    record = record_from_curve(_curve(hot=(0.6, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
+    assert "the closest, student-traces, falls short on Dist-1 / human, Dist-2 / human" in " ".join(
+        render_record(record)
+    )
+
+
+def test_the_verdict_is_recomputed_from_the_figures_by_the_records_own_rule():
+    """A stored `met` or `beats` the figures do not give is an error; the BERTScore rule is the record's."""
+    record = record_from_curve(_curve(), "demo", "bash run.sh", "abc1234", "test CPU")
+    assert record["target_bertscore_drop"] == 0.02 and "BERTScore at most 0.02 below" in " ".join(render_record(record))
+    typed = json.loads(json.dumps(record))
+    typed["target"][0]["met"] = True  # student-traces, which beats no share
+    with pytest.raises(RecordError, match="target row student-traces: stored met True, its figures give False"):
+        render_record(typed)
+    typed = json.loads(json.dumps(record))
+    typed["target"][1]["beats"]["Dist-1 / human"] = False
+    with pytest.raises(RecordError, match="stored beats"):
+        render_record(typed)
+    stricter = {**record, "target_bertscore_drop": 0.005}  # student-hot falls 0.01: not met under this rule
+    with pytest.raises(RecordError, match="target row student-hot: stored met True, its figures give False"):
+        render_record(stricter)
+    stricter["target"] = [{**t, "met": False} for t in record["target"]]
+    text = " ".join(render_record(stricter))
+    assert "BERTScore at most 0.005 below" in text and "not met; student-hot beats every figure" in text
+    with pytest.raises(RecordError, match="a target without the rule"):
+        render_record({k: v for k, v in record.items() if k != "target_bertscore_drop"})
+
+
+def test_a_marker_line_with_a_trailing_space_or_crlf_is_checked_and_a_stray_one_is_an_error(tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "demo.json").write_text(json.dumps(record_from_curve(_curve(), "demo", "bash run.sh", "abc", "cpu")))
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Results\n\n<!-- record: demo -->  \nold text\n<!-- /record -->\n")
+    assert stale_blocks([doc], folder), "a marker with trailing spaces was skipped"
+    doc.write_text(render_blocks(doc.read_text(), folder))
+    assert stale_blocks([doc], folder) == [] and "| student-hot |" in doc.read_text()
+    crlf = "<!-- record: demo -->\r\nold text\r\n<!-- /record -->\r\n"
+    rendered = render_blocks(crlf, folder)
+    assert "old text" not in rendered and "| student-hot |" in rendered
+    assert all(line.endswith("\r") for line in rendered.split("\n")[:-1])  # its own line ending kept
+    assert render_blocks(rendered, folder) == rendered
+    doc.write_text("intro\n<!-- record: demo\nold\n<!-- /record -->\n")  # a marker that opens no block
+    with pytest.raises(RecordError, match=r"doc\.md:2: a record marker that opens no block"):
+        stale_blocks([doc], folder)
 
 
 def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_path):
@@ -102,7 +140,7 @@ def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_
     assert stale_blocks([doc], folder) and "doc.md:4: differs from its record" in stale_blocks([doc], folder)[0]
     doc.write_text(render_blocks(doc.read_text(), folder))
     assert stale_blocks([doc], folder) == [] and doc.read_text().endswith("<!-- /record -->\n\nafter\n")
-    doc.write_text(doc.read_text().replace("0.950 [0.900, 1.000]", "0.970 [0.900, 1.000]", 1))  # a figure typed over
+    doc.write_text(doc.read_text().replace("0.970 [0.920, 1.020]", "0.990 [0.920, 1.020]", 1))  # a figure typed over
     assert len(stale_blocks([doc], folder)) == 1
     doc.write_text("<!-- record: demo systems=student-hot -->\n<!-- /record -->\n")  # one system and the paper
     shown = render_blocks(doc.read_text(), folder)

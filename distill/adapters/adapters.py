@@ -66,14 +66,27 @@ def adapter_fingerprint(folder: str | Path) -> dict[str, Optional[str]]:
 
 
 def find_adapters(root: str | Path) -> dict[str, Path]:
-    """role -> folder for every `<root>/<sub>/adapter_config.json`; the role is the metadata's, else the folder's."""
+    """role -> folder for every `<root>/<sub>/adapter_config.json`; the role is the metadata's, else the folder's.
+
+    A folder named after one role whose metadata gives another (another role's adapter copied in), or two
+    folders giving the same role, is an error naming the folder: one of the roles would silently have none."""
+    from distill.roles.roles import ROLES
+
     root = Path(root)
     if not root.is_dir():
         raise AdapterError(f"{root}: adapters directory does not exist")
-    found = {}
+    found: dict[str, Path] = {}
     for config in sorted(root.glob(f"*/{PEFT_CONFIG_FILE}")):
-        role = read_metadata(config.parent).get("role") if has_metadata(config.parent) else None
-        found[role or config.parent.name] = config.parent.resolve()
+        folder = config.parent
+        role = (read_metadata(folder).get("role") if has_metadata(folder) else None) or folder.name
+        if folder.name in ROLES and role != folder.name:
+            raise AdapterError(
+                f"{folder}: holds the adapter for role '{role}' (its {METADATA_FILE}), not for '{folder.name}'; "
+                f"put the '{folder.name}' adapter there"
+            )
+        if role in found:
+            raise AdapterError(f"{folder}: a second adapter for role '{role}' (the first: {found[role]})")
+        found[role] = folder.resolve()
     if not found:
         raise AdapterError(f"{root}: no adapters found (expected <role>/{PEFT_CONFIG_FILE})")
     return found

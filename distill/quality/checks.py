@@ -31,6 +31,11 @@ _URL = re.compile(r"\b(?:https?://|www\.)\S+|\b\S+@\S+\.\w+", re.I)
 # reasoning sharing a common three-word phrase with the instructions ("the seeker's word") keeps it as its own.
 _COPY_NGRAM = 3
 _PROMPT_NGRAM = 4
+# Words people repeat as an exclamation ("No no no no", "yeah yeah yeah yeah"): `loop_interjection_repeats`.
+_INTERJECTIONS = frozenset(
+    "no nope yes yeah yep yay oh ah aw ha haha hah he hehe ho la na nah go bye please wow whoa woo hey ok okay"
+    " ugh hmm um uh".split()
+)
 # A whole reply that is one of these is a slot the model never filled, not a reply.
 _PLACEHOLDERS = {"null", "none", "nan", "n/a", "na", "undefined", "todo", "tbd", "response", "reply", "string", "text"}
 
@@ -61,10 +66,11 @@ LABEL_WORDS = frozenset(_EMOTION_WORDS | _STRATEGY_WORDS)
 
 # An assistant's refusal or AI boilerplate, on `_folded` lower-cased text. Each pattern needs an assistant's
 # wording (assist, comply, "with that", a request, "as an AI"), never a bare "sorry", "can't help" or "won't
-# help": listeners write "I'm sorry to hear that", "you can't help it", "worrying won't help", and those pass.
+# help": listeners write "I'm sorry to hear that", "you can't help it", "worrying won't help", and those pass, as
+# does "I'm unable to provide much advice but I am here for you" (a "but" after "provide": the listener stays).
 _NOT_ABLE = r"(?:can't|cannot|can not|unable to|not able to|(?:won't|will not) be able to)"
 _REFUSAL = re.compile(
-    rf"\bi(?:'m| am)? {_NOT_ABLE} (?:assist|comply|fulfill?|provide)\b"
+    rf"\bi(?:'m| am)? {_NOT_ABLE} (?:assist|comply|fulfill?|provide\b(?![^.!?]*\bbut\b))\b"
     rf"|\b{_NOT_ABLE} (?:help|assist)\b[^.!?]{{0,40}}?(?:\bwith (?:that|this)\b|\brequests?\b)"
     rf"|\bi(?:'m| am)? {_NOT_ABLE} (?:help|assist)(?: you)? *(?:[.!]|$)"
     r"|\b(?:as|i'm|i am) (?:just |only )?an? (?:ai|artificial intelligence|(?:ai |large )?language model"
@@ -83,6 +89,9 @@ _FIELD_WORDS = frozenset(
     for w in name.split("_")
 ) | {"answer", "label", "output", "summary", "reply", "responder", "listener", "assistant", "seeker"}
 _TAG_WORDS = _FIELD_WORDS | LABEL_WORDS | {"emotional", "class"}
+# A reply made of labels alone reads the labels a role answers with (Ekman's, the strategies), not ED's 32
+# emotions: those are adjectives a listener reacts with ("Devastated.", "Impressed!").
+_OUTPUT_TAG_WORDS = _FIELD_WORDS | set(EKMAN) | _STRATEGY_WORDS | {"emotional", "class"}
 # Kept to the words that join labels ("anger and fear", "the emotion is anger"): with every function word,
 # "Was he upset?" and "I'm so happy for you" would be labels.
 _LABEL_GLUE = frozenset("a an the and or is of".split())
@@ -151,7 +160,7 @@ def loop(text: str, t: QualityThresholds) -> Optional[str]:
     text that compresses far better than prose does."""
     if hit := _repeated_units(text, t) or _repeated_sentence(text, t.loop_phrase_repeats):
         return hit
-    if hit := _character_run(text, t.loop_char_repeats, t.loop_chunk_repeats):
+    if hit := _character_run(text, t):
         return hit
     raw = text.encode("utf-8")
     if len(raw) >= t.loop_compression_min_chars:
@@ -163,14 +172,16 @@ def loop(text: str, t: QualityThresholds) -> Optional[str]:
 
 def loop_so_far(text: str, t: QualityThresholds) -> Optional[str]:
     """`loop` on a text still being decoded, by the rules more text cannot undo, so that whatever it finds
-    `loop` finds in the whole text: the runs without the possibly unfinished last word, repeated sentences up
-    to the last sentence end. The compression rule is left out: a prefix can compress better than the whole."""
+    `loop` finds in the whole text: word and phrase runs without the possibly unfinished last word, repeated
+    sentences up to the last sentence end, and character runs anywhere, the growing last word included (more
+    characters cannot shorten "hahahaha" or "1000000000"). The compression rule is left out: a prefix can
+    compress better than the whole."""
     done = _UNFINISHED_WORD.sub("", text)
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     return (
         _repeated_units(done, t)
         or _repeated_sentence(text[: ends[-1]] if ends else "", t.loop_phrase_repeats)
-        or _character_run(done, t.loop_char_repeats, t.loop_chunk_repeats)
+        or _character_run(text, t)
     )
 
 
@@ -183,7 +194,7 @@ def _repeated_units(text: str, t: QualityThresholds) -> Optional[str]:
             return f"{'_'.join(unit)!r} repeated {count} times in a row inside the identifier {_clip(match.group(0))}"
     ws = words(text)
     count, unit = _longest_run(ws, 1, 1)
-    if count >= t.loop_word_repeats:
+    if count >= (t.loop_interjection_repeats if unit and unit[0] in _INTERJECTIONS else t.loop_word_repeats):
         return f"the word {unit[0]!r} repeated {count} times in a row"
     count, unit = _longest_run(ws, 2, len(ws) // 2)
     if count >= t.loop_phrase_repeats:
@@ -223,16 +234,25 @@ def _repeated_sentence(text: str, repeats: int) -> Optional[str]:
 
 
 @lru_cache(maxsize=16)
-def _run_patterns(chars: int, chunks: int) -> tuple[re.Pattern, re.Pattern]:
-    return re.compile(rf"(\S)\1{{{chars - 1},}}"), re.compile(rf"(\S{{2,4}}?)\1{{{chunks - 1},}}")
+def _run_patterns(chars: int, chunks: int, marks: int) -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    return (
+        re.compile(rf"([^\W_])\1{{{chars - 1},}}"),
+        re.compile(rf"(\S{{2,4}}?)\1{{{chunks - 1},}}"),
+        re.compile(rf"(?:[^\w\s]|_){{{marks},}}"),
+    )
 
 
-def _character_run(text: str, chars: int, chunks: int) -> Optional[str]:
-    single, chunk = _run_patterns(chars, chunks)
+def _character_run(text: str, t: QualityThresholds) -> Optional[str]:
+    """A letter or digit, or a chunk holding one, repeated in a row; or a long run of punctuation marks (people
+    type "Well........." and "!!!!!!!", so marks get their own, longer threshold)."""
+    single, chunk, marks = _run_patterns(t.loop_char_repeats, t.loop_chunk_repeats, t.loop_punctuation_repeats)
     if m := single.search(text):
         return f"{m.group(1)!r} repeated {len(m.group(0))} times in a row"
-    if m := chunk.search(text):
-        return f"{m.group(1)!r} repeated {len(m.group(0)) // len(m.group(1))} times in a row"
+    for m in chunk.finditer(text):
+        if any(ch.isalnum() for ch in m.group(1)):
+            return f"{m.group(1)!r} repeated {len(m.group(0)) // len(m.group(1))} times in a row"
+    if m := marks.search(text):
+        return f"a run of {len(m.group(0))} punctuation marks {_clip(m.group(0))}"
     return None
 
 
@@ -284,11 +304,12 @@ def non_reply(reply: str, t: QualityThresholds) -> Optional[str]:
 
 def _is_label(reply: str) -> bool:
     """Opens with a field name or label and a colon ("emotion: anger", "Strategy: ER", "response: ..."), or is
-    labels alone ("anger", "Emotional Reaction"). A bare question ("Upset?") asks the seeker: a listener's."""
+    a role's labels alone ("anger", "Emotional Reaction"). A bare question ("Upset?") asks the seeker: a
+    listener's."""
     if (m := _TAG_PREFIX.match(_folded(reply))) and set(words(m.group(1))) <= _TAG_WORDS:
         return True
     ws = set(words(reply)) - _LABEL_GLUE
-    return bool(ws) and ws <= _TAG_WORDS and not reply.rstrip().endswith("?")
+    return bool(ws) and ws <= _OUTPUT_TAG_WORDS and not reply.rstrip().endswith("?")
 
 
 def parroted_rationale(reasoning: str, instructions: str, seeker: Sequence[str], t: QualityThresholds) -> Optional[str]:

@@ -21,14 +21,23 @@ class QualityThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # loop: in ED's human text a word repeats at most 3 times in a row ("yeah yeah yeah") and a longer unit
-    # at most twice, and no character runs past 7 ("!!!!!!!")
+    # at most twice, no letter or digit runs past 6 and no run of punctuation past 10 ("!?!?!??!?!"); people
+    # also write "No no no no" and "Well.........", so interjections and punctuation get longer runs
     loop_word_repeats: int = Field(4, ge=2, description="loop: one word repeated this many times in a row")
+    loop_interjection_repeats: int = Field(
+        6, ge=2, description="loop: an interjection ('no', 'yeah', 'ha') repeated this many times in a row"
+    )
     loop_phrase_repeats: int = Field(3, ge=2, description="loop: a unit of 2+ words repeated this many times in a row")
     loop_identifier_repeats: int = Field(
         2, ge=2, description="loop: a unit repeated this many times in a row inside one snake_case identifier"
     )
-    loop_char_repeats: int = Field(9, ge=3, description="loop: one character repeated this many times in a row")
-    loop_chunk_repeats: int = Field(6, ge=3, description="loop: a 2-4 character chunk repeated this many times")
+    loop_char_repeats: int = Field(9, ge=3, description="loop: one letter or digit repeated this many times in a row")
+    loop_chunk_repeats: int = Field(
+        6, ge=3, description="loop: a 2-4 character chunk holding a letter or digit repeated this many times"
+    )
+    loop_punctuation_repeats: int = Field(
+        12, ge=3, description="loop: a run of punctuation marks this long ('!!!!', '....', '?!?!')"
+    )
     loop_compression_ratio: float = Field(
         2.2, gt=1, description="loop: raw bytes over zlib bytes at or above this (ED's human text peaks at 1.8)"
     )

@@ -163,9 +163,12 @@ def _interval(stat: Any) -> tuple[float, float]:
     return _value(stat), _value(stat)
 
 
-def target_rows(against: dict, at_paper_decoding: dict[str, str]) -> list[dict[str, Any]]:
+def target_rows(
+    against: dict, at_paper_decoding: dict[str, str], max_drop: float = TARGET_BERTSCORE_DROP
+) -> list[dict[str, Any]]:
     """Every system against every paper row: the figures it beats, and its BERTScore's fall below the same
-    student at the paper's decoding (`at_paper_decoding`: a decoding variant -> its lender; else itself)."""
+    student at the paper's decoding (`at_paper_decoding`: a decoding variant -> its lender; else itself); met when
+    it beats every figure and falls at most `max_drop`."""
     systems = {s["name"]: s for s in against.get("systems", []) if s.get("human_ratio")}
     rows = []
     for paper_row in (against.get("paper") or {}).get("rows", []):
@@ -175,7 +178,7 @@ def target_rows(against: dict, at_paper_decoding: dict[str, str]) -> list[dict[s
             theirs = _value(((systems.get(reference) or {}).get("bertscore") or {}).get("f1"))
             drop = None if mine is None or theirs is None else theirs - mine
             beats = _beats(system, paper_row)
-            met = all(beats.values()) and drop is not None and drop <= TARGET_BERTSCORE_DROP
+            met = all(beats.values()) and drop is not None and drop <= max_drop
             rows.append(
                 {"system": name, "paper": paper_row["system"], "beats": beats, "bertscore_reference": reference,
                  "bertscore_drop": drop, "met": met}

@@ -157,6 +157,9 @@ class CorpusGrams:
         return np.where(total > 0, score, 0.0)
 
 
+MIN_DIALOGUES = 2  # the fewest dialogues that give a half-sample and a rest to scale it by
+
+
 def _half(n: int) -> int:
     """How many of n dialogues a half-sample holds (at least one)."""
     return max(1, n // 2)
@@ -171,9 +174,11 @@ def half_samples(n: int, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT
 
 def spread_around(value: float, figures: np.ndarray, n: int) -> np.ndarray:
     """Draws for `interval_of_draws` / `p_of_differences`: `value` plus each half-corpus figure's distance from
-    their mean, scaled to n dialogues (the delete-d jackknife's sqrt(m / (n − m)))."""
+    their mean, scaled to n dialogues (the delete-d jackknife's sqrt(m / (n − m))); n at least MIN_DIALOGUES."""
+    if n < MIN_DIALOGUES:
+        raise ValueError(f"spread_around: {n} dialogue(s) give no interval; at least {MIN_DIALOGUES} do")
     m = _half(n)
-    scale = np.sqrt(m / (n - m)) if n > m else 0.0
+    scale = np.sqrt(m / (n - m))
     return value + (figures - figures.mean()) * scale
 
 
@@ -202,8 +207,9 @@ def paired_differences(
     draws = half_samples(n, resamples, seed)
     out = []
     for first, second in pairs:
-        if n == 0:
-            out.append({"diff": None, "ci_low": None, "ci_high": None, "n": 0, "p_value": None})
+        if n < MIN_DIALOGUES:  # the figures of one dialogue, if any, but nothing to spread them over
+            diff = score(first)[0] - score(second)[0] if n else None
+            out.append({"diff": diff, "ci_low": None, "ci_high": None, "n": n, "p_value": None})
             continue
         (a, a_draws), (b, b_draws) = score(first), score(second)
         diffs = spread_around(a - b, a_draws - b_draws, n)
@@ -222,7 +228,8 @@ def human_ratio_intervals(
     level: float = 0.95,
 ) -> dict[str, Optional[dict[str, Any]]]:
     """Each figure as a share of the human replies on the same dialogues, with its paired interval (each half-sample
-    scores both corpora on the same dialogues); None where the human replies score 0."""
+    scores both corpora on the same dialogues; no interval below MIN_DIALOGUES); None where the human replies
+    score 0."""
     if len(replies) != len(human):
         raise ValueError(f"human_ratio_intervals: {len(replies)} replies against {len(human)} human ones")
     every = np.arange(len(replies))
@@ -235,6 +242,9 @@ def human_ratio_intervals(
             continue
         mine_draws, their_draws = mine.on(draws), theirs.on(draws)
         value = mine.figure(every) / theirs.figure(every)
+        if len(replies) < MIN_DIALOGUES:
+            out[figure] = {"value": float(value), "ci_low": None, "ci_high": None, "n": len(replies)}
+            continue
         scored = their_draws > 0
         shares = spread_around(value, mine_draws[scored] / their_draws[scored], len(replies))
         low, high = interval_of_draws(shares, level)
