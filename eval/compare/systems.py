@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from data_prep.config_file import first_error
 from data_prep.dialogues import Dialogue
 from data_prep.models import ModelNotAvailable, check_model_name
 from distill.backends import BACKEND_TYPES
@@ -32,14 +33,6 @@ SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's -
 
 class CompareError(ValueError):
     """A comparison that cannot run as configured; the message is one line naming the file/field."""
-
-
-def first_error(err: ValidationError) -> str:
-    """A config's first validation error in one line: `field 'where': message`, or the message alone for a check
-    of the whole config (whose message starts with the key it names)."""
-    first = err.errors()[0]
-    where, message = ".".join(str(p) for p in first["loc"]), first["msg"].removeprefix("Value error, ")
-    return f"field '{where}': {message}" if where else message
 
 
 def _known_paper(name: Optional[str]) -> Optional[str]:
@@ -268,9 +261,8 @@ def _pipeline_config(spec: SystemSpec, config_file: str):
 
     try:
         return PipelineConfig(**spec.pipeline)
-    except Exception as err:  # pydantic's message lists the field; keep it to one line
-        first = str(err).splitlines()
-        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
+    except ValidationError as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': {first_error(err, prefix='pipeline.')}") from None
 
 
 def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> dict[str, Any]:

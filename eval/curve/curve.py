@@ -38,6 +38,8 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from data_prep.config_file import first_error
+from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
@@ -48,7 +50,6 @@ from eval.compare.systems import (
     CompareError,
     PaperReference,
     PplSpec,
-    first_error,
     loadable_model,
 )
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
@@ -200,17 +201,7 @@ class CurveConfig(BaseModel):
 
 def load_curve_config(path: str, **overrides: Any) -> CurveConfig:
     """The curve YAML, validated with `overrides` (the CLI's --points) in place; one line naming the key."""
-    file = Path(path)
-    if not file.is_file():
-        raise CompareError(f"{path}: no such config file")
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    try:
-        return CurveConfig.model_validate({**raw, **overrides} if isinstance(raw, dict) else raw)
-    except ValidationError as err:
-        raise CompareError(f"{path}: {first_error(err)}") from None
+    return load_config_file(path, CurveConfig, overrides, error=CompareError)
 
 
 # --- the traces of one point -----------------------------------------------------------------------
