@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     """The flags over the YAML's `pipeline:` keys (gold guidance, role switches, prompt style), which
     `distill batch submit` takes too, so both routes to a trace run take the same pipeline."""
-    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
+    parser.add_argument(
+        "--prompt-style",
+        choices=("teacher", "student"),
+        default=None,
+        help=PipelineConfig.model_fields["prompt_style"].description,
+    )
     for name in _SWITCHES:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
