@@ -1,16 +1,10 @@
 """Distillation: the teacher pipeline, trace runs, role datasets and serving (`python -m distill`).
 
-`__version__` is the installed package's version (pyproject.toml is its one source); run.json, each
-role dataset's build record and each adapter's metadata record it, so an output names the code that
-made it.
+The package also exports the public Python API (`Pipeline`, `PipelineConfig`, `make_backend`, ...), imported on
+first use, and `__version__` (`distill.version`).
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("trace-distill")
-except PackageNotFoundError:  # a source tree on PYTHONPATH that was never pip-installed
-    __version__ = "0+unknown"
+from distill.version import __version__
 
 # The public Python API (README, "In Python"): imported on first use, so `python -m distill --help` loads none of it.
 _PUBLIC = {

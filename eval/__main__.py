@@ -4,7 +4,6 @@
     python -m eval compare --config configs/eval/<name>.yaml --out <dir>
     python -m eval curve --config configs/eval/curve.yaml --out <dir>
     python -m eval records render [--check]
-    python -m eval reference write [--check]
 
 Each command lives in its own module; `data_prep.commands.dispatch` runs it.
 """
@@ -31,10 +30,6 @@ COMMANDS = {
     "records": (
         "eval.cli_records",
         "write a run's record (docs/records) or render the docs' record blocks from the records",
-    ),
-    "reference": (
-        "eval.cli_reference",
-        "write docs/reference/ (every config key and command flag) from the code, or check that it is current",
     ),
 }
 

@@ -3,8 +3,9 @@
 The config keys come from the pydantic models the one config loader (`data_prep.config_file`) validates
 against, and the local backend's signature; the flags from each command's own argparse parser (the tables in
 `data_prep`, `distill` and `eval`'s `__main__`, train's parser, the quickstart). A key or command added later
-is on the page at the next `python -m eval reference write`; `--check`, and tests/test_reference.py, fail
-while the page differs from the code or while a key or flag has no description.
+is on the page at the next `python -m eval.reference write`; `--check`, and tests/test_reference.py, fail
+while the page differs from the code or while a key or flag has no description. It is a maintainer's command, not
+one of `python -m eval`'s: it reads the quickstart's parser, and the quickstart runs `python -m eval`'s commands.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import inspect
 import json
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = "required"  # an Entry's default for a key or flag that must be given
 REFERENCE = ROOT / "docs" / "reference"
 HEADER = (
-    "Written by `python -m eval reference write` from the code ({source}); do not edit it by hand: "
+    "Written by `python -m eval.reference write` from the code ({source}); do not edit it by hand: "
     "`tests/test_reference.py` fails while it differs from what the code writes, or while a key or flag "
     "has no description."
 )
@@ -358,3 +360,28 @@ def undescribed() -> list[str]:
             missing += [f"{prog} {e.name}" for e in entries if not e.text.strip()]
     missing += [f"trace-distill train {e.name}" for e in train_entries()[0] if not e.text.strip()]
     return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m eval.reference write [--check]`: rewrite docs/reference/, or exit 1 when it differs from the code."""
+    parser = argparse.ArgumentParser(prog="python -m eval.reference", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("write",), help="write the reference pages from the code")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page is stale")
+    args = parser.parse_args(argv)
+    missing = undescribed()
+    if missing:
+        print(f"no description: {', '.join(missing)}")
+        return 1
+    if args.check:
+        stale = stale_pages()
+        print("\n".join(f"{REFERENCE / name} differs from the code" for name in stale) or "the reference is current")
+        return 1 if stale else 0
+    REFERENCE.mkdir(parents=True, exist_ok=True)
+    for name, page in PAGES.items():
+        (REFERENCE / name).write_text(page(), encoding="utf-8")
+        print(f"wrote {REFERENCE / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

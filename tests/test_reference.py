@@ -1,6 +1,7 @@
-"""docs/reference/ is what the code writes (`python -m eval reference write`): every config key of every model the
+"""docs/reference/ is what the code writes (`python -m eval.reference write`): every config key of every model the
 config loader validates against and every flag of every command, each with a description. A key or flag added
-without its doc line (a description, and the page written again) fails here."""
+without its doc line (a description, and the page written again with `python -m eval.reference write`) fails
+here."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from eval.compare.systems import CompareConfig
 
 
 def test_the_reference_pages_are_what_the_code_writes():
-    assert not reference.stale_pages(), "run `python -m eval reference write` and commit docs/reference/"
+    assert not reference.stale_pages(), "run `python -m eval.reference write` and commit docs/reference/"
 
 
 def test_every_key_and_flag_has_a_description():
@@ -42,12 +43,10 @@ def test_a_new_command_is_on_the_page(monkeypatch):
 
 
 def test_the_check_command_fails_on_a_stale_page(tmp_path, monkeypatch, capsys):
-    from eval.__main__ import main
-
     for name, page in reference.PAGES.items():
         (tmp_path / name).write_text(page(), encoding="utf-8")
     monkeypatch.setattr(reference, "REFERENCE", tmp_path)
-    assert main(["reference", "write", "--check"]) == 0
+    assert reference.main(["write", "--check"]) == 0
     (tmp_path / "commands.md").write_text("# hand-edited\n", encoding="utf-8")
-    assert main(["reference", "write", "--check"]) == 1
+    assert reference.main(["write", "--check"]) == 1
     assert "commands.md differs from the code" in capsys.readouterr().out
