@@ -27,7 +27,7 @@ TARGETS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
-        from distill import __version__
+        from distill.version import __version__
 
         print(f"trace-distill {__version__}")
         return 0

@@ -13,9 +13,15 @@ FOLDERS = ("data_prep", "distill", "train", "eval", "benchmarks", "configs")
 
 
 def _layout_rows() -> dict[str, str]:
+    """folder -> its files' cell; a row with an empty folder cell goes on with the folder above (cells stay short)."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text[text.index("## Layout") :]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)/` \| (.+) \|$", section, re.M)}
+    rows: dict[str, str] = {}
+    folder = None
+    for m in re.finditer(r"^\| (?:`([^`]+)/`)? +\| (.+) \|$", text[text.index("## Layout") :], re.M):
+        folder = m.group(1) or folder
+        if folder:
+            rows[folder] = f"{rows.get(folder, '')}, {m.group(2)}".lstrip(", ")
+    return rows
 
 
 def _tracked() -> list[Path]:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 from trl import ModelConfig, SFTConfig, TrlParser
 
+from data_prep.config_file import read_mapping
 from distill.datasets.sft_tasks import JOINT
 from distill.roles.roles import CORE_ROLES, ROLES
 from train import TOKENS_BUDGET
@@ -246,14 +246,7 @@ def _unknown_key(key: str, source: str) -> ConfigError:
 
 def read_yaml(path: str | Path) -> dict:
     """Load a train YAML and check every key and plain value; errors name the file and key."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: cannot read YAML ({type(err).__name__}: {err})".splitlines()[0]) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of option: value, got {type(data).__name__}")
-    return check_keys(data, str(path))
+    return check_keys(read_mapping(path, ConfigError), str(path))
 
 
 def check_keys(values: dict, source: str) -> dict:
@@ -329,7 +322,7 @@ def parse_config(argv: list[str], prog: str = "trace-distill train") -> TrainCon
 
 
 def _apply_env(path: str) -> None:
-    env = (yaml.safe_load(Path(path).read_text()) or {}).get("env") or {}
+    env = read_mapping(path, ConfigError).get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{path}: field 'env': expected a mapping of VARIABLE: value")
     for key, value in env.items():

@@ -25,10 +25,10 @@ from datasets import config as datasets_config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from data_prep.models import hub_id, resolve_model
-from distill import __version__
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.backends.attention import use_cpu_attention
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
+from distill.version import __version__
 from train.adapter_card import card_example
 from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer

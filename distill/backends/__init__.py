@@ -30,6 +30,7 @@ def make_backend(cfg: dict[str, Any], **extra: Any) -> Backend:
     backend_class = getattr(importlib.import_module(module_name), class_name)
     from pydantic import ValidationError
 
+    from data_prep.config_file import first_error
     from data_prep.models import ModelNotAvailable
 
     try:
@@ -37,9 +38,8 @@ def make_backend(cfg: dict[str, Any], **extra: Any) -> Backend:
     except TypeError as exc:  # an unknown or missing option, or a value of the wrong type: name it
         raise ValueError(f"backend '{kind}': {exc} (options given: {', '.join(sorted(options)) or 'none'})") from None
     except ValidationError as exc:  # pydantic's own text is several lines naming our __init__
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "options"
-        raise ValueError(f"field 'backend.{field}': {err['msg']} (got {err.get('input')!r})") from None
+        got = exc.errors()[0].get("input")
+        raise ValueError(f"{first_error(exc, prefix='backend.')} (got {got!r})") from None
     except ModelNotAvailable as exc:
         raise ValueError(f"field 'backend.model': {exc}") from None
 

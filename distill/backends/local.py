@@ -17,10 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import torch
-from pydantic import validate_call
+from pydantic import Field, validate_call
 from tqdm import tqdm
 
 from data_prep.models import resolve_dtype, resolve_model
@@ -46,16 +46,32 @@ class LocalBackend:
     @validate_call  # a YAML value of the wrong type is named here, before any model loads
     def __init__(
         self,
-        model: str = "smollm2-135m",
-        adapters: str | dict[str, str] | None = None,
-        dtype: str = "auto",
-        batch_size: int = 16,
-        max_input_tokens: int = 2048,
-        merge_adapters: bool = True,
-        device: str = "cpu",
-        cache_merged_mb: int = 2048,
-        continuous: bool = True,
-        quantize: Optional[Literal["int8"]] = None,
+        model: Annotated[str, Field(description="a model alias (smollm2-135m), a local model folder or a hub id")] = (
+            "smollm2-135m"
+        ),
+        adapters: Annotated[
+            str | dict[str, str] | None,
+            Field(description="a folder of <role>/ LoRA adapters (train's output_dir), or {role: folder}; none = base"),
+        ] = None,
+        dtype: Annotated[
+            str,
+            Field(description="auto (bf16 where the CPU or GPU runs it natively, else float32), float32 or bfloat16"),
+        ] = "auto",
+        batch_size: Annotated[int, Field(description="prompts decoded together")] = 16,
+        max_input_tokens: Annotated[int, Field(description="a longer prompt is cut to this many tokens")] = 2048,
+        merge_adapters: Annotated[
+            bool, Field(description="merge a stage's adapter into the base while it runs (unmerged LoRA: ~2x slower)")
+        ] = True,
+        device: Annotated[str, Field(description="cpu, cuda or cuda:N: where the model runs")] = "cpu",
+        cache_merged_mb: Annotated[
+            int, Field(description="memory for adapters' merged weights, built once and swapped per stage")
+        ] = 2048,
+        continuous: Annotated[
+            bool, Field(description="continuous batching where the architecture allows it, else model.generate")
+        ] = True,
+        quantize: Annotated[
+            Optional[Literal["int8"]], Field(description="int8: dynamic int8 linear layers (bare base, float32, CPU)")
+        ] = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

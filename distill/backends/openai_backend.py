@@ -47,12 +47,12 @@ class OpenAIBackendConfig(BaseModel):
     base_url: Optional[str] = Field(None, description="server root ending in /v1; None = api.openai.com")
     api_key_env: str = Field("OPENAI_API_KEY", description="name of the env var holding the key (never the key)")
     max_concurrency: int = Field(16, ge=1, description="requests in flight at once")
-    requests_per_minute: Optional[float] = Field(None, gt=0)
+    requests_per_minute: Optional[float] = Field(None, gt=0, description="request rate limit; null = none")
     tokens_per_minute: Optional[float] = Field(None, gt=0, description="prompt + max completion tokens per minute")
     timeout_s: float = Field(60.0, gt=0, description="per-request timeout")
     max_retries: int = Field(6, ge=0, description="transport retries per request before it is recorded as failed")
     backoff_base_s: float = Field(0.5, gt=0, description="first backoff; doubles per retry, with full jitter")
-    backoff_max_s: float = Field(30.0, gt=0)
+    backoff_max_s: float = Field(30.0, gt=0, description="the longest backoff between retries")
     model_per_role: bool = Field(False, description="send the role name as `model` (multi-LoRA servers, distill serve)")
     response_format: Literal["json_schema", "json_object", "json_object_schema", "none"] = Field(
         "json_schema",

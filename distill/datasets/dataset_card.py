@@ -16,13 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from distill import __version__
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
 from distill.quality.checks import CHECKS
 from distill.quality.report import QUALITY_FILE
 from distill.quality.thresholds import QualityThresholds
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
+from distill.version import __version__
 
 if TYPE_CHECKING:
     from datasets import DatasetDict

@@ -26,13 +26,13 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from data_prep.dialogues import Dialogue
-from distill import __version__
 from distill.imports.mapping import ImportMapping, Source, is_missing, lookup
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Step, Trace, trace_key
 from distill.roles.declared import label_set
 from distill.roles.roles import ROLES
+from distill.version import __version__
 
 BACKEND = "import"  # the traces' backend: stored answers, not generated ones
 PROMPT_VERSION = "import"  # no prompt of ours was shown to the teacher that wrote them

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from tqdm.auto import tqdm
 
+from data_prep.config_file import first_error, read_mapping
 from distill.pipeline.config import PipelineConfig
 
 # Every on/off setting of the pipeline is a flag: the role switches (from the registry) and the rest.
@@ -48,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
     """The flags over the YAML's `pipeline:` keys (gold guidance, role switches, prompt style), which
     `distill batch submit` takes too, so both routes to a trace run take the same pipeline."""
-    parser.add_argument("--prompt-style", choices=("teacher", "student"), default=None)
+    parser.add_argument(
+        "--prompt-style",
+        choices=("teacher", "student"),
+        default=None,
+        help=PipelineConfig.model_fields["prompt_style"].description,
+    )
     for name in _SWITCHES:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
@@ -61,12 +66,8 @@ def add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
 
 def load_config(path: str) -> dict[str, Any]:
     """The YAML as a dict with a `backend` mapping and an optional `pipeline` mapping."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc).splitlines()[0]
-        raise ValueError(f"{path}: cannot read config ({reason})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("backend"), dict):
+    data = read_mapping(path)
+    if not isinstance(data.get("backend"), dict):
         raise ValueError(f"{path}: field 'backend' must be a mapping with a 'type'")
     unknown = set(data) - {"backend", "pipeline"}
     if unknown:
@@ -89,9 +90,7 @@ def pipeline_config(path: str, section: Any, args: argparse.Namespace) -> Pipeli
     try:
         return PipelineConfig(**values)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"{path}: field 'pipeline.{field}': {err['msg']}") from None
+        raise ValueError(f"{path}: {first_error(exc, prefix='pipeline.')}") from None
 
 
 def build_backend(path: str, backend_cfg: dict[str, Any], args: argparse.Namespace):

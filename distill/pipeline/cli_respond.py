@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--situation", default="", help="optional situation prompt shown to the teacher")
     parser.add_argument("--model", default="smollm2-135m", help="model alias or path for the local backend")
     parser.add_argument("--adapters", default=None, help="<dir>/<role>/ LoRA adapters: student prompts + adapters")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 where it runs natively), float32 or bfloat16")
     parser.add_argument(
         "--reflection", action="store_true", help="MERG audit-and-rerun loop (needs a gra adapter with --adapters)"
     )

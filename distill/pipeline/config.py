@@ -49,7 +49,7 @@ class _PipelineSettings(BaseModel):
         description="roles of the declared pipeline that do not run (later roles read them absent)",
     )
 
-    max_refinements: int = Field(2, ge=0, le=5)
+    max_refinements: int = Field(2, ge=0, le=5, description="reflection: reruns after the first pass (MERG: 2)")
     final_selection: FinalSelection = Field(
         "best",
         description="best: the iteration whose stage checks are lexicographically best, ties to the earliest; "
@@ -65,7 +65,9 @@ class _PipelineSettings(BaseModel):
         None, ge=-1, le=1, description="cosine threshold for both searches; null = none, as in TRACE's code"
     )
 
-    prompt_style: Literal["teacher", "student"] = "teacher"
+    prompt_style: Literal["teacher", "student"] = Field(
+        "teacher", description="teacher: full instructions and exemplars; student: the compact adapter prompt"
+    )
     gold_emotion: bool = Field(False, description="tell the teacher the gold emotion (STaR rationalisation)")
     gold_response: bool = Field(False, description="also tell the teacher the gold listener reply")
     use_adapters: bool = Field(False, description="route each stage to its role adapter (the student)")
@@ -124,7 +126,7 @@ class _PipelineSettings(BaseModel):
         description="what `consensus` calls alike: chrF (characters; favours the longest sample) or the cosine of "
         "MiniLM sentence embeddings (meaning)",
     )
-    seed: int = 0
+    seed: int = Field(0, description="the sampling seed: each request draws from its own stream derived from it")
 
     @field_validator("pipeline", mode="before")
     @classmethod

@@ -24,7 +24,6 @@ from tqdm.auto import tqdm
 
 from data_prep.dialogues import Dialogue
 from data_prep.retrieval import Exemplar
-from distill import __version__
 from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.consensus import ConsensusBackend
@@ -35,6 +34,7 @@ from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
 from distill.roles.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.roles.schemas import GRAOutput
+from distill.version import __version__
 
 _DEFAULT_CORRECTION = "the reviewer marked this stage as failed; reconsider your answer"
 

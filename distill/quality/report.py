@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from distill import __version__
 from distill.quality.checks import CHECKS
 from distill.quality.thresholds import QualityThresholds
+from distill.version import __version__
 
 QUALITY_FILE = "quality.json"
 FORMAT = 1

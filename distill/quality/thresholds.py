@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from distill.pipeline.reflection import TRIGGER_MIN_MATCH
 
@@ -91,18 +91,6 @@ class QualityThresholds(BaseModel):
         """Defaults, overridden by a YAML (or JSON) mapping of field names; ValueError naming the file and field."""
         if path is None:
             return cls()
-        import yaml
+        from data_prep.config_file import load_config
 
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"{path}: cannot read quality thresholds ({type(exc).__name__})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: quality thresholds must be a mapping of names to numbers")
-        try:
-            return cls(**data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err.get("loc", ())) or "thresholds"
-            raise ValueError(f"{path}: field '{field}': {err.get('msg', 'invalid')}") from None
+        return load_config(path, cls)

@@ -39,7 +39,7 @@ class AnswerField(_Strict):
 
     text: Optional[int] = Field(None, ge=1, description="a text answer of at most this many characters")
     label: Optional[str] = Field(None, description="the name of a label set under the pipeline's `labels`")
-    description: str = ""
+    description: str = Field("", description="what the field holds, as the teacher prompt and the JSON schema say")
 
     @model_validator(mode="after")
     def _one_kind(self) -> AnswerField:
@@ -49,16 +49,20 @@ class AnswerField(_Strict):
 
 
 class DeclaredRole(_Strict):
-    name: str = Field(pattern=_NAME)
-    title: str = Field(min_length=1)
+    name: str = Field(
+        pattern=_NAME, description="the role's name (lowercase; no built-in role's): its adapter's and tag's"
+    )
+    title: str = Field(min_length=1, description="how the teacher prompt addresses the agent, e.g. Emotion Recogniser")
     inputs: list[str] = Field(default_factory=list, description="upstream roles whose answers this role reads")
-    answer: dict[str, AnswerField] = Field(min_length=1)
+    answer: dict[str, AnswerField] = Field(
+        min_length=1, description="the answer's fields: name -> {text: N} or {label: set}"
+    )
     task: str = Field(min_length=1, description="the teacher's instruction")
     brief: str = Field("", description="what later agents are told this role did (one clause)")
     context_turns: Optional[int] = Field(None, description="the last K dialogue turns this role sees; null = all")
     student_answer: Optional[list[str]] = Field(None, description="the answer fields the student writes; null = all")
-    temperature: float = Field(0.0, ge=0)
-    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
+    max_new_tokens: int = Field(128, ge=1, description="the answer's token cap")
 
     @field_validator("context_turns")
     @classmethod
@@ -76,9 +80,9 @@ class DeclaredRole(_Strict):
 
 
 class DeclaredPipeline(_Strict):
-    name: str = Field(pattern=_NAME)
+    name: str = Field(pattern=_NAME, description="the pipeline's name, recorded with its roles")
     labels: dict[str, list[str]] = Field(default_factory=dict, description="label sets, each a list of labels")
-    roles: list[DeclaredRole] = Field(min_length=1)
+    roles: list[DeclaredRole] = Field(min_length=1, description="the roles; they run in dependency order")
 
     @model_validator(mode="after")
     def _consistent(self) -> DeclaredPipeline:

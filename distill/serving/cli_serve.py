@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-alive-timeout", type=int, default=5, help="seconds an idle connection stays open between requests"
     )
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="the port it listens on")
     parser.add_argument("--max-batch", type=int, default=16, help="requests generated together")
     parser.add_argument("--batch-window-ms", type=float, default=10.0, help="how long to wait for a batch to fill")
     parser.add_argument("--max-input-tokens", type=int, default=2048, help="longer prompts get a 400")

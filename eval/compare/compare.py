@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-from pydantic import ValidationError
-
+from data_prep.config_file import load_config as load_config_file
 from data_prep.dialogues import Dialogue
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed
@@ -28,7 +26,6 @@ from eval.compare.systems import (
     SystemRun,
     check_index_disjoint,
     collect_systems,
-    first_error,
 )
 from eval.metrics.accuracy import schema_valid_rate, teacher_agreement
 from eval.metrics.diversity_ci import human_ratio_intervals
@@ -42,19 +39,7 @@ DECIMALS = 4
 
 def load_config(path: str) -> CompareConfig:
     """Parse and validate a compare YAML; errors are one line naming the file and the field."""
-    file = Path(path)
-    if not file.is_file():
-        raise CompareError(f"{path}: no such config file")
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    try:
-        return CompareConfig.model_validate(raw)
-    except ValidationError as err:
-        raise CompareError(f"{path}: {first_error(err)}") from None
-    except Exception as err:
-        raise CompareError(f"{path}: {err}") from None
+    return load_config_file(path, CompareConfig, error=CompareError)
 
 
 def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogue]:

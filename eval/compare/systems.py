@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from data_prep.config_file import first_error
 from data_prep.dialogues import Dialogue
 from data_prep.models import ModelNotAvailable, check_model_name
 from distill.backends import BACKEND_TYPES
@@ -33,14 +34,6 @@ SYSTEMS_DIR = "systems"  # generated systems' trace runs, inside the compare's -
 
 class CompareError(ValueError):
     """A comparison that cannot run as configured; the message is one line naming the file/field."""
-
-
-def first_error(err: ValidationError) -> str:
-    """A config's first validation error in one line: `field 'where': message`, or the message alone for a check
-    of the whole config (whose message starts with the key it names)."""
-    first = err.errors()[0]
-    where, message = ".".join(str(p) for p in first["loc"]), first["msg"].removeprefix("Value error, ")
-    return f"field '{where}': {message}" if where else message
 
 
 def _known_paper(name: Optional[str]) -> Optional[str]:
@@ -70,13 +63,13 @@ class ProbeSpec(BaseModel):
 
     split: str = Field("train", description="the split of the compare's dialogues it is trained on")
     limit: Optional[int] = Field(None, ge=2, description="train on the first N dialogues of that split")
-    embedder: str = "minilm"
+    embedder: str = Field("minilm", description="the sentence encoder whose embeddings the probe reads")
 
 
 class SystemSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(description="the system's name in the report (and in `judge.against`, `reference`)")
     traces: Optional[str] = Field(None, description="an existing trace run directory (distill generate --out)")
     backend: Optional[dict[str, Any]] = Field(None, description="backend config, as in distill's YAML `backend:`")
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
@@ -100,33 +93,41 @@ class SystemSpec(BaseModel):
 class JudgeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: dict[str, Any]
+    backend: dict[str, Any] = Field(description="the judge model's backend config, as in distill's YAML `backend:`")
     against: str = Field(description="the system every other system is compared with")
-    aspects: list[str] = Field(default_factory=lambda: list(ASPECTS))
-    max_new_tokens: int = 48
+    aspects: list[str] = Field(
+        default_factory=lambda: list(ASPECTS), description="what the judge compares, one verdict per aspect"
+    )
+    max_new_tokens: int = Field(48, description="the judge's answer length cap, in tokens")
+
+
+def setting(metric: str, name: str) -> Any:
+    """A metric setting's field: its default and help from the registry, as `eval score`'s flag of that name."""
+    spec = METRICS[metric]
+    return Field(spec.settings[name], description=spec.options[name]["help"])
 
 
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelName = METRICS["ppl"].settings["model"]  # each default is the registry's (eval.metrics.registry)
-    context: PplContext = METRICS["ppl"].settings["context"]
-    batch_size: int = METRICS["ppl"].settings["batch_size"]
+    model: ModelName = setting("ppl", "model")  # each default and help is the registry's (eval.metrics.registry)
+    context: PplContext = setting("ppl", "context")
+    batch_size: int = setting("ppl", "batch_size")
 
 
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelName = METRICS["bertscore_f1"].settings["model"]
-    num_layers: Optional[int] = METRICS["bertscore_f1"].settings["num_layers"]
-    batch_size: int = METRICS["bertscore_f1"].settings["batch_size"]
+    model: ModelName = setting("bertscore_f1", "model")
+    num_layers: Optional[int] = setting("bertscore_f1", "num_layers")
+    batch_size: int = setting("bertscore_f1", "batch_size")
 
 
 class EadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tokenizer: str = METRICS["diversity"].settings["tokenizer"]
-    vocab_size: Optional[int] = METRICS["diversity"].settings["vocab_size"]
+    tokenizer: str = setting("diversity", "tokenizer")
+    vocab_size: Optional[int] = setting("diversity", "vocab_size")
 
 
 class CompareConfig(BaseModel):
@@ -134,19 +135,21 @@ class CompareConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    systems: list[SystemSpec] = Field(min_length=1)
+    systems: list[SystemSpec] = Field(min_length=1, description="the systems scored, each from one source")
     dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
-    split: str = "test"
-    limit: Optional[int] = Field(None, ge=1)
+    split: str = Field("test", description="the split of `dialogues` every system is scored on")
+    limit: Optional[int] = Field(None, ge=1, description="score the first N dialogues of the split; null = all")
     chunk_size: int = Field(32, ge=1, description="test dialogues a generated system stores at a time")
     index: Optional[str] = Field(None, description="exemplar index dir; must not contain any test conversation")
     reference: Optional[str] = Field(
         None, description="system the agreement metrics compare with (default: judge.against, else the first)"
     )
-    judge: Optional[JudgeSpec] = None
-    ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
-    bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
-    ead: EadSpec = Field(default_factory=EadSpec)
+    judge: Optional[JudgeSpec] = Field(None, description="a pairwise LLM judge; null = none")
+    ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = no PPL")
+    bertscore: Optional[BertScoreSpec] = Field(
+        default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
+    )
+    ead: EadSpec = Field(default_factory=EadSpec, description="EAD-n settings")
     paper_reference: PaperReference = Field(
         None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
     )
@@ -272,9 +275,8 @@ def _pipeline_config(spec: SystemSpec, config_file: str):
 
     try:
         return PipelineConfig(**spec.pipeline)
-    except Exception as err:  # pydantic's message lists the field; keep it to one line
-        first = str(err).splitlines()
-        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {' '.join(first[:3])}") from None
+    except ValidationError as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': {first_error(err, prefix='pipeline.')}") from None
 
 
 def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> dict[str, Any]:

@@ -38,6 +38,8 @@ from typing import Annotated, Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from data_prep.config_file import first_error
+from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
@@ -48,7 +50,6 @@ from eval.compare.systems import (
     CompareError,
     PaperReference,
     PplSpec,
-    first_error,
     loadable_model,
 )
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
@@ -76,14 +77,15 @@ class CurveConfig(BaseModel):
     traces: str = Field(description="the teacher's trace run on the train split (distill generate --out)")
     dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
     index: Optional[str] = Field(None, description="exemplar index over the train split (the base's retrieval)")
-    train_split: str = "train"
-    test_split: str = "test"
+    train_split: str = Field("train", description="the split whose first N conversations a point trains on")
+    test_split: str = Field("test", description="the split every point is scored on")
     test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
     points: list[Annotated[int, Field(ge=1)]] = Field(
         min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]"
     )
     students: list[Literal["traces", "direct", "rationale", "teacher-reply", "joint"]] = Field(
-        default_factory=lambda: ["traces", "direct", "rationale"]
+        default_factory=lambda: ["traces", "direct", "rationale"],
+        description="the built-in students trained at each point (`eval.curve.students`)",
     )
     variants: list[Variant] = Field(default_factory=list, description="levers: students with other options")
     task: Literal["pipeline", "emotion"] = Field(
@@ -100,15 +102,18 @@ class CurveConfig(BaseModel):
         None, ge=1, description="when set, a point's budget per role is N x this (the same passes at every N)"
     )
     backend: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16}
+        default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16},
+        description="the local backend every student and the base run on (its model is the students' base)",
     )
     paper_reference: PaperReference = Field(
         None, description="published rows shown beside the largest point (a shipped table, e.g. trace-table1)"
     )
     base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
     probe: bool = Field(True, description="score a logistic-regression emotion probe at every point")
-    ppl: Optional[PplSpec] = Field(default_factory=PplSpec)
-    bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec)
+    ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = no PPL")
+    bertscore: Optional[BertScoreSpec] = Field(
+        default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CurveConfig:
@@ -200,17 +205,7 @@ class CurveConfig(BaseModel):
 
 def load_curve_config(path: str, **overrides: Any) -> CurveConfig:
     """The curve YAML, validated with `overrides` (the CLI's --points) in place; one line naming the key."""
-    file = Path(path)
-    if not file.is_file():
-        raise CompareError(f"{path}: no such config file")
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise CompareError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    try:
-        return CurveConfig.model_validate({**raw, **overrides} if isinstance(raw, dict) else raw)
-    except ValidationError as err:
-        raise CompareError(f"{path}: {first_error(err)}") from None
+    return load_config_file(path, CurveConfig, overrides, error=CompareError)
 
 
 # --- the traces of one point -----------------------------------------------------------------------

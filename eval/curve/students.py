@@ -61,9 +61,13 @@ class VariantOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    balance_emotions: Optional[bool] = None
-    rationale: Optional[Literal["teacher", "situation"]] = None
-    rationale_share: Optional[float] = Field(None, gt=0, le=1)
+    balance_emotions: Optional[bool] = Field(None, description="asi rows resampled to equal emotion counts")
+    rationale: Optional[Literal["teacher", "situation"]] = Field(
+        None, description="the rationale task's source; null = the curve's `rationale`"
+    )
+    rationale_share: Optional[float] = Field(
+        None, gt=0, le=1, description="share of label rows given a rationale twin; null = the curve's"
+    )
     quality: Optional[Literal["filter", "report", "off"]] = Field(
         None, description="the trace quality checks on the student's rows: off trains on what the teacher wrote"
     )
@@ -74,11 +78,15 @@ class DecodingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperatures: Optional[dict[str, float]] = None
-    top_p: Optional[dict[str, float]] = None
-    min_p: Optional[dict[str, float]] = None
-    consensus: Optional[dict[str, int]] = None
-    consensus_by: Optional[Literal["chrf", "minilm"]] = None
+    temperatures: Optional[dict[str, float]] = Field(None, description="per-role temperature (pipeline.temperatures)")
+    top_p: Optional[dict[str, float]] = Field(None, description="per-role nucleus sampling (pipeline.top_p)")
+    min_p: Optional[dict[str, float]] = Field(None, description="per-role min-p sampling (pipeline.min_p)")
+    consensus: Optional[dict[str, int]] = Field(
+        None, description="per-role samples for consensus reranking (pipeline.consensus)"
+    )
+    consensus_by: Optional[Literal["chrf", "minilm"]] = Field(
+        None, description="what consensus calls alike (pipeline.consensus_by)"
+    )
 
 
 class Variant(BaseModel):
@@ -87,8 +95,10 @@ class Variant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="the system is `student-<name>`")
-    like: Literal["traces", "direct", "rationale", "teacher-reply"]
-    options: VariantOptions = Field(default_factory=VariantOptions)
+    like: Literal["traces", "direct", "rationale", "teacher-reply"] = Field(
+        description="the student it is made like: its lender, whose adapters it runs when only decoding differs"
+    )
+    options: VariantOptions = Field(default_factory=VariantOptions, description="dataset options that differ")
     tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
     decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
 

@@ -198,7 +198,7 @@ for _spec in (
                 "token scored after the LM's document-start token; dialogue: the response scored after "
                 "--context-column",
             },
-            "batch_size": {"type": int},
+            "batch_size": {"type": int, "help": "replies scored per forward pass"},
         },
     ),
     MetricSpec(
@@ -216,7 +216,10 @@ for _spec in (
         "95% CIs by half-sampling the test dialogues (each draw a new corpus of half of them, without repeats); "
         "EAD tokenizer `{tokenizer}`.",
         config="ead",
-        options={"tokenizer": {"help": "EAD tokenizer (TRACE's by default)"}, "vocab_size": {"type": int}},
+        options={
+            "tokenizer": {"help": "EAD tokenizer (TRACE's by default)"},
+            "vocab_size": {"type": int, "help": "EAD's V; null = the tokenizer's own (cl100k: 100277, as TRACE)"},
+        },
     ),
     MetricSpec(
         "length_words", "length (words)", "dialogue", None, human_row=True, score=reply_length, inputs=("replies",)
@@ -248,8 +251,8 @@ for _spec in (
         config="bertscore",
         options={
             "model": {"help": "BERTScore encoder alias or local dir"},
-            "num_layers": {"type": int},
-            "batch_size": {"type": int},
+            "num_layers": {"type": int, "help": "encoder layers used; null = all of them (6 for MiniLM)"},
+            "batch_size": {"type": int, "help": "replies encoded per forward pass"},
         },
     ),
     MetricSpec(
