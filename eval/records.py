@@ -2,7 +2,8 @@
 
 A record (`docs/records/<name>.json`) is the summary of one run: what ran (commit, date, machine, command), its
 test set, and per system the figures with their 95% CIs and what the system learned from whom.
-`python -m eval records write` makes one from an `eval curve` run's curve.json; `python -m eval records render`
+`python -m eval records write` makes one from an `eval curve` run's curve.json, or from `eval compare` reports
+(`eval.records_compare`, one report per curve point); `python -m eval records render`
 rewrites every block of README.md and docs/*.md that names a record,
 
     <!-- record: ed-400-levers -->
@@ -115,7 +116,12 @@ def git_commit(where: Path = ROOT) -> str:
 
 def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> list[str]:
     """The record as the docs show it: a table of its systems (`only` these, in this order, when given) beside the
-    paper's rows, the target's verdict over every system, and the run it came from."""
+    paper's rows, the target's verdict over every system, and the run it came from. A record of compare reports
+    (`kind: compare`) renders as `eval.records_compare` does."""
+    if record.get("kind") == "compare":
+        from eval.records_compare import render_compare_record
+
+        return render_compare_record(record)
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
         raise RecordError(f"record '{record.get('name', '?')}': missing {', '.join(missing)}")
