@@ -17,14 +17,15 @@ beside ChatGPT's own chains (the reference: imported from test.json, with the go
 pipeline (the untuned base with escot's teacher prompts, generated once).
 
 Each stage is one subprocess, logged with its seconds and peak RSS (`os.wait4`) and recorded in
-<out>/stages/<stage>.json; a rerun reuses a stage whose record names the same command, and the tools' own reuse
-covers a stage cut short (import adds only what is missing, train resumes from its checkpoint, compare keeps the
-systems it stored). So a killed run is resumed by running the same command again.
+<out>/stages/<stage>.json; a rerun reuses a stage whose record names the same command (and, for a compare, the
+same config), and the tools' own reuse covers a stage cut short (import adds only what is missing, train resumes
+from its checkpoint, compare keeps the systems it stored). So a killed run resumes by running the same command.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -87,12 +88,14 @@ def log(message: str) -> None:
 # --- stages ----------------------------------------------------------------------------------------
 
 
-def run_stage(out: Path, name: str, command: list[str]) -> dict[str, Any]:
-    """Run one stage's command (reused when its record names the same command), timed, with its peak RSS."""
+def run_stage(out: Path, name: str, command: list[str], config: Optional[Path] = None) -> dict[str, Any]:
+    """Run one stage's command (reused when its record names the same command and `config` holds the same text),
+    timed, with its peak RSS."""
     record_path = out / "stages" / f"{name}.json"
+    config_sha = hashlib.sha256(config.read_bytes()).hexdigest() if config else None
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record["command"] == command:
+        if record["command"] == command and record.get("config_sha256") == config_sha:
             log(f"{name}: reused ({record['seconds']} s, peak RSS {record['peak_rss_mb']} MiB when it ran)")
             return record
     log(f"{name}: {shlex.join(command)}")
@@ -104,7 +107,7 @@ def run_stage(out: Path, name: str, command: list[str]) -> dict[str, Any]:
     if code != 0:
         raise SystemExit(f"stage {name} failed (exit {code}) after {seconds} s: {shlex.join(command)}")
     record = {"stage": name, "command": command, "seconds": seconds, "peak_rss_mb": round(usage.ru_maxrss / 1024),
-              "finished": round(time.time())}  # fmt: skip
+              "config_sha256": config_sha, "finished": round(time.time())}  # fmt: skip
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     log(f"{name}: {seconds} s, peak RSS {record['peak_rss_mb']} MiB")
@@ -212,7 +215,7 @@ def run_compare(args, out: Path, where: Path, name: str, systems: list[dict[str,
     where.mkdir(parents=True, exist_ok=True)
     config = where / "compare.yaml"
     config.write_text(yaml.safe_dump(compare_config(args, out, systems), sort_keys=False))
-    run_stage(out, name, python("-m", "eval", "compare", "--config", config, "--out", where / "compare"))
+    run_stage(out, name, python("-m", "eval", "compare", "--config", config, "--out", where / "compare"), config)
     return where / "compare" / "report.json"
 
 

@@ -25,8 +25,8 @@ FIGURES = (
     Figure("BLEU-2", "bleu2", 3),
     Figure("Dist-2 / ref.", "human_ratio.dist2", 2),
     Figure("EAD-2 / ref.", "human_ratio.ead2", 2),
-    Figure("loop", "reply_quality.loop", 3),
-    Figure("non-reply", "reply_quality.non_reply", 3),
+    Figure("loop", "reply_checks.rates.loop", 3),
+    Figure("non-reply", "reply_checks.rates.non_reply", 3),
 )
 # the pairs the docs answer, as "first − second"; a report holds each pair once, in either order
 PAIRS = (("traces", "direct"), ("joint", "direct"), ("traces", "joint"), ("full-chain", "traces"))
@@ -77,21 +77,12 @@ def _system(row: dict[str, Any], about: str) -> dict[str, Any]:
     return {
         "name": row["name"],
         "about": about,
-        "figures": {f.path: f.read({**row, "reply_quality": _reply_quality(row)}) for f in FIGURES},
+        "figures": {f.path: f.read(row) for f in FIGURES},
         "seconds_per_dialogue": (cost.get("latency_s") or {}).get("value"),
         "tokens_per_dialogue": tokens or None,
         "teacher": {k: teacher[k] for k in teacher if k != "encoding"} or None,
         "failed_traces": row.get("failed_traces"),
     }
-
-
-def _reply_quality(row: dict[str, Any]) -> dict[str, Optional[float]]:
-    """The loop and non-reply rates of the system's replies: the quality checks of the role that writes them."""
-    for figures in (row.get("quality") or {}).values():
-        rates = figures.get("rates") or {}
-        if "non_reply" in rates:
-            return {"loop": rates.get("loop"), "non_reply": rates["non_reply"]}
-    return {"loop": None, "non_reply": None}
 
 
 def _paired(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[str, Any]]:

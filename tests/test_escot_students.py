@@ -103,6 +103,12 @@ def test_the_import_fills_the_gold_strategy_that_compare_reads(tmp_path, capsys)
         (teacher["prompt_tokens_per_dialogue"] * 0.5 + teacher["completion_tokens_per_dialogue"] * 1.5) / 1000, rel=1e-3
     )
     assert "teacher_estimate" not in joint_row["cost"]
+    # the reply checks, whichever role wrote the reply (chatgpt's `re`, joint's `chain`)
+    assert (
+        chatgpt["reply_checks"]
+        == joint_row["reply_checks"]
+        == {"checked": 4, "rates": {"loop": 0.0, "echo": 0.0, "non_reply": 0.0}}
+    )
     paired = [p for p in report["paired"] if p["metric"] == "label_accuracy"]
     assert len(paired) == 1 and paired[0]["diff"] == 0.5
     config["split"] = "train"  # the run was imported as the test split: another split is one line

@@ -126,7 +126,7 @@ def test_every_record_block_in_the_docs_matches_its_record():
 def _compare_report(point_shift: float) -> dict:
     def row(name, bertscore, accuracy=None, loop=0.1):
         figures = {"name": name, "bertscore": {"f1": _stat(bertscore, 0.01)},
-                   "quality": {"re": {"checked": 4, "rates": {"loop": loop, "non_reply": 0.0}}},
+                   "reply_checks": {"checked": 4, "rates": {"loop": loop, "echo": 0.0, "non_reply": 0.0}},
                    "cost": {"latency_s": _stat(1.5), "prompt_tokens_per_dialogue": 300.0,
                             "completion_tokens_per_dialogue": 50.0}}  # fmt: skip
         if accuracy is not None:
@@ -184,7 +184,7 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     traces = record["points"][1]["systems"][1]
     assert (
         traces["figures"]["bertscore.f1"]["value"] == pytest.approx(0.31)
-        and traces["figures"]["reply_quality.loop"] == 0.1
+        and traces["figures"]["reply_checks.rates.loop"] == 0.1
     )
     lines = render_record(record)
     text = "\n".join(lines)

@@ -21,7 +21,7 @@ from data_prep.dialogues import Dialogue
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed, imported_chain_cost
 from eval.compare.paired import ALPHA, human_gold, paired_comparisons
-from eval.compare.run_figures import reflection_figures, retries_per_role, trace_quality
+from eval.compare.run_figures import reflection_figures, reply_rates, retries_per_role, trace_quality
 from eval.compare.systems import (
     CompareConfig,
     CompareError,
@@ -181,6 +181,7 @@ def score_system(
     }
     if run.replies:
         result["empty_responses"] = sum(not (t.response or "").strip() for t in run.traces)
+        result["reply_checks"] = reply_rates([t.response or "" for t in run.traces], test)
     stats, items = score_sample(system_sample(run, test, reference, answers, train), settings)
     result.update({METRICS[name].row_key: None for name in settings if METRICS[name].row_key}, **stats)
     result["agreement"] = (
