@@ -33,9 +33,10 @@ from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
-# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows)
+# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
+# `<!-- record: NAME summary -->` for a compare record's differences in one paragraph
 BLOCK = re.compile(
-    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))? -->\n)"
+    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)? -->\n)"
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
@@ -249,7 +250,13 @@ def render_blocks(text: str, folder: Path = RECORDS) -> str:
 
     def body(match: re.Match) -> str:
         only = match["systems"].split(",") if match["systems"] else None
-        rendered = render_record(load_record(match["name"], folder), only)
+        record = load_record(match["name"], folder)
+        if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
+            from eval.records_compare import render_compare_summary
+
+            rendered = render_compare_summary(record)
+        else:
+            rendered = render_record(record, only)
         return match.group(1) + "\n".join(rendered) + "\n" + match["end"]
 
     return BLOCK.sub(body, text)

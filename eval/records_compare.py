@@ -125,6 +125,19 @@ def render_compare_record(record: dict[str, Any]) -> list[str]:
     return [*lines, *_wrap(run)]
 
 
+def render_compare_summary(record: dict[str, Any]) -> list[str]:
+    """The paired differences of each point, in one paragraph: what the README's results say in a line."""
+    from eval.records import _wrap
+
+    parts = []
+    for point in record["points"]:
+        said = [f"{p['pair'][0]} − {p['pair'][1]} {PAIRED_METRICS[p['metric']]} "
+                f"{interval(p['diff'], p['ci_low'], p['ci_high'])}" for p in point["paired"]]  # fmt: skip
+        if said:
+            parts.append(f"{_point_title(point['point'])}: {'; '.join(said)}")
+    return _wrap(". ".join(parts) + f" (95% CIs; record `docs/records/{record['name']}.json`).")
+
+
 def _point_title(point: str) -> str:
     return "The 200 full-chain train dialogues" if not point.isdigit() else f"{point} train dialogues"
 

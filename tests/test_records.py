@@ -191,5 +191,9 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 |" in text
     assert "0.94 (gpt-3.5-turbo, est.)" in text and "| 150-traces-train | 900 | 800 |" in text
     assert "**150 train dialogues** (majority class 0.185):" in text and "`abc1234`" in text
+    summary = " ".join(render_blocks("<!-- record: escot-test summary -->\n<!-- /record -->", tmp_path / "rec").split())
+    assert (
+        "150 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020]; joint − direct BERTScore F" in summary
+    )
     assert main([*argv[:3], "150", "--name", "x", "--command", "y"]) == 2
     assert "--compare 150: give POINT=REPORT" in capsys.readouterr().err
