@@ -181,11 +181,11 @@ def train_student(args, out: Path, point: str, student: Student, data: Path, bud
     return adapters
 
 
-def student_system(args, student: Student, adapters: Path, point: str) -> dict[str, Any]:
+def student_system(args, student: Student, adapters: Path, n: int) -> dict[str, Any]:
     skip = yaml.safe_load((REPO / MAPPINGS / student.mapping).read_text()).get("skip") or []
     return {
         "name": student.name,
-        "about": f"{student.learns}; trained on {point} train dialogues",
+        "about": f"{student.learns}; trained on {n} train dialogues",
         "backend": {"type": "local", "model": args.model, "adapters": str(adapters), "batch_size": args.batch_size},
         "pipeline": {"pipeline": f"{PIPELINES}/{student.pipeline}", "skip": skip, "prompt_style": "student",
                      "use_adapters": True, "max_attempts": 1},
@@ -241,7 +241,7 @@ def run_point(args, out: Path, point: str, prompted: dict[str, Any]) -> Path:
     for name in names:
         student = STUDENTS[name]
         data = files["full_chain" if student.full_chain else "instruction"]
-        systems.append(student_system(args, student, train_student(args, out, point, student, data, budget), point))
+        systems.append(student_system(args, student, train_student(args, out, point, student, data, budget), n))
     return run_compare(args, out, out / point, f"{point}-compare", systems)
 
 
