@@ -193,7 +193,9 @@ def test_the_runner_runs_a_point_from_nothing_and_reuses_it(tmp_path, tiny_model
     by_name = {s["name"]: s for s in report["systems"]}
     assert by_name["chatgpt"]["label_accuracy"]["accuracy"]["value"] == 1.0
     assert by_name["direct"]["label_accuracy"] is None  # the direct student answers no strategy
-    assert by_name["traces"]["label_accuracy"] is not None and by_name["joint"]["label_accuracy"] is not None
+    # the random model's constrained JSON may not close: a system scores the strategy unless every sr failed
+    for name in ("traces", "joint"):
+        assert by_name[name]["label_accuracy"] is not None or by_name[name]["failed_traces"] == 4
     fc = json.loads((out / "fc200" / "compare" / "report.json").read_text())
     assert [s["name"] for s in fc["systems"]] == ["chatgpt", "prompted", "traces", "full-chain"]
     assert len(TraceStore(out / "fc200" / "imports" / "traces").read()[0]) == 4  # the 200's ids, in this fixture 4
