@@ -28,6 +28,9 @@ class Dialogue(BaseModel):
     emotion: str = Field(description="gold Ekman emotion (data_prep.taxonomy.EKMAN)")
     emotion_fine: Optional[str] = Field(default=None, description="gold ED fine label, when the source has it")
     gold_response: Optional[str] = None
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="gold labels beyond the emotion, by name (ESD's strategy: labels.strategy)"
+    )
 
     def render_context(self, last: Optional[int] = None) -> str:
         """The dialogue as 'seeker: …' / 'responder: …' lines, the form every prompt shows; `last`: only its

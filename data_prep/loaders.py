@@ -49,7 +49,8 @@ _SPLIT_ALIASES = {
 }
 DEFAULT_RATIOS: tuple[float, float, float] = (0.8, 0.1, 0.1)
 SAMPLE_PATH = Path(__file__).resolve().parent / "sample" / "ed_sample.csv"
-_DIALOGUE_COLUMNS = tuple(Dialogue.model_fields)
+# a dialogues folder holds no `labels` (gold labels beyond the emotion come with an imported trace run)
+_DIALOGUE_COLUMNS = tuple(f for f in Dialogue.model_fields if f != "labels")
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records.py`).
 
 python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
+python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
+    --name escot-curve --command "<what ran>"
 python -m eval records render            # rewrite README.md's and docs/*.md's record blocks
 python -m eval records render --check    # exit 1 when a block differs from its record
 """
@@ -21,14 +23,25 @@ from eval.records import (
     render_blocks,
     stale_blocks,
 )
+from eval.records_compare import CompareRecordError, read_stages, record_from_compares
 
-USER_ERRORS = (RecordError, FileNotFoundError, json.JSONDecodeError)  # one line, exit 2 (data_prep.commands)
+USER_ERRORS = (
+    RecordError,
+    CompareRecordError,
+    FileNotFoundError,
+    json.JSONDecodeError,
+)  # one line, exit 2 (data_prep.commands)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     write = sub.add_parser("write", help="a record from an `eval curve` run's curve.json (its largest point)")
-    write.add_argument("--curve", required=True, help="the curve.json an `eval curve` run wrote")
+    source = write.add_mutually_exclusive_group(required=True)
+    source.add_argument("--curve", help="the curve.json an `eval curve` run wrote")
+    source.add_argument(
+        "--compare", nargs="+", metavar="POINT=REPORT", help="`eval compare` report.json files, one per curve point"
+    )
+    write.add_argument("--stages", default=None, help="with --compare: the runner's stage records (<out>/stages)")
     write.add_argument("--name", required=True, help="the record's name: docs/records/<name>.json")
     write.add_argument("--command", required=True, help="the command that made the run, as a reader would rerun it")
     write.add_argument("--commit", default=None, help="the commit the run ran at (default: this checkout's HEAD)")
@@ -40,9 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "write":
-        curve = json.loads(Path(args.curve).read_text(encoding="utf-8"))
         commit, machine = args.commit or git_commit(), args.machine or machine_line()
-        record = record_from_curve(curve, args.name, args.command, commit, machine)
+        if args.curve:
+            curve = json.loads(Path(args.curve).read_text(encoding="utf-8"))
+            record = record_from_curve(curve, args.name, args.command, commit, machine)
+        else:
+            reports = dict(_point_report(item) for item in args.compare)
+            stages = read_stages(Path(args.stages) if args.stages else None)
+            record = record_from_compares(reports, stages, args.name, args.command, commit, machine)
         path = Path(args.out) / f"{args.name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -59,3 +77,10 @@ def run(args: argparse.Namespace) -> int:
             path.write_text(rendered, encoding="utf-8")
             print(f"rendered {path}")
     return 0
+
+
+def _point_report(item: str) -> tuple[str, dict]:
+    point, sep, path = item.partition("=")
+    if not sep or not point:
+        raise CompareRecordError(f"--compare {item}: give POINT=REPORT (e.g. 150=runs/escot/150/compare/report.json)")
+    return point, json.loads(Path(path).read_text(encoding="utf-8"))

@@ -2,7 +2,8 @@
 
 A record (`docs/records/<name>.json`) is the summary of one run: what ran (commit, date, machine, command), its
 test set, and per system the figures with their 95% CIs and what the system learned from whom.
-`python -m eval records write` makes one from an `eval curve` run's curve.json; `python -m eval records render`
+`python -m eval records write` makes one from an `eval curve` run's curve.json, or from `eval compare` reports
+(`eval.records_compare`, one report per curve point); `python -m eval records render`
 rewrites every block of README.md and docs/*.md that names a record,
 
     <!-- record: ed-400-levers -->
@@ -21,23 +22,24 @@ import os
 import platform
 import re
 import subprocess
-import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
 from distill.roles.roles import ROLES
-from eval.compare.report import cell, fmt, interval, markdown_table
+from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.curve.curve_report import TARGET_BERTSCORE_DROP, target_rows
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
-# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows)
+# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
+# `<!-- record: NAME summary -->` for a compare record's differences in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
-    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))? -->[ \t]*(?P<eol>\r?\n))"
+    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)? -->[ \t]*"
+    r"(?P<eol>\r?\n))"
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
@@ -120,7 +122,12 @@ def git_commit(where: Path = ROOT) -> str:
 
 def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> list[str]:
     """The record as the docs show it: a table of its systems (`only` these, in this order, when given) beside the
-    paper's rows, the target's verdict over every system, and the run it came from."""
+    paper's rows, the target's verdict over every system, and the run it came from. A record of compare reports
+    (`kind: compare`) renders as `eval.records_compare` does."""
+    if record.get("kind") == "compare":
+        from eval.records_compare import render_compare_record
+
+        return render_compare_record(record)
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
         raise RecordError(f"record '{record.get('name', '?')}': missing {', '.join(missing)}")
@@ -153,11 +160,11 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
         f" (record `docs/records/{record['name']}.json`)."
     )
     paper = f"\\* {record['paper']['source']} " if record.get("paper") else ""
-    lines = [*_wrap(intro), "", *markdown_table(header, rows), ""]
-    lines += [line for p in _verdict(target, record.get("target_bertscore_drop")) for line in [*_wrap(p), ""]]
+    lines = [*wrap_paragraph(intro), "", *markdown_table(header, rows), ""]
+    lines += [line for p in _verdict(target, record.get("target_bertscore_drop")) for line in [*wrap_paragraph(p), ""]]
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
-    return [*lines, *_wrap(paper + run)]
+    return [*lines, *wrap_paragraph(paper + run)]
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
@@ -169,11 +176,6 @@ def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
         for p in sorted(paired, key=lambda p: (p["pair"], order.get(p["metric"], 99)))
     ]  # fmt: skip
     return markdown_table(["first − second", "metric", "difference [95% CI]", "reading"], rows)
-
-
-def _wrap(paragraph: str) -> list[str]:
-    """A paragraph in lines of at most 120 characters (the docs' width); a code span is never split."""
-    return textwrap.wrap(paragraph, 120, break_long_words=False, break_on_hyphens=False)
 
 
 def _cell(figures: dict[str, Any], figure: Figure) -> str:
@@ -301,7 +303,13 @@ def render_blocks(text: str, folder: Path = RECORDS, where: str = "text") -> str
 
     def body(match: re.Match) -> str:
         only = match["systems"].split(",") if match["systems"] else None
-        rendered = render_record(load_record(match["name"], folder), only)
+        record = load_record(match["name"], folder)
+        if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
+            from eval.records_compare import render_compare_summary
+
+            rendered = render_compare_summary(record)
+        else:
+            rendered = render_record(record, only)
         return match.group(1) + match["eol"].join(rendered) + match["eol"] + match["end"]
 
     return BLOCK.sub(body, text)

@@ -156,3 +156,82 @@ def test_a_block_is_rendered_from_its_record_and_an_edited_figure_is_caught(tmp_
 def test_every_record_block_in_the_docs_matches_its_record():
     """The shipped README and docs: a figure changed by hand inside a record block fails here."""
     assert stale_blocks(doc_files()) == []
+
+
+# --- a record of compare reports (ESCoT's curve) ---------------------------------------------------
+
+
+def _compare_report(point_shift: float) -> dict:
+    def row(name, bertscore, accuracy=None, loop=0.1):
+        figures = {"name": name, "bertscore": {"f1": _stat(bertscore, 0.01)},
+                   "reply_checks": {"checked": 4, "rates": {"loop": loop, "echo": 0.0, "non_reply": 0.0}},
+                   "cost": {"latency_s": _stat(1.5), "prompt_tokens_per_dialogue": 300.0,
+                            "completion_tokens_per_dialogue": 50.0}}  # fmt: skip
+        if accuracy is not None:
+            figures["label_accuracy"] = {"accuracy": _stat(accuracy), "majority": {"rate": 0.185}}
+        return figures
+
+    chatgpt = row("chatgpt", 1.0, 1.0)
+    teacher = {"model": "gpt-3.5-turbo", "encoding": "cl100k_base", "prompt_tokens_per_dialogue": 1500.0,
+               "completion_tokens_per_dialogue": 130.0, "usd_per_1k": 0.945}  # fmt: skip
+    chatgpt["cost"] = {"latency_s": _stat(0.0), "teacher_estimate": teacher}
+
+    def paired(first, second, metric, diff):
+        return {"pair": [first, second], "metric": metric, "diff": diff, "ci_low": diff - 0.02,
+                "ci_high": diff + 0.01, "n": 4, "p_holm": 0.5, "reading": "higher is better"}  # fmt: skip
+
+    return {
+        "test": {"dialogues": "runs/escot/imports/test", "split": "test", "n": 4, "ids": ["0", "1", "2", "3"]},
+        "settings": {"reference_system": "chatgpt"},
+        "config": {"systems": [{"name": name, "about": f"{name}'s recipe"}
+                               for name in ("chatgpt", "traces", "direct", "joint")]},
+        "systems": [chatgpt, row("traces", 0.30 + point_shift, 0.4), row("direct", 0.29), row("joint", 0.31, 0.3)],
+        "paired": [paired("traces", "direct", "bertscore_f1", 0.01), paired("direct", "joint", "bertscore_f1", -0.02),
+                   paired("traces", "joint", "label_accuracy", 0.1), paired("traces", "direct", "rouge_l", 0.03)],
+    }  # fmt: skip
+
+
+def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys):
+    from eval.__main__ import main
+
+    reports = {}
+    for point, shift in (("150", 0.0), ("400", 0.01)):
+        path = tmp_path / f"{point}.json"
+        path.write_text(json.dumps(_compare_report(shift)))
+        reports[point] = path
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    for n, (stage, seconds) in enumerate((("import-test", 3.0), ("150-traces-train", 900.0))):
+        (stages / f"{stage}.json").write_text(json.dumps({"stage": stage, "command": ["x"], "seconds": seconds,
+                                                          "peak_rss_mb": 800, "finished": 100 + n}))  # fmt: skip
+    argv = ["records", "write", "--compare", *(f"{p}={path}" for p, path in reports.items()), "--stages", str(stages),
+            "--name", "escot-test", "--command", "python benchmarks/escot_curve.py", "--out", str(tmp_path / "rec"),
+            "--commit", "abc1234", "--machine", "2-core test"]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "rec" / "escot-test.json").read_text())
+    assert record["kind"] == "compare" and [p["point"] for p in record["points"]] == ["150", "400"]
+    pairs = {(tuple(p["pair"]), p["metric"]): p for p in record["points"][0]["paired"]}
+    # the report asked direct − joint; the record states joint − direct, its interval turned round
+    assert pairs[("joint", "direct"), "bertscore_f1"] | {} == {"pair": ["joint", "direct"], "metric": "bertscore_f1",
+        "diff": 0.02, "ci_low": 0.01, "ci_high": 0.04, "n": 4, "p_holm": 0.5}  # fmt: skip
+    assert set(pairs) == {
+        (("traces", "direct"), "bertscore_f1"),
+        (("joint", "direct"), "bertscore_f1"),
+        (("traces", "joint"), "label_accuracy"),
+    }  # ROUGE-L is not one the record states; fmt: skip
+    traces = record["points"][1]["systems"][1]
+    assert (
+        traces["figures"]["bertscore.f1"]["value"] == pytest.approx(0.31)
+        and traces["figures"]["reply_checks.rates.loop"] == 0.1
+    )
+    lines = render_record(record)
+    text = "\n".join(lines)
+    assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 |" in text
+    assert "0.94 (gpt-3.5-turbo, est.)" in text and "| 150-traces-train | 900 | 800 |" in text
+    assert "**150 train dialogues** (majority class 0.185):" in text and "`abc1234`" in text
+    summary = " ".join(render_blocks("<!-- record: escot-test summary -->\n<!-- /record -->", tmp_path / "rec").split())
+    assert (
+        "150 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020]; joint − direct BERTScore F" in summary
+    )
+    assert main([*argv[:3], "150", "--name", "x", "--command", "y"]) == 2
+    assert "--compare 150: give POINT=REPORT" in capsys.readouterr().err

@@ -31,6 +31,7 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gpt-4o-2024-11-20": Price(2.50, 10.00),
     "gpt-4o-mini": Price(0.15, 0.60),
     "gpt-4o-mini-2024-07-18": Price(0.15, 0.60),
+    "gpt-3.5-turbo": Price(0.50, 1.50),  # ChatGPT's API (gpt-3.5-turbo-0125), as ESD-CoT's chains were written
 }
 # OpenAI's Batch API bills half the synchronous price.
 BATCH_DISCOUNT = 0.5

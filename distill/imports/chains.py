@@ -171,6 +171,7 @@ def _dialogue(mapping: ImportMapping, row: dict[str, Any], sections: dict[str, s
     if ident is None:
         raise ValueError(f"no id in field '{mapping.id}'")
     reference = mapping.value(row, sections, mapping.reference) if mapping.reference else None
+    labels = {name: mapping.value(row, sections, source) for name, source in mapping.labels.items()}
     return Dialogue(
         id=str(ident),
         conv_id=str(ident),
@@ -178,6 +179,7 @@ def _dialogue(mapping: ImportMapping, row: dict[str, Any], sections: dict[str, s
         situation="",  # no situation prompt: ED's, which TRACE's retrieval reads, has no counterpart here
         emotion="",  # no gold Ekman label (see docs/architecture.md, "Imported chains")
         gold_response=None if reference is None or is_missing(reference) else str(reference).strip(),
+        labels={name: str(value).strip() for name, value in labels.items() if not is_missing(value)},
     )
 
 

@@ -10,6 +10,9 @@ pipeline, where each answer field comes from:
 - `quoted_label: true`: the one label of the answer field's label set that the text quotes ("..."),
   as ESD-CoT names its strategy inside the strategy reason.
 
+`labels:` names the dialogue's gold labels beyond the emotion (`Dialogue.labels`: ESD's gold strategy), which a
+comparison scores a declared label answer against (`eval.compare.answers.gold_label`).
+
 This module owns that format and how one row is read through it (`ImportMapping.read_row`); turning rows
 into traces is distill.imports.chains'.
 """
@@ -78,6 +81,9 @@ class ImportMapping(_Strict):
     id: str
     dialogue: DialogueSource
     reference: Optional[Source] = Field(None, description="the reference reply (the dialogue's gold response)")
+    labels: dict[str, Source] = Field(
+        default_factory=dict, description="the dialogue's gold labels by name (`Dialogue.labels`), where the data has"
+    )
     sections: Optional[Sections] = None
     answers: dict[str, dict[str, Source]] = Field(min_length=1, description="role -> answer field -> source")
 
@@ -86,11 +92,14 @@ class ImportMapping(_Strict):
         for where, source in self.sources():
             if source.section is not None and (self.sections is None or source.section not in self.sections.headers):
                 raise ValueError(f"{where}: section '{source.section}' is not among `sections.headers`")
+        if quoted := [name for name, source in self.labels.items() if source.quoted_label]:
+            raise ValueError(f"labels.{quoted[0]}: quoted_label reads a role's label set; a gold label has none")
         return self
 
     def sources(self) -> list[tuple[str, Source]]:
         """Every value source, with the mapping key it sits under."""
         found = [("reference", self.reference)] if self.reference else []
+        found += [(f"labels.{name}", s) for name, s in self.labels.items()]
         found += [(f"answers.{role}.{name}", s) for role, fields in self.answers.items() for name, s in fields.items()]
         return found
 

@@ -77,9 +77,10 @@ class Trace(BaseModel):
 
 def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:
     """Content address of a trace: the same inputs always map to the same key, so reruns skip them."""
+    # `labels` is left out while empty, so the keys of runs stored before Dialogue had it stay the same
     payload = json.dumps(
         {
-            "dialogue": dialogue.model_dump(),
+            "dialogue": dialogue.model_dump(exclude=set() if dialogue.labels else {"labels"}),
             "config": config,
             "backend": backend,
             "model": model,

@@ -9,6 +9,9 @@ A pipeline its user declares (ESCoT's: emotion → strategy → reply) answers f
       majority_from: train       # the split whose gold labels give the majority class (null: the test gold)
       text: emotion.emotion      # a free-text answer, compared with the reference system's by MiniLM cosine
 
+Systems that answer the same thing in different roles (ESCoT's chain agents: `sr.strategy`; one agent writing the
+whole chain: `chain.strategy`) are named by a list: each system reads the first path whose role it runs.
+
 They become the `Sample` fields that the registry's label accuracy and answer similarity read
 (`eval.metrics.registry`). A system none of whose traces answers the role has no such field, and is not scored.
 """
@@ -16,23 +19,29 @@ They become the `Sample` fields that the registry's label accuracy and answer si
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from data_prep.dialogues import Dialogue
 from distill.pipeline.trace import Trace
 
 ROLE_FIELD = r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_.-]+$"  # role.field
+RolePaths = Optional[list[Annotated[str, StringConstraints(pattern=ROLE_FIELD)]]]
 
 
 class AnswersSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    label: Optional[str] = Field(None, pattern=ROLE_FIELD, description="role.field of a classification answer")
+    label: RolePaths = Field(None, description="role.field of a classification answer (a list: the first a system has)")
     gold_label: Optional[str] = Field(None, description="the test dialogue's field holding the gold label")
     majority_from: Optional[str] = Field(None, description="split whose gold labels give the majority class")
-    text: Optional[str] = Field(None, pattern=ROLE_FIELD, description="role.field of a free-text answer")
+    text: RolePaths = Field(None, description="role.field of a free-text answer (a list: the first a system has)")
+
+    @field_validator("label", "text", mode="before")
+    @classmethod
+    def _one_or_more(cls, paths: Any) -> Any:
+        return [paths] if isinstance(paths, str) else paths
 
 
 def gold_label(dialogue: Dialogue, field: str) -> Optional[str]:
@@ -87,9 +96,11 @@ def answer_fields(
     return fields
 
 
-def _answers(traces: Sequence[Trace], path: str) -> Optional[list[Optional[str]]]:
-    """Each trace's answer at `path`; None when no trace has the role at all (the system does not answer it)."""
-    role = path.split(".", 1)[0]
-    if not any(role in t.outputs for t in traces):
-        return None
-    return [answer_of(t, path) for t in traces]
+def _answers(traces: Sequence[Trace], paths: Sequence[str]) -> Optional[list[Optional[str]]]:
+    """Each trace's answer at the first of `paths` whose role some trace ran; None when no trace has any of them
+    (the system does not answer it)."""
+    for path in paths:
+        role = path.split(".", 1)[0]
+        if any(role in t.outputs for t in traces):
+            return [answer_of(t, path) for t in traces]
+    return None

@@ -17,9 +17,9 @@ from typing import Any, Optional
 from data_prep.config_file import load_config as load_config_file
 from data_prep.dialogues import Dialogue
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
-from eval.compare.cost import cost_and_speed
+from eval.compare.cost import cost_and_speed, imported_chain_cost
 from eval.compare.paired import ALPHA, human_gold, paired_comparisons
-from eval.compare.run_figures import reflection_figures, retries_per_role, trace_quality
+from eval.compare.run_figures import reflection_figures, reply_rates, retries_per_role, trace_quality
 from eval.compare.systems import (
     CompareConfig,
     CompareError,
@@ -42,8 +42,24 @@ def load_config(path: str) -> CompareConfig:
     return load_config_file(path, CompareConfig, error=CompareError)
 
 
+def read_split(dialogues: str, split: str) -> list[Dialogue]:
+    """A split's dialogues: a dialogues folder's (`data_prep dialogues`), or those of a trace run made on that split
+    (`distill import` of a test file: its dialogues carry their gold labels, `Dialogue.labels`), in the run's order."""
+    from data_prep.loaders import load_split
+    from distill.pipeline.store import TRACES_FILE, TraceStore
+
+    if not (Path(dialogues) / TRACES_FILE).is_file():
+        return load_split(dialogues, split)
+    store = TraceStore(dialogues)
+    info = store.run_info()
+    made_on = info.split if info else None
+    if made_on != split:
+        raise ValueError(f"{dialogues}: a trace run of split '{made_on}', not '{split}'")
+    return list({t.dialogue.id: t.dialogue for t in store.read()[0]}.values())
+
+
 def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogue]:
-    from data_prep.loaders import limit_leaves_out, load_split
+    from data_prep.loaders import limit_leaves_out
 
     if not Path(config.dialogues).exists():
         raise CompareError(
@@ -51,7 +67,7 @@ def load_test_dialogues(config: CompareConfig, config_file: str) -> list[Dialogu
             "(build it with `python -m data_prep dialogues --out`)"
         )
     try:
-        test = load_split(config.dialogues, config.split)
+        test = read_split(config.dialogues, config.split)
     except Exception as err:
         raise CompareError(f"{config_file}: dialogues: {err}") from None
     if not test:
@@ -91,13 +107,11 @@ def metric_settings(config: CompareConfig) -> dict[str, dict]:
 def load_train_labels(config: CompareConfig, test: Sequence[Dialogue], config_file: str) -> Optional[list[Dialogue]]:
     """The dialogues whose gold labels give the majority class (`answers.majority_from`), checked with the test
     split for a misspelt gold field; None when the majority comes from the test gold."""
-    from data_prep.loaders import load_split
-
     spec = config.answers
     train = None
     if spec is not None and spec.majority_from:
         try:
-            train = load_split(config.dialogues, spec.majority_from)
+            train = read_split(config.dialogues, spec.majority_from)
         except Exception as err:
             raise CompareError(f"{config_file}: answers.majority_from: {err}") from None
     try:
@@ -116,7 +130,8 @@ def system_sample(
 ) -> Sample:
     """What one system answered on the test dialogues (its traces are in test order), as the metrics read it;
     `answers` names a declared pipeline's answers to read too, `train` gives their majority class."""
-    ran_asi = all(t.config.get("use_asi", True) for t in run.traces)
+    # a declared pipeline (escot's) has no Ekman emotion agent: its traces' `emotion` is no ASI answer
+    ran_asi = all(t.config.get("use_asi", True) and not t.config.get("pipeline") for t in run.traces)
     others = reference.traces if reference is not None and reference.name != run.name else None
     return Sample(
         replies=[t.response or "" for t in run.traces] if run.replies else None,
@@ -151,6 +166,7 @@ def score_system(
     }
     if run.replies:
         result["empty_responses"] = sum(not (t.response or "").strip() for t in run.traces)
+        result["reply_checks"] = reply_rates([t.response or "" for t in run.traces], test)
     stats, items = score_sample(system_sample(run, test, reference, answers, train), settings)
     result.update({METRICS[name].row_key: None for name in settings if METRICS[name].row_key}, **stats)
     result["agreement"] = (
@@ -181,6 +197,8 @@ def _cost(run: SystemRun) -> dict[str, Any]:
     cost["prompt_tokens_per_dialogue"] = sum(v["prompt_per_dialogue"] for v in cost["tokens_per_role"].values())
     cost["completion_tokens_per_dialogue"] = sum(v["completion_per_dialogue"] for v in cost["tokens_per_role"].values())
     cost["memory_method"] = run.memory_method
+    if run.priced_as:
+        cost["teacher_estimate"] = imported_chain_cost(run.traces, run.priced_as)
     return cost
 
 

@@ -1,7 +1,9 @@
-"""Cost and speed of a system, read off its traces: latency, throughput, tokens per role, dollars, memory."""
+"""Cost and speed of a system, read off its traces: latency, throughput, tokens per role, dollars, memory; and what
+an imported teacher's chains would have cost through an API (`imported_chain_cost`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import threading
@@ -52,6 +54,36 @@ def cost_and_speed(
         "tokens_per_role": per_role,
         "usd_per_1k": usd / n * 1000 if n else None,
         "peak_rss_mb": peak_rss_mb,
+    }
+
+
+def imported_chain_cost(traces: Sequence[Trace], model: str, encoding: str = "cl100k_base") -> dict:
+    """What an imported run's chains would cost from `model` over its API: per dialogue, the tokens of the teacher
+    prompt this toolkit renders for each link (its upstream answers the chain's own) and of the link's answer as
+    JSON, counted with the OpenAI encoding, at `model`'s list price. An estimate: the chains' real prompts (ESD-CoT's
+    authors') are not stored, and a chain corrected by hand cost more than one call."""
+    from distill.roles.roles import ROLES, RoleInput
+    from eval.metrics.diversity import resolve_tokenizer
+
+    encode, _ = resolve_tokenizer(encoding, None)
+    prompt = completion = 0
+    for trace in traces:
+        upstream = {}
+        for step in trace.steps:
+            if step.parsed is None:
+                continue
+            spec = ROLES[step.role]
+            messages = spec.render(RoleInput(dialogue=trace.dialogue, upstream=dict(upstream)), "teacher")
+            prompt += sum(len(encode(m["content"])) + 4 for m in messages)  # + the chat format's few per message
+            completion += len(encode(json.dumps(step.parsed, ensure_ascii=False)))
+            upstream[step.role] = spec.schema.model_validate(step.parsed)
+    n = max(len(traces), 1)
+    return {
+        "model": model,
+        "encoding": encoding,
+        "prompt_tokens_per_dialogue": prompt / n,
+        "completion_tokens_per_dialogue": completion / n,
+        "usd_per_1k": estimate_cost(model, prompt, completion) / n * 1000,
     }
 
 

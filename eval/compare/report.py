@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -73,6 +74,11 @@ def system_figures(report: dict, name: str) -> dict[str, str]:
             figures[figure.header + (" [95% CI]" if isinstance(value, dict) else "")] = cell(s, figure)
     figures["test split"] = f"`{report['test']['split']}` of `{report['test']['dialogues']}`"
     return figures
+
+
+def wrap_paragraph(paragraph: str) -> list[str]:
+    """A paragraph in lines of at most 120 characters (the docs' width); a code span is never split."""
+    return textwrap.wrap(paragraph, 120, break_long_words=False, break_on_hyphens=False)
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -94,3 +94,12 @@ def trace_quality(traces: Sequence[Trace], own_reply: bool) -> dict[str, Any]:
 def reply_quality(replies: Sequence[str], dialogues: Sequence[Dialogue]) -> dict[str, Any]:
     """The reply checks that need no prompt, on bare replies (the human row)."""
     return quality_rates(check_replies(replies, dialogues))
+
+
+def reply_rates(replies: Sequence[str], dialogues: Sequence[Dialogue]) -> dict[str, Any]:
+    """The same checks as one row for any system, whatever role wrote its replies (a declared pipeline's `re`,
+    `reply` or `chain`): replies checked, and the share failing each check, 0 where none did; a missing reply (a
+    failed trace) counts as a non-reply."""
+    report = check_replies(replies, dialogues)
+    rates = report.rates().get("ers", {})
+    return {"checked": len(replies), "rates": {check: rates.get(check, 0.0) for check in ("loop", "echo", "non_reply")}}

@@ -75,11 +75,16 @@ class SystemSpec(BaseModel):
     pipeline: dict[str, Any] = Field(default_factory=dict, description="PipelineConfig fields for a generated system")
     probe: Optional[ProbeSpec] = Field(None, description="a logistic-regression emotion probe (emotion only)")
     about: str = Field("", description="what the system is and what it learned from whom; report.md shows it")
+    priced_as: Optional[str] = Field(
+        None, description="an imported trace run: the API model whose list price its chains are costed at"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> SystemSpec:
         if sum(x is not None for x in (self.traces, self.backend, self.probe)) != 1:
             raise ValueError(f"system '{self.name}': give exactly one of 'traces', 'backend' or 'probe'")
+        if self.priced_as is not None and self.traces is None:
+            raise ValueError(f"system '{self.name}': 'priced_as' costs an imported trace run (with 'traces')")
         if self.traces is not None and self.pipeline:
             raise ValueError(f"system '{self.name}': 'pipeline' only applies to a generated system (with 'backend')")
         if self.backend is not None and self.backend.get("type") not in BACKEND_TYPES:
@@ -136,7 +141,9 @@ class CompareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     systems: list[SystemSpec] = Field(min_length=1, description="the systems scored, each from one source")
-    dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
+    dialogues: str = Field(
+        description="a directory written by `python -m data_prep dialogues`, or a trace run of the split (an import)"
+    )
     split: str = Field("test", description="the split of `dialogues` every system is scored on")
     limit: Optional[int] = Field(None, ge=1, description="score the first N dialogues of the split; null = all")
     chunk_size: int = Field(32, ge=1, description="test dialogues a generated system stores at a time")
@@ -185,6 +192,7 @@ class SystemRun:
     memory_method: Optional[str] = None
     replies: bool = True  # False for a system that answers the emotion alone (the probe)
     adapter_fingerprints: dict[str, Any] = field(default_factory=dict)  # what the adapters held (`eval.compare.reuse`)
+    priced_as: Optional[str] = None  # an imported run's chains costed at this API model's price (`SystemSpec`)
 
     def __post_init__(self) -> None:
         # a reply fed from the data (`oracle: {ers: gold}`, an emotion-only system) is the human's, not
@@ -253,6 +261,7 @@ def load_trace_system(spec: SystemSpec, test: Sequence[Dialogue], config_file: s
         [by_id[d.id] for d in test],
         f"trace run {run_dir}",
         {"run": info.backend if info else {"model": traces[0].model}, "problems": len(problems)},
+        priced_as=spec.priced_as,
     )
 
 
