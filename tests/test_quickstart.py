@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from distill.pipeline.stage_key import KEY_FILE, content_fingerprint
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
-from eval.curve.adapter_runs import stale_reason
+from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason, training_settings
 from eval.quickstart import headline, main
 
 # No card examples: each decodes to its role's token cap on these barely trained adapters, and the README
@@ -59,6 +60,14 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
         assert changed == (f"retraining {role}: its dataset changed" in third), role
 
 
+def _trained(adapter, fingerprint: str, settings: dict, version: str = STUDENT_PROMPT_VERSION) -> None:
+    """The metadata `python -m train` writes (its record of what it trained from), no stage key yet."""
+    adapter.mkdir(parents=True, exist_ok=True)
+    meta = {"dataset_fingerprint": fingerprint, "prompt_version": version, "train_config": settings}
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps(meta))
+    (adapter / KEY_FILE).unlink(missing_ok=True)
+
+
 def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     from datasets import Dataset, DatasetDict, load_from_disk
 
@@ -68,14 +77,9 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
 
     adapter, dataset = tmp_path / "adapters" / "asi", tmp_path / "datasets" / "asi"
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "not trained yet"
-    meta = {
-        "dataset_fingerprint": save([1, 2]),
-        "prompt_version": STUDENT_PROMPT_VERSION,
-        "train_config": {"max_tokens_budget": 300},
-    }
-    (tmp_path / "adapters" / "asi").mkdir(parents=True)
-    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
-    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
+    _trained(adapter, save([1, 2]), training_settings({"max_tokens_budget": 300}, CPU_TRAIN_CONFIG))
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None  # made before keys: migrated
+    assert (adapter / KEY_FILE).is_file()
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 600}) == "the token budget changed"
     assert (
         stale_reason(adapter, dataset, {"max_tokens_budget": 300, "learning_rate": 2e-3}) == "its learning_rate changed"
@@ -84,10 +88,32 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "its dataset changed"
     save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
-    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(
-        json.dumps({**meta, "prompt_version": "v1"})
-    )
+    settings = training_settings({"max_tokens_budget": 300}, CPU_TRAIN_CONFIG)
+    _trained(adapter, save([1, 2]), settings, version="v1")  # an adapter from before keys, for older prompts
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "it was trained for student prompt version v1"
+
+
+def test_an_edit_to_the_train_yaml_retrains(tmp_path):
+    """Every setting of the train YAML is in an adapter's key, not only the recipe's flags: a new LoRA rank retrains
+    (it used to be reused, and with it every report)."""
+    import yaml
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    from distill.pipeline.stage_key import write_key
+    from eval.curve.adapter_runs import adapter_inputs
+
+    dataset, adapter = tmp_path / "datasets" / "asi", tmp_path / "adapters" / "asi"
+    DatasetDict(train=Dataset.from_dict({"x": [1, 2]})).save_to_disk(str(dataset))
+    options = {"max_tokens_budget": 300}
+    _trained(adapter, load_from_disk(str(dataset))["train"]._fingerprint, training_settings(options, CPU_TRAIN_CONFIG))
+    write_key(adapter, adapter_inputs(dataset, options, CPU_TRAIN_CONFIG))  # what `train_stale` records
+    config = tmp_path / "train.yaml"
+    config.write_text(CPU_TRAIN_CONFIG.read_text())
+    assert stale_reason(adapter, dataset, options, config) is None
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "lora_r": 32}))
+    assert stale_reason(adapter, dataset, options, config) == "its lora_r changed"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "lora_r": 16, "num_train_epochs": 1}))
+    assert stale_reason(adapter, dataset, options, config) == "its num_train_epochs changed"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):
@@ -122,7 +148,13 @@ def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     assert argv[:2] == ["dialogues", "--source"] and argv[2] == str(src.resolve())
     assert argv[argv.index("--split-ratios") + 1] == "0.8,0,0.2" and argv[argv.index("--seed") + 1] == "3"
     stamp = json.loads((tmp_path / "qs" / "quickstart.json").read_text())
-    assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3}
+    assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3} | {
+        "source_content": content_fingerprint(src)
+    }
+    # the same file edited in place is other data: refused, not resumed over dialogues made from the old one
+    src.write_text("utterances,prompt,emotion_id,gold_response\nhi,there,1,hello\n")
+    with pytest.raises(SystemExit, match=r"made with other data \(source_content "):
+        main(["--out", str(tmp_path / "qs"), "--source", str(src), "--split-ratios", "0.8,0,0.2", "--seed", "3"])
 
 
 def test_role_budgets_override_the_defaults_and_refuse_unknown_roles(capsys):
