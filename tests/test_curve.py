@@ -1103,9 +1103,11 @@ def test_a_report_is_computed_again_when_its_base_run_or_its_test_dialogues_chan
     assert _why(stored, config, "c.yaml") == "its test dialogues changed"
 
 
-def test_a_generated_system_is_made_again_when_its_prompts_or_prompt_version_change(tmp_path, monkeypatch, capsys):
+def test_a_generated_system_is_made_again_when_its_prompts_prompt_version_or_config_change(
+    tmp_path, monkeypatch, capsys
+):
     """A prompt edited without a version bump changes a generated system's key (its rendered prompts); a version
-    bump says so from the run's own record."""
+    bump or another config says so from the run's own record."""
     from distill.pipeline.stage_key import write_key
     from distill.roles import roles
     from eval.compare.reuse import drop_stale_run, system_inputs
@@ -1134,6 +1136,13 @@ def test_a_generated_system_is_made_again_when_its_prompts_or_prompt_version_cha
     drop_stale_run(store, "base", system, config, {}, None)
     assert not store.run_dir.exists()
     assert capsys.readouterr().out == "regenerating system 'base': the prompt version changed (stored v2, now v9)\n"
+    store = stored()
+    other = {**system, "backend": {"type": "local", "batch_size": 4}}  # what decodes it, nothing else
+    drop_stale_run(store, "base", other, config, {}, None)
+    assert not store.run_dir.exists()
+    assert capsys.readouterr().out == (
+        "regenerating system 'base': its config changed (backend.batch_size: stored None, now 4)\n"
+    )
 
 
 @pytest.mark.slow  # three compares of a tiny student

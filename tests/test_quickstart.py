@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from distill.pipeline.stage_key import KEY_FILE, content_fingerprint
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
-from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason, training_settings
+from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason
 from eval.quickstart import headline, main
 
 # No card examples: each decodes to its role's token cap on these barely trained adapters, and the README
@@ -62,6 +61,8 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
 
 def _trained(adapter, fingerprint: str, settings: dict, version: str = STUDENT_PROMPT_VERSION) -> None:
     """The metadata `python -m train` writes (its record of what it trained from), no stage key yet."""
+    from distill.pipeline.stage_key import KEY_FILE
+
     adapter.mkdir(parents=True, exist_ok=True)
     meta = {"dataset_fingerprint": fingerprint, "prompt_version": version, "train_config": settings}
     (adapter / "trace_distill_adapter.json").write_text(json.dumps(meta))
@@ -70,6 +71,9 @@ def _trained(adapter, fingerprint: str, settings: dict, version: str = STUDENT_P
 
 def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     from datasets import Dataset, DatasetDict, load_from_disk
+
+    from distill.pipeline.stage_key import KEY_FILE
+    from eval.curve.adapter_runs import training_settings
 
     def save(rows):
         DatasetDict(train=Dataset.from_dict({"x": rows})).save_to_disk(str(tmp_path / "datasets" / "asi"))
@@ -100,7 +104,7 @@ def test_an_edit_to_the_train_yaml_retrains(tmp_path):
     from datasets import Dataset, DatasetDict, load_from_disk
 
     from distill.pipeline.stage_key import write_key
-    from eval.curve.adapter_runs import adapter_inputs
+    from eval.curve.adapter_runs import adapter_inputs, training_settings
 
     dataset, adapter = tmp_path / "datasets" / "asi", tmp_path / "adapters" / "asi"
     DatasetDict(train=Dataset.from_dict({"x": [1, 2]})).save_to_disk(str(dataset))
@@ -130,6 +134,7 @@ def test_run_folder_of_other_data_is_refused(tmp_path):
 def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     """The real-data experiment is the quickstart with --source/--split-ratios/--seed: they must be used."""
     import data_prep.__main__ as data_prep_main
+    from distill.pipeline.stage_key import content_fingerprint
 
     seen = []
 
@@ -185,3 +190,36 @@ def test_headline_states_the_paired_result_with_its_interval(tmp_path):
     path.write_text(json.dumps({"paired": [paired]}))
     assert "too few dialogues to tell" in headline(path)
     assert "no paired" in headline(tmp_path / "missing.json")
+
+
+def test_a_smaller_train_limit_on_a_rerun_trains_on_its_first_dialogues_alone(tmp_path):
+    """The teacher annotated 6 train dialogues; a rerun with --train-limit 3 builds the datasets from the traces of
+    the first 3 (it used to keep the 6-dialogue datasets, and the student was reported as having learnt from 3)."""
+    import argparse
+
+    from datasets import load_from_disk
+    from test_curve import handmade_trace
+
+    from data_prep.__main__ import main as data_prep_main
+    from data_prep.loaders import SAMPLE_PATH, load_split
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.store import RunInfo, TraceStore
+    from eval.quickstart import SAMPLE_SPLIT_RATIOS, step_datasets
+
+    out = tmp_path / "qs"
+    argv = ["dialogues", "--source", str(SAMPLE_PATH), "--out", str(out / "dialogues")]
+    assert data_prep_main([*argv, "--split-ratios", SAMPLE_SPLIT_RATIOS]) == 0
+    train = load_split(out / "dialogues", "train")[:6]
+    store = TraceStore(out / "teacher-train")
+    source = {"dialogues": str((out / "dialogues").resolve())}
+    store.claim(RunInfo(PipelineConfig().key_dict(), "handmade", "handmade", "v2", split="train", source=source))
+    for d in train:
+        store.append(handmade_trace(d))
+
+    def asi_dialogues(limit: int) -> set[str]:
+        step_datasets(out, argparse.Namespace(train_limit=limit, require_gold_emotion=False), str(SAMPLE_PATH))
+        built = load_from_disk(str(out / "datasets" / "asi"))
+        return {row for split in built for row in built[split]["dialogue_id"]}
+
+    assert asi_dialogues(6) == {d.id for d in train}
+    assert asi_dialogues(3) == {d.id for d in train[:3]}

@@ -150,9 +150,12 @@ def model_fingerprint(backend: Mapping[str, Any]) -> dict[str, Optional[str]]:
             source = models.minilm_dir()
         else:
             source = Path(models.resolve_model(name))
-        dtype = str(models.resolve_dtype(str(backend.get("dtype", "auto")), str(backend.get("device", "cpu"))))
-    except (models.ModelNotAvailable, ValueError, OSError):
+    except (models.ModelNotAvailable, OSError):
         return {"model": name}  # the stage that loads it says why it cannot, in its own line
+    try:
+        dtype = str(models.resolve_dtype(str(backend.get("dtype", "auto")), str(backend.get("device", "cpu"))))
+    except Exception:  # an unknown dtype, or a GPU this machine lacks: the stage that runs it says so
+        dtype = str(backend.get("dtype", "auto"))
     return {"model": name, "weights": content_fingerprint(source, _WEIGHTS), "dtype": dtype}
 
 
