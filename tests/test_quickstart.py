@@ -51,7 +51,7 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     larger = [a if a != "4" else "5" for a in SMALL]
     assert main(["--out", str(out), *larger]) == 0
     third = capsys.readouterr().out
-    assert "wrote 1 traces" in third and "rebuilding the datasets" in third
+    assert "wrote 1 traces" in third and f"regenerating {out / 'datasets'}: its teacher traces changed" in third
     for role, old in before.items():
         new = json.loads((out / "adapters" / role / "trace_distill_adapter.json").read_text())
         # a role retrains exactly when its rows changed (a failed new trace leaves them as they were)

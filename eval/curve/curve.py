@@ -22,7 +22,8 @@ balance, the rationale's share or source, more passes, the quality checks), or w
 `task: emotion` trains and runs the emotion agent alone, every system's reply being the human one
 (`oracle: {ers: gold}`, not scored): the I-ACC question at all N for a fraction of the cost.
 
-A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve.curve_report`
+A rerun reuses every dataset, adapter, generated system and point report whose stage key holds
+(`distill.pipeline.stage_key`: everything it reads); `eval.curve.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
 """
 
@@ -290,7 +291,8 @@ def dataset_inputs(
 
 
 def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
-    """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
+    """The student's adapters folder: its own roles trained (or reused, or copied from another student's identical
+    one), borrowed ones linked."""
     from eval.curve.adapter_runs import copy_identical, train_stale
 
     adapters = point / f"adapters-{student.name}"
