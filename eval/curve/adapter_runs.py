@@ -25,10 +25,13 @@ PLACEMENT = ("dataset_name", "output_dir", "roles")  # where a training run read
 
 
 def training_settings(options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
-    """The train YAML's settings (all but where it reads and writes), the recipe's flags (`options`) over them."""
-    from train.config import read_yaml
+    """The settings the train YAML writes (all but where a run reads and writes), the recipe's flags (`options`)
+    over them, each as training resolves it (`report_to: none` is []): what an adapter's metadata records."""
+    from train.config import config_from_dict, read_yaml
 
-    return {**{k: v for k, v in read_yaml(config).items() if k not in PLACEMENT}, **options}
+    written = {**read_yaml(config), **options}
+    resolved = config_from_dict(dict(written), str(config)).to_dict()
+    return {k: resolved.get(k, v) for k, v in written.items() if k not in PLACEMENT}
 
 
 def adapter_inputs(dataset: Path, options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
