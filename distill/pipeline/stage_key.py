@@ -7,8 +7,9 @@ A key is one short hash per named input (`stage_key`): the resolved options, the
 changes it), the base model's weights and the dtype they run in (`model_fingerprint`). Keeping one hash per input
 lets a rerun say which input changed, in one line (`regenerating <what>: its <input> changed`). The key is stored
 beside the stage's output (`stage-key.json`), written only after the stage finished, so a killed stage is never
-taken for a finished one. A folder made before keys were recorded is either migrated, when the check it was made
-under still passes (its key is written then), or computed again.
+taken for a finished one (a generated system's when it starts: its trace store resumes it per dialogue). A folder
+made before keys were recorded is either migrated, when the check it was made under still passes (its key is
+written then), or computed again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Optional
 
 KEY_FILE = "stage-key.json"
 # Files a folder's content fingerprint leaves out: its own key, and what a reader of the stage never reads.
-_NOT_CONTENT = {KEY_FILE, ".DS_Store"}
+_NOT_CONTENT = {KEY_FILE, KEY_FILE + ".tmp", ".DS_Store"}
 _file_hashes: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: a file is hashed once
 
 
