@@ -5,9 +5,10 @@
 6. teacher vs student vs untuned base on the test split   7. summary table + report.md path
 
 Each stage calls the same command a user would run by hand, in this process. A rerun reuses
-finished stages and says so: the trace store skips finished dialogues, datasets are kept while the
-traces they came from are unchanged, and an adapter is kept while its dataset and token budget are.
-So Ctrl-C or a kill leaves a run the next invocation resumes, and a larger --train-limit extends one.
+finished stages and says so: the trace store skips finished dialogues, and the index, the datasets and
+each adapter are kept exactly while their stage key holds (`distill.pipeline.stage_key`: everything they
+read). So Ctrl-C or a kill leaves a run the next invocation resumes, a larger --train-limit extends one,
+and a smaller one trains on the traces of its first dialogues alone.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def _stage(n: int, title: str) -> float:
 
 
 def _check(rc: int, what: str) -> None:
+    if rc == 2:  # a refusal (data_prep.commands): its line above says why, and a rerun meets it again
+        raise SystemExit(f"quickstart: {what} refused its input (the line above says why and what to change)")
     if rc:
         raise SystemExit(f"quickstart: {what} failed (exit {rc}); rerun to resume from here")
 
@@ -167,34 +170,34 @@ STUDENT_ABOUT = (
 
 
 def _check_same_data(out: Path, source: str, split_ratios: str | None, seed: int, default: str) -> None:
-    """A run folder belongs to one source and split: refuse to resume it with different ones."""
+    """A run folder belongs to one source (its content too) and split: refuse to resume it with different ones.
+    A quickstart.json from before the content was recorded gets it (the file it names is taken as it is)."""
+    from distill.pipeline.stage_key import content_fingerprint
+
     stamp = out / "quickstart.json"
-    want = {"source": source, "split_ratios": split_ratios, "seed": seed}
+    want = {"source": source, "split_ratios": split_ratios, "seed": seed, "source_content": content_fingerprint(source)}
     if stamp.is_file():
         have = json.loads(stamp.read_text())
+        have.setdefault("source_content", want["source_content"])
         if have != want:
             diff = ", ".join(f"{k} {have.get(k)!r} -> {v!r}" for k, v in want.items() if have.get(k) != v)
             raise SystemExit(f"quickstart: {out} was made with other data ({diff}); pass a new --out")
-    elif (out / "dialogues").exists() and want != {"source": default, "split_ratios": SAMPLE_SPLIT_RATIOS, "seed": 0}:
+    elif (out / "dialogues").exists() and (source, split_ratios, seed) != (default, SAMPLE_SPLIT_RATIOS, 0):
         raise SystemExit(f"quickstart: {out} holds dialogues from an unknown source; pass a new --out")
-    else:
-        stamp.write_text(json.dumps(want, indent=2))
+    stamp.write_text(json.dumps(want, indent=2))
 
 
-STAMP = "quickstart-inputs.json"
+def _datasets_inputs(out: Path, args: argparse.Namespace) -> dict:
+    """Everything the datasets are built from: the teacher's train run (traces, record, quality checks), the
+    dialogues whose traces they read (the first --train-limit), the options and the student prompts."""
+    from distill.pipeline.stage_key import content_fingerprint, prompt_fingerprint
 
-
-def _datasets_inputs(out: Path, require_gold_emotion: bool) -> dict:
-    """What the datasets are built from: a changed trace file or option means they must be rebuilt."""
-    from distill.pipeline.store import TraceStore
-    from distill.roles.roles import STUDENT_PROMPT_VERSION
-
-    traces = TraceStore(out / "teacher-train").path
     return {
-        "traces_bytes": traces.stat().st_size if traces.is_file() else 0,
-        "require_gold_emotion": require_gold_emotion,
-        "ers_target": "gold",
-        "student_prompt_version": STUDENT_PROMPT_VERSION,
+        "teacher traces": content_fingerprint(out / "teacher-train"),
+        "train limit": args.train_limit,
+        "dialogues": content_fingerprint(out / "dialogues"),
+        "options": {"require_gold_emotion": args.require_gold_emotion, "ers_target": "gold"},
+        "student prompts": prompt_fingerprint("student"),
     }
 
 
@@ -221,11 +224,19 @@ def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> None:
 
 
 def step_index(out: Path, args: argparse.Namespace, source: str) -> None:
-    if (out / "index" / "index.json").is_file():
+    from distill.pipeline.stage_key import content_fingerprint, regenerating, stale, write_key
+
+    inputs = {"dialogues": content_fingerprint(out / "dialogues")}
+    built = (out / "index" / "index.json").is_file()
+    why = stale(out / "index", inputs, migrate=lambda: None) if built else "not built yet"  # built before keys: kept
+    if why is None:
         print(f"reusing {out / 'index'}")
         return
+    if built:
+        regenerating(str(out / "index"), why)
     argv = ["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]
     _run_cli("data_prep", argv, "index")
+    write_key(out / "index", inputs)
 
 
 def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
@@ -240,21 +251,24 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
 
 
 def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
-    made_from = _datasets_inputs(out, args.require_gold_emotion)
-    stamp = out / "datasets" / STAMP
+    from distill.pipeline.stage_key import regenerating, stale, write_key
+
+    inputs = _datasets_inputs(out, args)
     built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE_ROLES)
-    if built and stamp.is_file() and json.loads(stamp.read_text()) == made_from:
+    why = stale(out / "datasets", inputs) if built else "not built yet"
+    if why is None:
         print(f"reusing {out / 'datasets'}")
         return
     if built:
-        print("rebuilding the datasets: the traces or the dataset options changed since they were built")
+        regenerating(str(out / "datasets"), why)
     argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
-    argv += ["--roles", ",".join(CORE_ROLES)]
+    # the teacher's traces of the first --train-limit dialogues: a run made with a larger limit keeps more
+    argv += ["--roles", ",".join(CORE_ROLES), "--limit", str(args.train_limit)]
     # the student's replies are learnt from the human ones: a 135M teacher's replies are often
     # fragments, and those would be its targets
     argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
     _run_cli("distill", argv, "datasets")
-    stamp.write_text(json.dumps(made_from, indent=2))
+    write_key(out / "datasets", inputs)
 
 
 def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:

@@ -7,7 +7,7 @@ the curve's own parts (datasets, training, generation, compare) all run for real
 from __future__ import annotations
 
 import json
-import os
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -524,21 +524,28 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     assert kept["replies-unfiltered"] - kept["teacher-reply"] == {tiny_dialogues[3].id}
 
 
-def _trained_meta(adapter, dataset, budget: int) -> None:
-    """The metadata `python -m train` writes, for an adapter trained on `dataset` at `budget` tokens."""
+def _trained_meta(adapter, dataset, budget: int, weights: str = "trained") -> None:
+    """What `python -m train` writes and `train_stale` then records: the metadata of an adapter trained on
+    `dataset` at `budget` tokens under the CPU train YAML, its weights, and its stage key."""
     from datasets import load_from_disk
 
+    from distill.pipeline.stage_key import write_key
     from distill.roles.roles import STUDENT_PROMPT_VERSION
+    from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, adapter_inputs, training_settings
 
     adapter.mkdir(parents=True, exist_ok=True)
+    options = {"max_tokens_budget": budget}
     meta = {"dataset_fingerprint": load_from_disk(str(dataset))["train"]._fingerprint}
-    meta |= {"prompt_version": STUDENT_PROMPT_VERSION, "train_config": {"max_tokens_budget": budget}}
+    meta |= {"prompt_version": STUDENT_PROMPT_VERSION, "train_config": training_settings(options, CPU_TRAIN_CONFIG)}
     (adapter / "trace_distill_adapter.json").write_text(json.dumps(meta))
+    (adapter / "adapter_model.safetensors").write_text(weights)
+    write_key(adapter, adapter_inputs(dataset, options, CPU_TRAIN_CONFIG))
 
 
-def test_a_variant_links_the_adapters_whose_rows_its_options_left_unchanged(tiny_dialogues, tmp_path, monkeypatch):
-    """`quality: off` changes only the roles the filter dropped rows from: those train, the rest are linked to
-    the lender's adapters (the same dataset fingerprint and budget), and a link never trains into its donor."""
+def test_a_variant_copies_the_adapters_whose_rows_its_options_left_unchanged(tiny_dialogues, tmp_path, monkeypatch):
+    """`quality: off` changes only the roles the filter dropped rows from: those train, the rest are copied from
+    the lender's adapters (the same key), and a copy never changes when its donor is retrained later (a link
+    used to show the donor's new weights under the variant that linked to it, within the same run)."""
     from datasets import load_from_disk
 
     from eval.curve import adapter_runs
@@ -567,16 +574,17 @@ def test_a_variant_links_the_adapters_whose_rows_its_options_left_unchanged(tiny
 
     changed = {r for r in students["traces"].trains if fingerprint("traces", r) != fingerprint("unfiltered", r)}
     assert "cae" in changed and set(trained) == changed and len(changed) < 4
-    for role in set(students["traces"].trains) - changed:
-        assert (adapters / role).resolve() == (point / "adapters-traces" / role).resolve()
-    # the lender retrained on other data: the link goes, and the variant trains its own adapter beside it
-    kept = next(iter(set(students["traces"].trains) - changed))
-    _trained_meta(point / "adapters-traces" / kept, point / "datasets-traces" / "cae", budget)
+    kept = sorted(set(students["traces"].trains) - changed)
+    for role in kept:
+        assert not (adapters / role).is_symlink() and (adapters / role / "adapter_model.safetensors").read_text() == (
+            "trained"
+        )
+    # the donor retrained on other data, in place: the variant's adapter holds what it held, and still fits
+    _trained_meta(point / "adapters-traces" / kept[0], point / "datasets-traces" / "cae", budget, weights="retrained")
+    assert (adapters / kept[0] / "adapter_model.safetensors").read_text() == "trained"
     trained.clear()
     train_student(students["unfiltered"], 5, point, config)
-    assert trained == [kept] and not (adapters / kept).is_symlink()
-    donor = json.loads((point / "adapters-traces" / kept / "trace_distill_adapter.json").read_text())
-    assert donor["dataset_fingerprint"] == fingerprint("traces", "cae")  # the donor was not written into
+    assert trained == []
 
 
 def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogues):
@@ -942,38 +950,89 @@ def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
     }  # fmt: skip
 
 
-def test_a_retrained_lender_drops_its_own_and_its_borrowers_stale_generations(tmp_path, monkeypatch):
-    from eval.curve import curve
-    from eval.curve.curve import CurveConfig, run_point
+def test_a_retrained_lender_drops_its_own_and_its_borrowers_stale_generations(tmp_path, capsys):
+    """A generated system's key holds what its adapters hold: the lender retrained, its own stored generation and
+    that of a variant running its adapters (links) are both dropped, saying why."""
+    from distill.pipeline.stage_key import write_key
+    from eval.compare.reuse import adapter_fingerprints, drop_stale_run, system_inputs
 
-    config = CurveConfig(
-        traces="t", dialogues="d", points=[5], students=["traces"], base=False, probe=False,
-        variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}],
-    )  # fmt: skip
-    point = tmp_path / "n5"
-    for name in ("student-traces", "student-hot"):
-        (point / "eval" / "systems" / name).mkdir(parents=True)
+    lender, borrower = tmp_path / "n5" / "adapters-traces", tmp_path / "n5" / "adapters-hot"
+    borrower.mkdir(parents=True)
     for role in CORE_ROLES:  # a finished earlier run: the lender's adapters, the variant's links to them
-        (point / "adapters-traces" / role).mkdir(parents=True)
-        (point / "adapters-traces" / role / "adapter_model.safetensors").write_text("trained")
-        os.utime(point / "adapters-traces" / role / "adapter_model.safetensors", (1, 1))
-        (point / "adapters-hot").mkdir(exist_ok=True)
-        (point / "adapters-hot" / role).symlink_to(point / "adapters-traces" / role, target_is_directory=True)
+        (lender / role).mkdir(parents=True)
+        (lender / role / "adapter_config.json").write_text("{}")
+        (lender / role / "adapter_model.safetensors").write_text("trained")
+        (borrower / role).symlink_to(lender / role, target_is_directory=True)
 
-    real_train = curve.train_student
+    def stored(name: str, adapters) -> tuple:
+        pipeline = {"prompt_style": "student", "use_adapters": True}
+        system = {"name": name, "backend": {"type": "local", "adapters": str(adapters)}, "pipeline": pipeline}
+        store, config = TraceStore(tmp_path / "systems" / name), PipelineConfig(**pipeline)
+        fingerprints = adapter_fingerprints(system["backend"])
+        info = RunInfo(config.key_dict(), "local", "m", "v2", {"adapter_fingerprints": fingerprints}, system=system)
+        store.claim(info)
+        write_key(store.run_dir, system_inputs(system, config, fingerprints, None))
+        return store, system, config
 
-    def train(student, n, point, config):
-        if student.name != "traces":
-            return real_train(student, n, point, config)
-        (point / "adapters-traces" / "ers" / "adapter_model.safetensors").write_text("retrained")  # ers anew
-        return point / "adapters-traces"
+    runs = [stored("student-traces", lender), stored("student-hot", borrower)]
 
-    monkeypatch.setattr(curve, "train_student", train)
-    monkeypatch.setattr(curve, "build_datasets", lambda *args: None)
-    monkeypatch.setattr(curve, "run_compare", lambda point, compare: point / "eval" / "report.json")
-    run_point(5, [], None, config, tmp_path)
-    assert not (point / "eval" / "systems" / "student-traces").exists()  # its own: the old ers adapter's replies
-    assert not (point / "eval" / "systems" / "student-hot").exists()  # it ran the old ers adapter
+    def drop_stale() -> None:
+        for store, system, config in runs:
+            drop_stale_run(store, system["name"], system, config, adapter_fingerprints(system["backend"]), None)
+
+    drop_stale()
+    assert all(store.run_dir.exists() for store, _, _ in runs)  # nothing changed: both reused
+    (lender / "ers" / "adapter_model.safetensors").write_text("retrained")  # ers anew
+    capsys.readouterr()
+    drop_stale()
+    assert not any(store.run_dir.exists() for store, _, _ in runs)
+    assert "regenerating system 'student-hot': adapter 'ers' holds other weights" in capsys.readouterr().out
+
+
+def _point_config(tmp_path, **fields) -> dict:
+    """A point's compare config over the sample's dialogues: a stored base run and a student with one adapter."""
+    adapters = tmp_path / "adapters-traces"
+    (adapters / "ers").mkdir(parents=True, exist_ok=True)
+    (adapters / "ers" / "adapter_config.json").write_text("{}")
+    (adapters / "ers" / "adapter_model.safetensors").write_bytes(b"weights of the first training")
+    (adapters / "ers" / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "aaaa"}))
+    base = tmp_path / "base"
+    base.mkdir(exist_ok=True)
+    (base / "traces.jsonl").write_text('{"made": "with the old prompts"}\n')
+    student = {
+        "name": "student-traces",
+        "backend": {"type": "local", "adapters": str(adapters)},
+        "pipeline": {"prompt_style": "student", "use_adapters": True},
+    }
+    dialogues = tmp_path / "dialogues"
+    if not dialogues.exists():
+        _sample_dialogues(tmp_path)
+    systems = [student, {"name": "base", "traces": str(base)}]
+    return {"dialogues": str(dialogues), "limit": 2, "ppl": None, "bertscore": None, "systems": systems, **fields}
+
+
+def _report_of(config_dict: dict, path) -> dict:
+    """What `eval compare` stores for `config_dict` (its config, key and adapters), without scoring anything."""
+    from distill.pipeline.stage_key import stage_key
+    from eval.compare.compare import load_index, load_test_dialogues
+    from eval.compare.reuse import adapter_fingerprints, json_config, report_inputs
+    from eval.compare.systems import CompareConfig
+
+    config = CompareConfig.model_validate(config_dict)
+    test = load_test_dialogues(config, str(path))
+    fingerprints = {s.name: fp for s in config.systems if s.backend and (fp := adapter_fingerprints(s.backend))}
+    key = stage_key(report_inputs(config, test, load_index(config, test, str(path))))
+    return {"config": json_config(config), "stage_key": key, "adapter_fingerprints": fingerprints}
+
+
+def _why(report: dict, config_dict: dict, path) -> str | None:
+    from eval.compare.compare import load_index, load_test_dialogues
+    from eval.compare.reuse import report_changed
+    from eval.compare.systems import CompareConfig
+
+    config = CompareConfig.model_validate(config_dict)
+    test = load_test_dialogues(config, str(path))
+    return report_changed(report, config, test, load_index(config, test, str(path)))
 
 
 def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
@@ -983,13 +1042,13 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
     from eval.curve.curve import COMPARE_DIR, run_compare
 
     def compare(*systems):
-        return {"dialogues": "d", "split": "test", "systems": [{"name": s, "traces": f"t-{s}"} for s in systems]}
+        return _point_config(tmp_path) | {"systems": [{"name": s, "traces": f"t-{s}"} for s in systems]}
 
     ran = []
 
-    def fake_run(args):  # what cli_compare.run stores: the validated config of the file it was given
+    def fake_run(args):  # what cli_compare.run stores: the validated config of the file it was given, its key
         ran.append(args.config)
-        report = {"config": load_config(args.config).model_dump(), "systems": {}}
+        report = _report_of(load_config(args.config).model_dump(), args.config) | {"systems": {}}
         (tmp_path / COMPARE_DIR / REPORT_JSON).write_text(json.dumps(report))
         return 0
 
@@ -1008,34 +1067,82 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
 
 def test_a_report_is_reused_only_over_adapters_that_hold_what_they_held(tmp_path):
     """The curve's reuse decision (`run_compare`'s): two configs alike, adapters under the same path that hold
-    other weights or learnt another dataset make the report stale; so does a report stored without them."""
-    from eval.compare.reuse import adapter_fingerprints, report_changed
-
-    adapter = tmp_path / "adapters-traces" / "ers"
-    adapter.mkdir(parents=True)
-    (adapter / "adapter_config.json").write_text("{}")
-    (adapter / "adapter_model.safetensors").write_bytes(b"weights of the first training")
-    (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "aaaa"}))
-    config = {"dialogues": "d", "systems": [{"name": "student-traces", "backend": {"adapters": str(adapter.parent)}}]}
-    system = config["systems"][0]["backend"]
-    stored = {"config": config, "adapter_fingerprints": {"student-traces": adapter_fingerprints(system)}}
-    assert report_changed(stored, config, {"student-traces": adapter_fingerprints(system)}) is None
+    other weights or learnt another dataset make the report stale; so does a report stored without a key."""
+    config = _point_config(tmp_path)
+    stored, adapter = _report_of(config, "c.yaml"), tmp_path / "adapters-traces" / "ers"
+    assert _why(stored, config, "c.yaml") is None
 
     (adapter / "adapter_model.safetensors").write_bytes(b"weights of the second training")  # same path, retrained
-    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
-    assert why.startswith("system 'student-traces': adapter 'ers' holds other weights (sha256 ")
+    assert _why(stored, config, "c.yaml").startswith("system 'student-traces': adapter 'ers' holds other weights (")
     (adapter / "trace_distill_adapter.json").write_text(json.dumps({"dataset_fingerprint": "bbbb"}))
-    why = report_changed(stored, config, {"student-traces": adapter_fingerprints(system)})
-    assert why == "system 'student-traces': adapter 'ers' was retrained on another dataset (fingerprint aaaa → bbbb)"
-
-    old = {"config": config}  # a report written before adapters were fingerprinted
-    why = report_changed(old, config, {"student-traces": adapter_fingerprints(system)})
-    assert why == (
-        "system 'student-traces': the report holds no adapter fingerprints (written before they were recorded)"
+    assert _why(stored, config, "c.yaml") == (
+        "system 'student-traces': adapter 'ers' was retrained on another dataset (fingerprint aaaa → bbbb)"
     )
-    assert report_changed(old, config, {}) is None  # no system with adapters: nothing more to compare
-    other = {**config, "limit": 2}
-    assert report_changed(old, other, {}) == "its config changed (limit: stored None, now 2)"
+    old = {"config": stored["config"]}  # a report written before stage keys
+    assert _why(old, config, "c.yaml") == "no stage key recorded (made by an earlier version)"
+    stored = _report_of(config, "c.yaml")
+    assert _why(stored, {**config, "limit": 3}, "c.yaml") == "its config changed (limit: stored 2, now 3)"
+    assert _why(stored, {**config, "paper_reference": "trace-table1"}, "c.yaml") == (
+        "its config changed (paper_reference: stored None, now 'trace-table1')"
+    )
+
+
+def test_a_report_is_computed_again_when_its_base_run_or_its_test_dialogues_change(tmp_path):
+    """The base system is a `traces:` path: regenerated (a prompt change), its old figures must not stay in every
+    point's report; dialogues rebuilt at the same path (other test ids) make the report stale too."""
+    from data_prep.__main__ import main as data_prep_main
+    from data_prep.loaders import SAMPLE_PATH
+
+    config = _point_config(tmp_path)
+    stored = _report_of(config, "c.yaml")
+    (tmp_path / "base" / "traces.jsonl").write_text('{"made": "with the new prompts"}\n')
+    assert _why(stored, config, "c.yaml") == "its system 'base' changed"
+    stored = _report_of(config, "c.yaml")
+    argv = ["dialogues", "--source", str(SAMPLE_PATH), "--out", config["dialogues"], "--seed", "7"]
+    assert data_prep_main(argv) == 0  # the same path, another split
+    assert _why(stored, config, "c.yaml") == "its test dialogues changed"
+
+
+def test_a_generated_system_is_made_again_when_its_prompts_prompt_version_or_config_change(
+    tmp_path, monkeypatch, capsys
+):
+    """A prompt edited without a version bump changes a generated system's key (its rendered prompts); a version
+    bump or another config says so from the run's own record."""
+    from distill.pipeline.stage_key import write_key
+    from distill.roles import roles
+    from eval.compare.reuse import drop_stale_run, system_inputs
+
+    pipeline = {"prompt_style": "teacher", "use_adapters": False}
+    system = {"name": "base", "backend": {"type": "local"}, "pipeline": pipeline}
+    config = PipelineConfig(**pipeline)
+
+    def stored() -> TraceStore:
+        store = TraceStore(tmp_path / "base")
+        store.claim(RunInfo(config.key_dict(), "local", "m", roles.prompt_version("teacher"), system=system))
+        write_key(store.run_dir, system_inputs(system, config, {}, None))
+        return store
+
+    store = stored()
+    drop_stale_run(store, "base", system, config, {}, None)
+    assert store.run_dir.exists()
+    monkeypatch.setattr(roles, "ROLES", {**roles.ROLES, "asi": replace(roles.ROLES["asi"], task="Name the emotion.")})
+    capsys.readouterr()
+    drop_stale_run(store, "base", system, config, {}, None)
+    assert not store.run_dir.exists()
+    assert capsys.readouterr().out == "regenerating system 'base': its prompts changed\n"
+    monkeypatch.undo()
+    store = stored()
+    monkeypatch.setattr(roles, "PROMPT_VERSION", "v9")
+    drop_stale_run(store, "base", system, config, {}, None)
+    assert not store.run_dir.exists()
+    assert capsys.readouterr().out == "regenerating system 'base': the prompt version changed (stored v2, now v9)\n"
+    store = stored()
+    other = {**system, "backend": {"type": "local", "batch_size": 4}}  # what decodes it, nothing else
+    drop_stale_run(store, "base", other, config, {}, None)
+    assert not store.run_dir.exists()
+    assert capsys.readouterr().out == (
+        "regenerating system 'base': its config changed (backend.batch_size: stored None, now 4)\n"
+    )
 
 
 @pytest.mark.slow  # three compares of a tiny student

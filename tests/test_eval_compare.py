@@ -413,10 +413,8 @@ def test_external_adapters_config_evaluates_plain_peft_folders(tmp_path, smollm_
 
 @pytest.mark.slow
 def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_path, tiny_dialogues, capsys):
-    """The first system is generated and stored, then the compare dies on the second. The rerun reuses
-    the stored traces: the first system's model is deleted in between, so any backend use would fail."""
-    import shutil
-
+    """The first system is generated and stored, then the compare dies on the second. The rerun reuses the
+    stored traces byte for byte. (The model stays: a generated system's key holds its base weights' content.)"""
     from fault_proxy import make_tiny_model
 
     model = make_tiny_model(smollm_path, tmp_path / "tiny")
@@ -433,11 +431,12 @@ def test_compare_resumes_a_crashed_run_without_regenerating(tmp_path, smollm_pat
     assert "no-such-model" in capsys.readouterr().err
     stored, _ = TraceStore(out / "systems" / "student").read()
     assert len(stored) == 2 and not (out / "report.json").exists()
-    shutil.rmtree(model)
+    traces = (out / "systems" / "student" / "traces.jsonl").read_bytes()
     cfg["systems"] = [student]
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["systems"][0]["source"] == f"reused from {out / 'systems' / 'student'}"
+    assert (out / "systems" / "student" / "traces.jsonl").read_bytes() == traces
     assert report["systems"][0]["n"] == 2
 
 
@@ -531,10 +530,11 @@ def test_a_student_whose_adapter_was_retrained_under_the_same_path_is_generated_
     report = json.loads((out / "report.json").read_text())
     assert report["adapter_fingerprints"] == {"student": {"ers": now}}
 
-    # a run stored before fingerprints were recorded cannot show which adapter it ran: generated again
+    # a run stored before stage keys and fingerprints were recorded cannot show which adapter it ran: made again
     record = json.loads((stored / "run.json").read_text())
     del record["backend"]["adapter_fingerprints"]
     (stored / "run.json").write_text(json.dumps(record))
+    (stored / "stage-key.json").unlink()
     source, log = compare()
     assert source == "generated" and "regenerating system 'student': its run.json holds no adapter fingerprints" in log
 
@@ -572,3 +572,46 @@ def test_an_adapter_folder_holding_another_roles_adapter_is_one_line(tmp_path, t
     shutil.copytree(adapters / "cae", adapters / "cae-copy")
     assert main(["compare", "--config", config, "--out", str(tmp_path / "out")]) != 0
     assert f"{adapters / 'cae-copy'}: a second adapter for role 'cae'" in capsys.readouterr().err
+
+
+def test_a_generated_systems_key_holds_its_index_base_weights_and_resolved_dtype(tmp_path, monkeypatch, capsys):
+    """Inputs no key held: the exemplar index's content, the base model's weights and what `dtype: auto` resolved
+    to. A change to any of them makes a stored generation stale, and the log names it."""
+    import numpy as np
+
+    import data_prep.models as models
+    from data_prep.retrieval import ExemplarIndex, IndexEntry
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.stage_key import write_key
+    from eval.compare.reuse import drop_stale_run, system_inputs
+
+    model = tmp_path / "base-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"the base weights")
+    pipeline = {"prompt_style": "teacher", "use_adapters": False}
+    system = {"name": "base", "backend": {"type": "local", "model": str(model), "dtype": "auto"}, "pipeline": pipeline}
+    config = PipelineConfig(**pipeline)
+    entry = IndexEntry("d1", "c1", "happiness", "I passed.", "Well done!")
+    index = ExemplarIndex(np.ones((1, 4)), [entry])
+
+    def stale_after(change) -> str:
+        store = TraceStore(tmp_path / "systems" / "base")
+        store.claim(RunInfo(config.key_dict(), "local", str(model), PROMPT_VERSION, system=system))
+        write_key(store.run_dir, system_inputs(system, config, {}, index))
+        change()
+        capsys.readouterr()
+        drop_stale_run(store, "base", system, config, {}, index)
+        assert not store.run_dir.exists()
+        return capsys.readouterr().out.strip()
+
+    assert stale_after(lambda: index.vectors.__setitem__(0, 2.0)) == "regenerating system 'base': its index changed"
+    weights = model / "model.safetensors"
+    assert stale_after(lambda: weights.write_bytes(b"other weights")) == (
+        "regenerating system 'base': its base model changed"
+    )
+    dtype = models.resolve_dtype
+    other = {str(dtype("fp32", "cpu")): dtype("bf16", "cpu"), str(dtype("bf16", "cpu")): dtype("fp32", "cpu")}
+    assert stale_after(
+        lambda: monkeypatch.setattr(models, "resolve_dtype", lambda d, device: other[str(dtype(d, device))])
+    ) == ("regenerating system 'base': its base model changed")  # `auto` resolves otherwise on another machine

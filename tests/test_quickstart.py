@@ -8,7 +8,7 @@ import pytest
 
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
-from eval.curve.adapter_runs import stale_reason
+from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason
 from eval.quickstart import headline, main
 
 # No card examples: each decodes to its role's token cap on these barely trained adapters, and the README
@@ -51,7 +51,7 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     larger = [a if a != "4" else "5" for a in SMALL]
     assert main(["--out", str(out), *larger]) == 0
     third = capsys.readouterr().out
-    assert "wrote 1 traces" in third and "rebuilding the datasets" in third
+    assert "wrote 1 traces" in third and f"regenerating {out / 'datasets'}: its teacher traces changed" in third
     for role, old in before.items():
         new = json.loads((out / "adapters" / role / "trace_distill_adapter.json").read_text())
         # a role retrains exactly when its rows changed (a failed new trace leaves them as they were)
@@ -59,8 +59,21 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
         assert changed == (f"retraining {role}: its dataset changed" in third), role
 
 
+def _trained(adapter, fingerprint: str, settings: dict, version: str = STUDENT_PROMPT_VERSION) -> None:
+    """The metadata `python -m train` writes (its record of what it trained from), no stage key yet."""
+    from distill.pipeline.stage_key import KEY_FILE
+
+    adapter.mkdir(parents=True, exist_ok=True)
+    meta = {"dataset_fingerprint": fingerprint, "prompt_version": version, "train_config": settings}
+    (adapter / "trace_distill_adapter.json").write_text(json.dumps(meta))
+    (adapter / KEY_FILE).unlink(missing_ok=True)
+
+
 def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     from datasets import Dataset, DatasetDict, load_from_disk
+
+    from distill.pipeline.stage_key import KEY_FILE
+    from eval.curve.adapter_runs import training_settings
 
     def save(rows):
         DatasetDict(train=Dataset.from_dict({"x": rows})).save_to_disk(str(tmp_path / "datasets" / "asi"))
@@ -68,14 +81,9 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
 
     adapter, dataset = tmp_path / "adapters" / "asi", tmp_path / "datasets" / "asi"
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "not trained yet"
-    meta = {
-        "dataset_fingerprint": save([1, 2]),
-        "prompt_version": STUDENT_PROMPT_VERSION,
-        "train_config": {"max_tokens_budget": 300},
-    }
-    (tmp_path / "adapters" / "asi").mkdir(parents=True)
-    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(json.dumps(meta))
-    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
+    _trained(adapter, save([1, 2]), training_settings({"max_tokens_budget": 300}, CPU_TRAIN_CONFIG))
+    assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None  # made before keys: migrated
+    assert (adapter / KEY_FILE).is_file()
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 600}) == "the token budget changed"
     assert (
         stale_reason(adapter, dataset, {"max_tokens_budget": 300, "learning_rate": 2e-3}) == "its learning_rate changed"
@@ -84,10 +92,32 @@ def test_adapter_is_stale_when_its_dataset_budget_or_format_changed(tmp_path):
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "its dataset changed"
     save([1, 2])  # the same rows again: the same fingerprint, nothing to retrain
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) is None
-    (tmp_path / "adapters" / "asi" / "trace_distill_adapter.json").write_text(
-        json.dumps({**meta, "prompt_version": "v1"})
-    )
+    settings = training_settings({"max_tokens_budget": 300}, CPU_TRAIN_CONFIG)
+    _trained(adapter, save([1, 2]), settings, version="v1")  # an adapter from before keys, for older prompts
     assert stale_reason(adapter, dataset, {"max_tokens_budget": 300}) == "it was trained for student prompt version v1"
+
+
+def test_an_edit_to_the_train_yaml_retrains(tmp_path):
+    """Every setting of the train YAML is in an adapter's key, not only the recipe's flags: a new LoRA rank retrains
+    (it used to be reused, and with it every report)."""
+    import yaml
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    from distill.pipeline.stage_key import write_key
+    from eval.curve.adapter_runs import adapter_inputs, training_settings
+
+    dataset, adapter = tmp_path / "datasets" / "asi", tmp_path / "adapters" / "asi"
+    DatasetDict(train=Dataset.from_dict({"x": [1, 2]})).save_to_disk(str(dataset))
+    options = {"max_tokens_budget": 300}
+    _trained(adapter, load_from_disk(str(dataset))["train"]._fingerprint, training_settings(options, CPU_TRAIN_CONFIG))
+    write_key(adapter, adapter_inputs(dataset, options, CPU_TRAIN_CONFIG))  # what `train_stale` records
+    config = tmp_path / "train.yaml"
+    config.write_text(CPU_TRAIN_CONFIG.read_text())
+    assert stale_reason(adapter, dataset, options, config) is None
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "lora_r": 32}))
+    assert stale_reason(adapter, dataset, options, config) == "its lora_r changed"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "lora_r": 16, "num_train_epochs": 1}))
+    assert stale_reason(adapter, dataset, options, config) == "its num_train_epochs changed"
 
 
 def test_run_folder_of_other_data_is_refused(tmp_path):
@@ -104,6 +134,7 @@ def test_run_folder_of_other_data_is_refused(tmp_path):
 def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     """The real-data experiment is the quickstart with --source/--split-ratios/--seed: they must be used."""
     import data_prep.__main__ as data_prep_main
+    from distill.pipeline.stage_key import content_fingerprint
 
     seen = []
 
@@ -122,7 +153,13 @@ def test_source_and_split_reach_the_dialogue_stage(tmp_path, monkeypatch):
     assert argv[:2] == ["dialogues", "--source"] and argv[2] == str(src.resolve())
     assert argv[argv.index("--split-ratios") + 1] == "0.8,0,0.2" and argv[argv.index("--seed") + 1] == "3"
     stamp = json.loads((tmp_path / "qs" / "quickstart.json").read_text())
-    assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3}
+    assert stamp == {"source": str(src.resolve()), "split_ratios": "0.8,0,0.2", "seed": 3} | {
+        "source_content": content_fingerprint(src)
+    }
+    # the same file edited in place is other data: refused, not resumed over dialogues made from the old one
+    src.write_text("utterances,prompt,emotion_id,gold_response\nhi,there,1,hello\n")
+    with pytest.raises(SystemExit, match=r"made with other data \(source_content "):
+        main(["--out", str(tmp_path / "qs"), "--source", str(src), "--split-ratios", "0.8,0,0.2", "--seed", "3"])
 
 
 def test_role_budgets_override_the_defaults_and_refuse_unknown_roles(capsys):
@@ -170,3 +207,36 @@ def test_headline_says_what_holms_adjustment_makes_of_an_interval_that_excludes_
         json.dumps({"paired": [{**i_acc, "p_value": 0.002, "p_holm": 0.006, "survives_holm": True}, *others]})
     )
     assert "gives p 0.006: the difference holds at a family-wise error rate of 0.05." in headline(path)
+
+
+def test_a_smaller_train_limit_on_a_rerun_trains_on_its_first_dialogues_alone(tmp_path):
+    """The teacher annotated 6 train dialogues; a rerun with --train-limit 3 builds the datasets from the traces of
+    the first 3 (it used to keep the 6-dialogue datasets, and the student was reported as having learnt from 3)."""
+    import argparse
+
+    from datasets import load_from_disk
+    from test_curve import handmade_trace
+
+    from data_prep.__main__ import main as data_prep_main
+    from data_prep.loaders import SAMPLE_PATH, load_split
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.store import RunInfo, TraceStore
+    from eval.quickstart import SAMPLE_SPLIT_RATIOS, step_datasets
+
+    out = tmp_path / "qs"
+    argv = ["dialogues", "--source", str(SAMPLE_PATH), "--out", str(out / "dialogues")]
+    assert data_prep_main([*argv, "--split-ratios", SAMPLE_SPLIT_RATIOS]) == 0
+    train = load_split(out / "dialogues", "train")[:6]
+    store = TraceStore(out / "teacher-train")
+    source = {"dialogues": str((out / "dialogues").resolve())}
+    store.claim(RunInfo(PipelineConfig().key_dict(), "handmade", "handmade", "v2", split="train", source=source))
+    for d in train:
+        store.append(handmade_trace(d))
+
+    def asi_dialogues(limit: int) -> set[str]:
+        step_datasets(out, argparse.Namespace(train_limit=limit, require_gold_emotion=False), str(SAMPLE_PATH))
+        built = load_from_disk(str(out / "datasets" / "asi"))
+        return {row for split in built for row in built[split]["dialogue_id"]}
+
+    assert asi_dialogues(6) == {d.id for d in train}
+    assert asi_dialogues(3) == {d.id for d in train[:3]}

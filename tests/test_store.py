@@ -162,3 +162,22 @@ def test_top_p_and_min_p_enter_the_trace_key_only_when_set():
         trace_key(_PINNED_DIALOGUE, c, "local", "smollm2-135m", "v2") for c in (_OLDER_RUN_PIPELINE, nucleus, floor)
     }
     assert len(keys) == 3
+
+
+def test_a_run_from_before_a_new_setting_is_refused_naming_what_to_delete(tmp_path):
+    """A teacher run made before `stop_loops` (its run.json has no such field) cannot resume under today's teacher
+    config, which turns it on: the refusal says what to delete, and the quickstart never says "rerun to resume"."""
+    from distill.pipeline.config import PipelineConfig
+    from eval.quickstart import _check
+
+    before = PipelineConfig(prompt_style="teacher").key_dict()
+    assert "stop_loops" not in before  # a field at its default is not in the key: old runs keep theirs
+    store = TraceStore(tmp_path / "teacher-train")
+    store.claim(_info(pipeline=before))
+    store.claim(_info(pipeline=PipelineConfig(prompt_style="teacher", stop_loops=False).key_dict()))  # the same run
+    now = PipelineConfig(prompt_style="teacher", stop_loops=True).key_dict()
+    with pytest.raises(StoreError, match=rf"stop_loops: stored None, now True.*delete {tmp_path / 'teacher-train'} "):
+        store.claim(_info(pipeline=now))
+    with pytest.raises(SystemExit) as refused:
+        _check(2, "generate train")  # the exit code of a refused input (data_prep.commands.user_error)
+    assert "rerun to resume" not in str(refused.value) and "the line above says why" in str(refused.value)

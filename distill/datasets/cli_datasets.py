@@ -27,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
     parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
     parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="use only the traces of the first N dialogues of the run's split, as `distill generate --limit N` "
+        "picks them (a run extended to more dialogues still trains on N)",
+    )
+    parser.add_argument(
         "--push-to-hub",
         default=None,
         metavar="REPO_ID",
@@ -47,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.rationale_share <= 1:
         raise ValueError(f"--rationale-share must be in (0, 1], got {args.rationale_share}")
     traces, info, problems = read_run(Path(args.traces))
+    if args.limit is not None:
+        traces = first_dialogues(traces, info, args.limit, args.traces)
     roles = None if args.roles == "all" else [r.strip() for r in args.roles.split(",") if r.strip()]
     options = DatasetOptions(
         require_gold_emotion=args.require_gold_emotion,
@@ -85,6 +94,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({role: str(out / role) for role in built}))
     return push_hub_dataset(out, list(built), args) if args.push_to_hub else 0
+
+
+def first_dialogues(traces: list, info, limit: int, run_dir: str) -> list:
+    """The traces of the first `limit` dialogues of the split the run records, each on the very dialogue the
+    split holds today (a trace of an older version of it is left out)."""
+    from data_prep.loaders import load_split
+
+    if limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    if info is None or not info.split or not info.source.get("dialogues"):
+        raise ValueError(f"{run_dir}: run.json records no dialogues and split; --limit needs them")
+    wanted = {d.id: d for d in load_split(info.source["dialogues"], info.split)[:limit]}
+    return [t for t in traces if wanted.get(t.dialogue.id) == t.dialogue]
 
 
 def _changed_thresholds(path: str | None) -> dict:

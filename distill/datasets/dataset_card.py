@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from distill.pipeline.stage_key import KEY_FILE
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
 from distill.quality.checks import CHECKS
@@ -51,7 +52,7 @@ def read_run(run_dir: Path) -> tuple[list[Trace], Optional[RunInfo], list[str]]:
     if not store.path.is_file():
         raise ValueError(f"{run_dir}: no {store.path.name}; is this a trace run directory?")
     for entry in sorted(run_dir.iterdir()):
-        if entry.name not in (store.run_path.name, store.path.name, QUALITY_FILE) and not entry.name.startswith("."):
+        if entry.name not in (store.run_path.name, store.path.name, QUALITY_FILE, KEY_FILE) and entry.name[0] != ".":
             problems.append(f"{entry}: not part of a trace run; ignored")
     traces, store_problems = store.read()
     problems += store_problems

@@ -175,8 +175,9 @@ class TraceStore:
             if old[name] != new[name]:
                 detail = first_difference(old[name], new[name])
                 raise StoreError(
-                    f"{self.run_path}: field '{name}' differs from this run ({detail}); "
-                    "traces from another config go to another --out directory"
+                    f"{self.run_path}: field '{name}' differs from this run ({detail}): it was made by another "
+                    f"config or an earlier version and cannot resume; delete {self.run_dir} to make it again, "
+                    "or pass another --out"
                 )
 
 

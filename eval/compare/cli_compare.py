@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from distill.adapters.adapters import AdapterError
 from eval.compare.compare import REPORT_JSON, build_report, load_config
 from eval.compare.systems import CompareError
 
@@ -16,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory for report.json, report.md and the plots")
 
 
-USER_ERRORS = (CompareError,)  # one line, exit 2 (data_prep.commands)
+# one line, exit 2 (data_prep.commands); an adapters folder is first read for the report's key, before any system
+USER_ERRORS = (CompareError, AdapterError)
 
 
 def run(args: argparse.Namespace) -> int:

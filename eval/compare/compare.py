@@ -16,9 +16,11 @@ from typing import Any, Optional
 
 from data_prep.config_file import load_config as load_config_file
 from data_prep.dialogues import Dialogue
+from distill.pipeline.stage_key import stage_key
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed, imported_chain_cost
 from eval.compare.paired import ALPHA, human_gold, paired_comparisons
+from eval.compare.reuse import report_inputs
 from eval.compare.run_figures import reflection_figures, reply_rates, retries_per_role, trace_quality
 from eval.compare.systems import (
     CompareConfig,
@@ -266,6 +268,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     test = load_test_dialogues(config, config_file)
     index = load_index(config, test, config_file)
     train = load_train_labels(config, test, config_file)
+    key = stage_key(report_inputs(config, test, index))  # what it reads, before it reads it
     runs = collect_systems(config, test, index, config_file, out)
     reference = next(r for r in runs if r.name == config.reference_system())
     settings = metric_settings(config)
@@ -284,6 +287,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
         {
             "config_file": config_file,
             "config": config.model_dump(),
+            "stage_key": key,  # a stored report is reused exactly while this key holds (`eval.compare.reuse`)
             # what each generated system's adapters held: a rerun reuses this report only over the same ones
             "adapter_fingerprints": {run.name: run.adapter_fingerprints for run in runs if run.adapter_fingerprints},
             "test": {

@@ -1,19 +1,35 @@
-"""One reuse rule for what `eval compare` stores, and so for the quickstart's eval stage and `eval curve`'s points.
+"""The keys of what `eval compare` stores: a generated system's traces (`systems/<name>`) and a report (`report.json`),
+so of the quickstart's eval stage and `eval curve`'s points. The rule itself is `distill.pipeline.stage_key`'s.
 
-A generated system's traces (`systems/<name>`) and a report (`report.json`) are reused only while everything
-they were computed from is unchanged: the system's config as written (backend and pipeline), the pipeline
-settings and prompt version its traces are keyed on, and what its adapters hold (`adapter_fingerprint`: the
-sha256 of the weights and the fingerprint of the dataset they learnt). A path says where an adapter is, not
-what it is: an adapter retrained under the same path must not lend its old replies to the new one. Anything
-changed, the stored work is computed again and the log says why, in one line (`regenerating <what>: <why>`).
+A generated system's key holds its config as written (backend and pipeline), the pipeline settings and prompt
+version its traces are keyed on, the rendered prompts, the base model's weights and resolved dtype, the exemplar
+index, and what its adapters hold (`adapter_fingerprint`: the sha256 of the weights and the fingerprint of the
+dataset they learnt: a path says where an adapter is, not what it is). A report's key holds its config, the test
+dialogues it scored (ids and content), the dialogues folder (the probe learns from its train split), the index,
+each generated system's key and the content of each `traces:` run it read. Anything changed, the stored work is
+computed again and the log says why, in one line (`regenerating <what>: <why>`). A run stored before keys were
+recorded is migrated while the check it was made under (`system_changed`) still passes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Optional
 
+from data_prep.dialogues import Dialogue
 from distill.adapters.adapters import adapter_fingerprint
 from distill.backends.adapter_switch import adapter_dirs
+from distill.pipeline.stage_key import (
+    changed_input,
+    content_fingerprint,
+    digest,
+    model_fingerprint,
+    prompt_fingerprint,
+    regenerating,
+    stage_key,
+    stale,
+)
 from distill.pipeline.store import RunInfo, TraceStore, first_difference
 
 Fingerprints = dict[str, dict[str, Optional[str]]]  # role -> adapter_fingerprint
@@ -45,35 +61,100 @@ def system_changed(
     return None
 
 
+def index_fingerprint(index) -> Optional[str]:
+    """What an exemplar index holds (its vectors and entries), None for no index."""
+    if index is None:
+        return None
+    import hashlib
+
+    return digest([hashlib.sha256(index.vectors.tobytes()).hexdigest(), [vars(e) for e in index.entries]])
+
+
+def system_inputs(system: dict[str, Any], pipeline_config, adapters: Fingerprints, index) -> dict[str, Any]:
+    """Everything a generated system's traces are computed from (`system`: its spec as JSON)."""
+    from distill.roles.roles import prompt_version
+
+    style = pipeline_config.prompt_style
+    return {
+        "config": comparable(system),
+        "pipeline settings": pipeline_config.key_dict(),
+        "prompt version": prompt_version(style),
+        "prompts": prompt_fingerprint(style),
+        "adapters": adapters,
+        "base model": model_fingerprint(system.get("backend") or {}),
+        "index": index_fingerprint(index),
+    }
+
+
 def drop_stale_run(
-    store: TraceStore, name: str, system: dict[str, Any], pipeline_config, adapters: Fingerprints
-) -> None:
-    """Delete the stored run of generated system `name` when an earlier compare made it from other inputs
-    (`system_changed`), saying why: its traces would otherwise be reused, or resumed, as this system's."""
+    store: TraceStore, name: str, system: dict[str, Any], pipeline_config, adapters: Fingerprints, index
+) -> dict[str, Any]:
+    """Delete the stored run of generated system `name` when an earlier compare made it from other inputs, saying
+    why: its traces would otherwise be reused, or resumed, as this system's. Returns the system's inputs, whose
+    key `generate_system` records once it claims the run."""
     import shutil
 
     from distill.roles.roles import prompt_version
 
+    inputs = system_inputs(system, pipeline_config, adapters, index)
     info = store.run_info()
     if info is None or info.system is None:  # nothing stored, or a run this compare did not write: claim decides
-        return
+        return inputs
     style = pipeline_config.prompt_style
-    why = system_changed(info, system, pipeline_config.key_dict(), prompt_version(style), adapters)
+
+    def explain() -> Optional[str]:  # the run.json's own record says how it differs, where it can
+        return system_changed(info, system, pipeline_config.key_dict(), prompt_version(style), adapters)
+
+    details = dict.fromkeys(("config", "pipeline settings", "prompt version", "adapters"), explain)
+    why = stale(store.run_dir, inputs, migrate=explain, details=details)
     if why:
         regenerating(f"system '{name}'", why)
         shutil.rmtree(store.run_dir)
+    return inputs
 
 
-def report_changed(report: dict[str, Any], config: dict[str, Any], adapters: dict[str, Fingerprints]) -> Optional[str]:
-    """Why a stored report is not the report of `config` (a compare config as JSON) over adapters that hold
-    `adapters` (system -> fingerprints, systems with adapters only); None when it is."""
-    if report.get("config") != config:
-        return f"its config changed ({first_difference(report.get('config'), config)})"
-    stored = report.get("adapter_fingerprints") or {}
-    for name, now in adapters.items():
-        if why := adapters_changed(stored.get(name), now, "the report"):
-            return f"system '{name}': {why}"
-    return None
+def report_inputs(config, test: Sequence[Dialogue], index) -> dict[str, Any]:
+    """Everything a compare's report is computed from (`config`: a validated `CompareConfig`; `test`: its test
+    dialogues; `index`: its loaded exemplar index)."""
+    from distill.pipeline.config import PipelineConfig
+
+    inputs: dict[str, Any] = {
+        "config": json_config(config),
+        "test dialogues": digest([d.model_dump() for d in test]),
+        "dialogues": content_fingerprint(config.dialogues),
+        "index": index_fingerprint(index),
+    }
+    for spec in config.systems:
+        if spec.traces is not None:
+            inputs[f"system '{spec.name}'"] = content_fingerprint(Path(spec.traces))
+        elif spec.probe is None:
+            adapters = adapter_fingerprints(spec.backend)
+            system = spec.model_dump(mode="json")
+            inputs[f"system '{spec.name}'"] = system_inputs(system, PipelineConfig(**spec.pipeline), adapters, index)
+    return inputs
+
+
+def json_config(config) -> dict[str, Any]:
+    """A compare config as report.json stores it."""
+    import json
+
+    return json.loads(json.dumps(config.model_dump()))
+
+
+def report_changed(report: dict[str, Any], config, test: Sequence[Dialogue], index) -> Optional[str]:
+    """Why a stored report is not the report `config` (a validated `CompareConfig`) would give today; None when
+    it is. The report's own record of its config and adapters says how they differ, where it can."""
+    wanted, stored = json_config(config), report.get("adapter_fingerprints") or {}
+
+    def adapters_of(name: str):
+        spec = next(s for s in config.systems if s.name == name)
+        now = adapter_fingerprints(spec.backend) if spec.backend else {}
+        why = adapters_changed(stored.get(name, None if now else {}), now, "the report")
+        return lambda: f"system '{name}': {why}" if why else None
+
+    details = {"config": lambda: f"its config changed ({first_difference(report.get('config'), wanted)})"}
+    details |= {f"system '{s.name}'": adapters_of(s.name) for s in config.systems}
+    return changed_input(report.get("stage_key"), stage_key(report_inputs(config, test, index)), details)
 
 
 def adapters_changed(old: Optional[Fingerprints], new: Fingerprints, record: str) -> Optional[str]:
@@ -95,10 +176,6 @@ def adapters_changed(old: Optional[Fingerprints], new: Fingerprints, record: str
             )
         return f"adapter '{role}' holds other weights (sha256 {_short(was)} → {_short(now)})"
     return None
-
-
-def regenerating(what: str, why: str) -> None:
-    print(f"regenerating {what}: {why}", flush=True)
 
 
 def _short(fingerprint: dict[str, Optional[str]]) -> str:

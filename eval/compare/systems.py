@@ -288,9 +288,9 @@ def _pipeline_config(spec: SystemSpec, config_file: str):
         raise CompareError(f"{config_file}: system '{spec.name}': {first_error(err, prefix='pipeline.')}") from None
 
 
-def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> dict[str, Any]:
-    """What the system's adapters hold now; a stored run of it made from other inputs is dropped
-    (`eval.compare.reuse.drop_stale_run`)."""
+def _fresh_store(store, spec: SystemSpec, pipeline_config, index, config_file: str) -> tuple[dict, dict]:
+    """What the system's adapters hold now, and everything its traces are computed from; a stored run of it made
+    from other inputs is dropped (`eval.compare.reuse.drop_stale_run`)."""
     from distill.adapters.adapters import AdapterError
     from distill.pipeline.store import StoreError
     from eval.compare.reuse import adapter_fingerprints, drop_stale_run
@@ -300,10 +300,11 @@ def _fresh_store(store, spec: SystemSpec, pipeline_config, config_file: str) -> 
     except (AdapterError, OSError) as err:
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
     try:
-        drop_stale_run(store, spec.name, spec.model_dump(mode="json"), pipeline_config, adapters)
+        return adapters, drop_stale_run(
+            store, spec.name, spec.model_dump(mode="json"), pipeline_config, adapters, index
+        )
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
-    return adapters
 
 
 def generate_system(
@@ -324,11 +325,12 @@ def generate_system(
     """
     from distill.backends import make_backend
     from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.stage_key import write_key
     from distill.pipeline.store import StoreError, TraceStore
 
     pipeline_config = _pipeline_config(spec, config_file)
     store = TraceStore(run_dir)
-    adapters = _fresh_store(store, spec, pipeline_config, config_file)
+    adapters, inputs = _fresh_store(store, spec, pipeline_config, index, config_file)
     done = _reused(store, test)
     if done is not None:
         backend = store.run_info().backend
@@ -345,6 +347,7 @@ def generate_system(
         store.claim(pipeline.run_info(split=split, system=spec.model_dump(mode="json")))
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
+    write_key(run_dir, inputs)  # before any trace: a run killed midway resumes under the key it was started with
     stored = store.keys()
     todo = [d for d in test if pipeline.key(d) not in stored]
     with PeakRSS() as memory:

@@ -1,33 +1,75 @@
 """Training adapters from inside an eval recipe (the quickstart, the learning curve), resumably.
 
-An adapter is kept while it was trained on today's dataset (its fingerprint), student prompt version and
-training options (token budget, learning rate); otherwise it is trained again with the command a user
-would type (`python -m train`), resumed (`--resume true`) when a killed run's last checkpoint was trained
-from the same dataset, prompt version and options.
+An adapter is kept exactly while its stage key holds (`distill.pipeline.stage_key`): the dataset it learnt (its
+fingerprint), every training setting (the train YAML's, with the recipe's flags over them: budget, learning
+rate, LoRA rank, epochs...), the student prompts (their version and their rendered text) and the base model (its
+weights, the dtype it trains in). Otherwise it is trained again with the command a user would type (`python -m
+train`), resumed (`--resume true`) when a killed run's last checkpoint was trained from the same dataset, prompt
+version and settings. An adapter trained before keys were recorded is kept (its key written) while its metadata
+shows the same dataset, prompt version and settings.
 """
 
 from __future__ import annotations
 
 import shlex
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from distill.pipeline.stage_key import model_fingerprint, prompt_fingerprint, stale, write_key
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
+PLACEMENT = ("dataset_name", "output_dir", "roles")  # where a training run reads and writes, not what it learns
 
 
-def stale_reason(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
-    """Why the adapter at `adapter` must be (re)trained, or None when it matches the dataset and the training
-    `options` (train flags, e.g. max_tokens_budget, learning_rate) it was trained with."""
+def training_settings(options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
+    """The settings the train YAML writes (all but where a run reads and writes), the recipe's flags (`options`)
+    over them, each as training resolves it (`report_to: none` is []): what an adapter's metadata records."""
+    from train.config import config_from_dict, read_yaml
+
+    written = {**read_yaml(config), **options}
+    resolved = config_from_dict(dict(written), str(config)).to_dict()
+    return {k: resolved.get(k, v) for k, v in written.items() if k not in PLACEMENT}
+
+
+def adapter_inputs(dataset: Path, options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
+    """Everything an adapter trained on `dataset` with `options` under the train YAML `config` is made from."""
+    from datasets import load_from_disk
+
+    from distill.roles.roles import STUDENT_PROMPT_VERSION
+
+    settings = training_settings(options, config)
+    base = {"model": settings.get("model_name_or_path", "smollm2-135m"), "device": "cpu"}
+    return {
+        "dataset": load_from_disk(str(dataset))["train"]._fingerprint,
+        "training settings": settings,
+        "student prompt version": STUDENT_PROMPT_VERSION,
+        "student prompts": prompt_fingerprint("student"),
+        "base model": model_fingerprint(base if settings.get("use_cpu") else {**base, "device": "cuda"}),
+    }
+
+
+def stale_reason(
+    adapter: Path, dataset: Path, options: Mapping[str, Any], config: Path | str = CPU_TRAIN_CONFIG
+) -> Optional[str]:
+    """Why the adapter at `adapter` must be (re)trained, or None when its key holds: the same dataset, training
+    `options` (train flags, e.g. max_tokens_budget, learning_rate) over the train YAML `config`, prompts and base."""
     from distill.adapters.adapters import has_metadata, read_metadata
 
     if not has_metadata(adapter):
         return "not trained yet"
-    return _changed(read_metadata(adapter), dataset, options)
+    settings = training_settings(options, config)
+
+    def explain() -> Optional[str]:  # what the adapter's own record says differs
+        return _changed(read_metadata(adapter), dataset, settings)
+
+    details = dict.fromkeys(("dataset", "training settings", "student prompt version"), explain)
+    return stale(adapter, adapter_inputs(dataset, options, config), migrate=explain, details=details)
 
 
-def _changed(meta: Mapping[str, Any], dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
+def _changed(meta: Mapping[str, Any], dataset: Path, settings: Mapping[str, Any]) -> Optional[str]:
     """What differs between the record of a training run (adapter metadata, checkpoint record) and today's."""
     from datasets import load_from_disk
 
@@ -38,7 +80,7 @@ def _changed(meta: Mapping[str, Any], dataset: Path, options: Mapping[str, Any])
     if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
         return f"it was trained for student prompt version {meta.get('prompt_version')}"
     trained = meta.get("train_config") or {}
-    for key, value in options.items():
+    for key, value in settings.items():
         if trained.get(key) != value:
             return "the token budget changed" if key == "max_tokens_budget" else f"its {key} changed"
     return None
@@ -55,10 +97,10 @@ def train_stale(
     stale, one `python -m train` run per set of flags; returns role -> why trained.
 
     card_example=False skips the card's example answer, which decodes up to the role's token cap per adapter."""
-    stale = {r: why for r, o in options.items() if (why := stale_reason(adapters / r, datasets / r, o))}
+    stale = {r: why for r, o in options.items() if (why := stale_reason(adapters / r, datasets / r, o, config))}
     groups: dict[tuple, list[str]] = {}
     for role, why in stale.items():
-        checkpoint = resumable(adapters / role, datasets / role, options[role])
+        checkpoint = resumable(adapters / role, datasets / role, training_settings(options[role], config))
         if checkpoint:
             print(f"resuming {role} from {checkpoint}: {why}", flush=True)
         elif why != "not trained yet":
@@ -70,38 +112,39 @@ def train_stale(
         argv += [] if card_example else ["--card_example", "false"]
         argv += ["--resume", "true"] if resume else []
         _train(argv, roles)
+        for role in roles:  # only once trained: a killed run leaves no key, so it is never taken for finished
+            write_key(adapters / role, adapter_inputs(datasets / role, options[role], config))
     return stale
 
 
-def link_identical(adapter: Path, dataset: Path, options: Mapping[str, Any], donors: Sequence[Path]) -> Optional[Path]:
-    """Link `adapter` to the first donor adapter trained on the same dataset (its fingerprint) with the same
-    `options`, which is what training it again would give; returns the donor, or None when it trains itself.
+def copy_identical(
+    adapter: Path, dataset: Path, options: Mapping[str, Any], donors: Sequence[Path], config: Path | str
+) -> Optional[Path]:
+    """Copy into `adapter` the first donor adapter whose key holds for this dataset and these `options`, which is
+    what training it would give; returns the donor, or None when it trains itself.
 
-    A link whose donor was since retrained on other data is removed first, so training never writes into
-    another student's adapter."""
+    A copy, not a link: a donor retrained later in the same run (its own options changed) must not change the
+    adapter of a student that took it. A link an earlier version made is replaced."""
     if adapter.is_symlink():
-        if stale_reason(adapter, dataset, options) is None:
-            return adapter.resolve()
         adapter.unlink()
     if adapter.exists():  # trained here earlier: kept or retrained by `train_stale`
         return None
     for donor in donors:
-        if donor.is_dir() and not donor.is_symlink() and stale_reason(donor, dataset, options) is None:
-            adapter.parent.mkdir(parents=True, exist_ok=True)
-            adapter.symlink_to(donor.resolve(), target_is_directory=True)
-            print(f"{adapter}: the same dataset and training options as {donor}; linked, not trained", flush=True)
+        if donor.is_dir() and not donor.is_symlink() and stale_reason(donor, dataset, options, config) is None:
+            shutil.copytree(donor, adapter, ignore=shutil.ignore_patterns("checkpoints"))
+            print(f"{adapter}: the same inputs as {donor}; copied, not trained", flush=True)
             return donor
     return None
 
 
-def resumable(adapter: Path, dataset: Path, options: Mapping[str, Any]) -> Optional[str]:
+def resumable(adapter: Path, dataset: Path, settings: Mapping[str, Any]) -> Optional[str]:
     """The name of the checkpoint `--resume true` would continue in `adapter`, when its record shows it was trained
-    from today's dataset, prompt version and `options`; None otherwise (no checkpoint, or one of another run)."""
+    from today's dataset, prompt version and training `settings`; None otherwise (no checkpoint, or another run's)."""
     from train.resume import checkpoint_record, last_checkpoint
 
     found = last_checkpoint(adapter / "checkpoints")
     record = checkpoint_record(found) if found else None
-    return Path(found).name if record and _changed(record, dataset, options) is None else None
+    return Path(found).name if record and _changed(record, dataset, settings) is None else None
 
 
 def _train(argv: list[str], roles: Sequence[str]) -> None:

@@ -22,7 +22,8 @@ balance, the rationale's share or source, more passes, the quality checks), or w
 `task: emotion` trains and runs the emotion agent alone, every system's reply being the human one
 (`oracle: {ers: gold}`, not scored): the I-ACC question at all N for a fraction of the cost.
 
-A rerun reuses every finished dataset, adapter, generated system and point report; `eval.curve.curve_report`
+A rerun reuses every dataset, adapter, generated system and point report whose stage key holds
+(`distill.pipeline.stage_key`: everything it reads); `eval.curve.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
 """
 
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
+from distill.pipeline.stage_key import digest, prompt_fingerprint, regenerating, stale, write_key
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
@@ -251,10 +253,11 @@ def build_datasets(
     # the human reply is every student's ers target unless the student names its own
     chosen = {"ers_target": "gold", "require_gold_emotion": config.require_gold_emotion, **chosen}
     options = DatasetOptions(**chosen)
-    stamp = {"traces": sorted(t.key for t in traces), "options": asdict(options), "roles": list(student.trains)}
-    stamp_file = out / "curve-inputs.json"
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+    inputs = dataset_inputs(traces, asdict(options), list(student.trains), info)
+    if (why := stale(out, inputs)) is None:
         return
+    if out.exists():
+        regenerating(str(out), why)
     report = BuildReport()
     roles = list(CORE_ROLES if student.joint else student.trains)
     built = build_role_datasets(traces, roles, options, report, info)
@@ -265,12 +268,27 @@ def build_datasets(
         joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
     else:
         save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
-    stamp_file.write_text(json.dumps(stamp))
+    write_key(out, inputs)
+
+
+def dataset_inputs(
+    traces: Sequence[Trace], options: dict[str, Any], roles: list[str], info: Optional[RunInfo]
+) -> dict[str, Any]:
+    """Everything a student's datasets are built from: the traces (their content), the options, the roles, the
+    student prompts they are rendered with and the teacher run's record (the cards quote it)."""
+    return {
+        "traces": digest([t.model_dump(mode="json") for t in traces]),
+        "options": options,
+        "roles": roles,
+        "student prompts": prompt_fingerprint("student"),
+        "teacher run": info.to_json() if info else None,
+    }
 
 
 def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
-    """The student's adapters folder: its own roles trained (or reused), borrowed ones linked."""
-    from eval.curve.adapter_runs import link_identical, train_stale
+    """The student's adapters folder: its own roles trained (or reused, or copied from another student's identical
+    one), borrowed ones linked."""
+    from eval.curve.adapter_runs import copy_identical, train_stale
 
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
@@ -278,7 +296,7 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     options = dict.fromkeys(student.trains, {"max_tokens_budget": budget})
     others = sorted(p for p in point.glob("adapters-*") if p != adapters)
     for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
-        link_identical(adapters / role, datasets / role, options[role], [p / role for p in others])
+        copy_identical(adapters / role, datasets / role, options[role], [p / role for p in others], config.train_config)
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
     adapters.mkdir(parents=True, exist_ok=True)
@@ -335,18 +353,18 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     import argparse
 
     from eval.compare.cli_compare import run as compare_run
-    from eval.compare.compare import REPORT_JSON, load_config
-    from eval.compare.reuse import adapter_fingerprints, regenerating, report_changed
+    from eval.compare.compare import REPORT_JSON, load_config, load_index, load_test_dialogues
+    from eval.compare.reuse import report_changed
 
     path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
     path.write_text(yaml.safe_dump(compare, sort_keys=False))
-    # The report's own record of its config decides, not compare.yaml: that file is written before the
+    # The report's own record of its key decides, not compare.yaml: that file is written before the
     # compare runs, so a compare killed midway left the new compare.yaml beside the old config's report.
     config = load_config(str(path))
-    wanted = json.loads(json.dumps(config.model_dump()))
     if report.is_file():
-        adapters = {s.name: fp for s in config.systems if (fp := adapter_fingerprints(s.backend))}
-        why = report_changed(json.loads(report.read_text(encoding="utf-8")), wanted, adapters)
+        test = load_test_dialogues(config, str(path))
+        stored = json.loads(report.read_text(encoding="utf-8"))
+        why = report_changed(stored, config, test, load_index(config, test, str(path)))
         if why is None:
             print(f"reusing {report}", flush=True)
             return report
@@ -358,20 +376,15 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
 
 def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: CurveConfig, out: Path) -> Path:
     """Datasets, adapters and the compare of one point; returns its report.json."""
-    import shutil
-
     point = out / f"n{n}"
     point.mkdir(parents=True, exist_ok=True)
-    systems, students = [], config.ordered_students()
-    # stamped before any training: a lender retrained makes its borrowers' generations stale too
-    before = {s.name: _adapter_stamps(point / f"adapters-{s.name}", s.trains + s.borrows) for s in students}
-    for student in students:
+    systems = []
+    for student in config.ordered_students():
         if student.trains:  # a decoding variant trains nothing: its datasets are its lender's
             build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
         adapters = train_student(student, n, point, config)
-        if _adapter_stamps(adapters, student.trains + student.borrows) != before[student.name]:
-            shutil.rmtree(system_run(point, student.name), ignore_errors=True)
         systems.append(student_system(student, adapters, config))
+    # a generated system is reused exactly while its key holds, what its adapters hold included (`eval.compare.reuse`)
     return run_compare(point, point_compare(point, systems + anchor_systems(n, out, config), config))
 
 
@@ -383,11 +396,6 @@ def anchor_systems(n: int, out: Path, config: CurveConfig) -> list[dict[str, Any
     if config.base:
         systems.append({"name": BASE, "traces": str(out / BASE)})
     return systems
-
-
-def _adapter_stamps(adapters: Path, roles: Sequence[str]) -> dict[str, Optional[str]]:
-    files = {r: adapters / r / "adapter_model.safetensors" for r in roles}
-    return {r: str(f.stat().st_mtime_ns) if f.is_file() else None for r, f in files.items()}
 
 
 def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
