@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_import import CHAINS, ESCOT, FULL_CHAIN, REPO, run_import, write_full_chain, write_instruction
+from test_import import (
+    CHAINS,
+    ESCOT,
+    FULL_CHAIN,
+    REPO,
+    one_step_argv,
+    run_import,
+    write_full_chain,
+    write_instruction,
+)
 
 from distill.__main__ import main as distill
 from distill.pipeline.store import TraceStore
@@ -145,11 +154,10 @@ def test_a_one_adapter_student_trains_and_runs(tmp_path, tiny_model_dir, capsys,
     assert run_import(write_instruction(tmp_path / "train.json"), tmp_path / "mapping.yaml", tmp_path / "run") == 0
     datasets, adapters = tmp_path / "datasets", tmp_path / "adapters"
     assert distill(["datasets", "--traces", str(tmp_path / "run"), "--out", str(datasets)]) == 0
-    argv = ["--model_name_or_path", tiny_model_dir, "--pipeline", str(pipeline), "--dataset_name", str(datasets),
-            "--output_dir", str(adapters), "--max_steps", "1", "--per_device_train_batch_size", "2",
-            "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--card_example", "false",
-            "--num_threads", "1"]  # fmt: skip
-    assert train(argv) == 0 and read_metadata(adapters / role)["global_step"] == 1
+    assert (
+        train(one_step_argv(tiny_model_dir, pipeline, datasets, adapters)) == 0
+        and read_metadata(adapters / role)["global_step"] == 1
+    )
     config = PipelineConfig(pipeline=str(pipeline), prompt_style="student", use_adapters=True, max_attempts=1)
     backend = LocalBackend(tiny_model_dir, adapters=str(adapters), batch_size=4, dtype="float32")
     traces = Pipeline(config, backend).run([t.dialogue for t in TraceStore(tmp_path / "run").read()[0]], progress=False)

@@ -269,6 +269,14 @@ def compact_escot(path: Path) -> Path:
     return path
 
 
+def one_step_argv(model: str, pipeline: Path, datasets: Path, adapters: Path) -> list[str]:
+    """`train`'s flags for one step per role of a declared pipeline on the tiny model: a test's training."""
+    return ["--model_name_or_path", model, "--pipeline", str(pipeline), "--dataset_name", str(datasets),
+            "--output_dir", str(adapters), "--max_steps", "1", "--per_device_train_batch_size", "2",
+            "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--card_example", "false",
+            "--num_threads", "1"]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_imported_chain_trains_a_student_per_role_that_the_pipeline_runs(tmp_path, tiny_model_dir, capsys):
     from distill.adapters.adapters import read_metadata
@@ -282,11 +290,7 @@ def test_imported_chain_trains_a_student_per_role_that_the_pipeline_runs(tmp_pat
     assert run_import(write_full_chain(tmp_path / "train.json"), mapping, tmp_path / "run", "--split", "train") == 0
     datasets, adapters = tmp_path / "datasets", tmp_path / "adapters"
     assert distill(["datasets", "--traces", str(tmp_path / "run"), "--out", str(datasets)]) == 0
-    argv = ["--model_name_or_path", tiny_model_dir, "--pipeline", str(pipeline), "--dataset_name", str(datasets),
-            "--output_dir", str(adapters), "--max_steps", "1", "--per_device_train_batch_size", "2",
-            "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--card_example", "false",
-            "--num_threads", "1"]  # fmt: skip
-    assert train(argv) == 0
+    assert train(one_step_argv(tiny_model_dir, pipeline, datasets, adapters)) == 0
     roles = ["em", "es", "ia", "sr", "re"]
     assert all(read_metadata(adapters / r)["global_step"] == 1 for r in roles)
 
