@@ -221,27 +221,12 @@ def _model_block(model: type[BaseModel], root: str, intro: str) -> list[str]:
     return lines
 
 
-def config_page() -> str:
+def _teacher_lines() -> list[str]:
     from distill.backends.local import LocalBackend
     from distill.backends.openai_backend import OpenAIBackendConfig
     from distill.pipeline.config import PipelineConfig
-    from distill.quality.thresholds import QualityThresholds
-    from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig
-    from train.config import RENAMED, TRL_SCRIPT_KEYS
 
-    ours, changed = train_entries(as_keys=True)
-    script_keys = [Entry(k, "", value_text(v), why) for k, (v, why) in TRL_SCRIPT_KEYS.items()]
-    lines = [
-        "# Config file reference",
-        "",
-        HEADER.format(source="the pydantic models and the local backend's signature"),
-        "",
-        "Every file is YAML read by one loader (`data_prep/config_file.py`): an unknown key or a bad value stops the "
-        "command with one line naming the file and the key, before anything is written. Each line is `key` (type), "
-        "its default, and what it does; "
-        "`required` where there is no default.",
-        "",
+    return [
         "## Teacher",
         "",
         "`configs/teacher/*.yaml`, read by `distill generate --config`. "
@@ -256,6 +241,15 @@ def config_page() -> str:
             [field_entry(n, i) for n, i in OpenAIBackendConfig.model_fields.items()],
         ),
         *_model_block(PipelineConfig, "pipeline", "The `pipeline:` keys (`distill generate`'s switches set the same):"),
+    ]
+
+
+def _eval_lines() -> list[str]:
+    from distill.quality.thresholds import QualityThresholds
+    from eval.compare.systems import CompareConfig
+    from eval.curve.curve import CurveConfig
+
+    return [
         "## Quality thresholds",
         "",
         *_model_block(
@@ -280,6 +274,15 @@ def config_page() -> str:
             "`configs/eval/curve*.yaml`, read by `eval curve --config`: students "
             "trained at each point and scored through `eval compare`.",
         ),
+    ]
+
+
+def _training_lines() -> list[str]:
+    from train.config import RENAMED, TRL_SCRIPT_KEYS
+
+    ours, changed = train_entries(as_keys=True)
+    script_keys = [Entry(k, "", value_text(v), why) for k, (v, why) in TRL_SCRIPT_KEYS.items()]
+    return [
         "## Training",
         "",
         "`configs/train/*.yaml`, read by `trace-distill train --config`. "
@@ -298,6 +301,23 @@ def config_page() -> str:
         "Old trace-distill names, refused with TRL's name in the message: "
         + ", ".join(f"`{old}` → `{new}`" for old, new in RENAMED.items())
         + ".",
+    ]
+
+
+def config_page() -> str:
+    lines = [
+        "# Config file reference",
+        "",
+        HEADER.format(source="the pydantic models and the local backend's signature"),
+        "",
+        "Every file is YAML read by one loader (`data_prep/config_file.py`): an unknown key or a bad value stops the "
+        "command with one line naming the file and the key, before anything is written. Each line is `key` (type), "
+        "its default, and what it does; "
+        "`required` where there is no default.",
+        "",
+        *_teacher_lines(),
+        *_eval_lines(),
+        *_training_lines(),
     ]
     return "\n".join(lines) + "\n"
 
