@@ -324,3 +324,15 @@ def test_real_esd_cot_imports_with_its_counts(tmp_path, capsys):
             assert summary["ok"] >= 1176 and all(f.failure.startswith("sr: missing link: strategy") for f in failed)
         else:
             assert not failed and all(len(t.outputs) == 5 for t in traces)
+
+
+def test_a_registered_declared_pipeline_leaves_the_built_in_prompt_keys_alone():
+    """The prompts in a stage's key are those of the roles it renders: which declared pipelines a process has
+    registered (a compare with an escot system beside TRACE's) must not make TRACE's stored systems stale."""
+    from distill.pipeline.stage_key import prompt_fingerprint
+    from distill.roles.declared import load_pipeline, register
+
+    before = {style: prompt_fingerprint(style) for style in ("teacher", "student")}
+    escot = register(load_pipeline(ESCOT))
+    assert {style: prompt_fingerprint(style) for style in ("teacher", "student")} == before
+    assert prompt_fingerprint("student", [s.name for s in escot]) != before["student"]

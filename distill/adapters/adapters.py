@@ -12,12 +12,12 @@ adapter at its root, and the hub lists such a repo under the base model's adapte
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Optional
 
 from data_prep.models import SMOLLM2_ALIAS, hub_id
+from distill.pipeline.stage_key import file_sha256
 
 METADATA_FILE = "trace_distill_adapter.json"
 CARD_FILE = "README.md"
@@ -54,13 +54,7 @@ def adapter_fingerprint(folder: str | Path) -> dict[str, Optional[str]]:
     the dataset its metadata says it learnt (None for an adapter from elsewhere). About 50 ms for 20 MB."""
     folder = Path(folder)
     weights = next((folder / name for name in WEIGHTS_FILES if (folder / name).is_file()), None)
-    digest = None
-    if weights is not None:
-        sha = hashlib.sha256()
-        with open(weights, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                sha.update(block)
-        digest = sha.hexdigest()
+    digest = file_sha256(weights) if weights is not None else None
     dataset = read_metadata(folder).get("dataset_fingerprint") if has_metadata(folder) else None
     return {"weights_sha256": digest, "dataset_fingerprint": dataset}
 

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from data_prep.dialogues import Dialogue
 from distill.imports.mapping import ImportMapping, Source, is_missing, lookup
 from distill.pipeline.config import PipelineConfig
+from distill.pipeline.stage_key import file_sha256
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Step, Trace, trace_key
 from distill.roles.declared import label_set
@@ -244,8 +245,10 @@ def run_info(mapping: ImportMapping, config: PipelineConfig, mapping_path: Path,
 
 
 def _sha256(path: Path) -> str:
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
+    """A file's sha256; a saved dataset folder's: that of its files' names and sha256s, in name order."""
+    if not path.is_dir():
+        return file_sha256(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return hashlib.sha256(
+        json.dumps([[f.relative_to(path).as_posix(), file_sha256(f)] for f in files]).encode()
+    ).hexdigest()

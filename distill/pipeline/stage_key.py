@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -108,18 +108,20 @@ def content_fingerprint(path: Path | str, suffixes: Optional[tuple[str, ...]] = 
     while its size and time stay the same."""
     path = Path(path)
     if path.is_file():
-        return _file_sha(path)[:16]
+        return file_sha256(path)[:16]
     if not path.is_dir():
         return None
     parts = []
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         if file.name in _NOT_CONTENT or (suffixes and not file.name.endswith(suffixes)):
             continue
-        parts.append((file.relative_to(path).as_posix(), _file_sha(file)))
+        parts.append((file.relative_to(path).as_posix(), file_sha256(file)))
     return digest(parts)
 
 
-def _file_sha(file: Path) -> str:
+def file_sha256(file: Path | str) -> str:
+    """The sha256 of a file's bytes, read in 1 MB blocks; hashed once per process while its size and time stay."""
+    file = Path(file)
     st = file.stat()
     cache_key = (str(file.resolve()), st.st_size, st.st_mtime_ns)
     if cache_key not in _file_hashes:
@@ -160,9 +162,11 @@ def model_fingerprint(backend: Mapping[str, Any]) -> dict[str, Optional[str]]:
     return {"model": name, "weights": content_fingerprint(source, _WEIGHTS), "dtype": dtype}
 
 
-def prompt_fingerprint(style: str) -> str:
-    """The hash of what every role's `style` renderer writes for one fixed input (a dialogue, an answer from each
-    upstream role, an exemplar): prompt text edited without a `PROMPT_VERSION` bump changes it."""
+def prompt_fingerprint(style: str, roles: Optional[Sequence[str]] = None) -> str:
+    """The hash of what the `style` renderer of each of `roles` (default: every built-in role) writes for one fixed
+    input (a dialogue, an answer from each upstream role, an exemplar): prompt text edited without a
+    `PROMPT_VERSION` bump changes it. Only the roles named: which declared pipelines a process happens to have
+    registered must not change another stage's key."""
     from data_prep.dialogues import Dialogue, Turn
     from data_prep.retrieval import Exemplar
     from distill.roles.roles import ROLES, RoleInput, prompt_version
@@ -180,7 +184,8 @@ def prompt_fingerprint(style: str) -> str:
         search="precise",
     )  # fmt: skip
     rendered: dict[str, Any] = {"version": prompt_version(style)}
-    for name, spec in ROLES.items():
+    for name in roles if roles is not None else [n for n, spec in ROLES.items() if spec.pipeline is None]:
+        spec = ROLES[name]
         upstream = {r: _probe_answer(ROLES[r].schema) for r in spec.inputs if r in ROLES}
         inp = RoleInput(dialogue=dialogue, upstream=upstream, exemplars=[exemplar] if spec.uses_exemplars else None)
         rendered[name] = spec.render(inp, style)

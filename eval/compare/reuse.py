@@ -79,7 +79,9 @@ def system_inputs(system: dict[str, Any], pipeline_config, adapters: Fingerprint
         "config": comparable(system),
         "pipeline settings": pipeline_config.key_dict(),
         "prompt version": prompt_version(style),
-        "prompts": prompt_fingerprint(style),
+        "prompts": prompt_fingerprint(
+            style, pipeline_config.stages() if pipeline_config.pipeline is not None else None
+        ),
         "adapters": adapters,
         "base model": model_fingerprint(system.get("backend") or {}),
         "index": index_fingerprint(index),
