@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from eval.curve.curve_report import target_rows
+from eval.curve.target import target_rows
 from eval.paper import load_paper_reference
 from eval.records import (
     RecordError,
     doc_files,
     record_from_curve,
+    rejudged,
     render_blocks,
     render_record,
     stale_blocks,
@@ -33,9 +34,10 @@ def _row(name, ratio, i_acc, bertscore, reply_tokens, seconds=0.8):
     }
 
 
-def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30)):
+def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30), half=0.01):
     """Two students against TRACE's GPT-4o row (Dist/EAD shares 0.81-0.91, I-ACC 0.443): by default student-hot
-    (its shares 0.97 [0.92, 1.02], BERTScore 0.01 below student-traces) meets the target, student-traces does not."""
+    (its shares 0.97 [0.92, 1.02], BERTScore 0.01 [0, 0.02] below student-traces, paired) meets the target,
+    student-traces does not. `half`: the half-width of the paired BERTScore difference's interval."""
     own = {"asi": {"target": "gold label"}, "ers": {"target": "human reply"}}
     lent = {role: {**source, "adapter": "student-traces's"} for role, source in own.items()}
     against = {
@@ -46,18 +48,31 @@ def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30)):
         ],
         "paper": load_paper_reference("trace-table1"),
     }
+    diff = round(hot[1] - traces[1], 4)
+    largest = [
+        {
+            "n": 400,
+            "pair": ["student-hot", "student-traces"],
+            "metric": "bertscore_f1",
+            "diff": diff,
+            "ci_low": round(diff - half, 4),
+            "ci_high": round(diff + half, 4),
+            "dialogues": 4,
+            "reading": "higher is better",
+            "meaning": "lever",
+        },
+    ]
     return {
         "test": {"dialogues": "d", "split": "test", "n": 4},
         "sources": {"student-traces": own, "student-hot": lent},
         "config": {"variants": [{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}]},
         "against_paper": against,
         "paired": [
-            {"n": 400, "pair": ["student-hot", "student-traces"], "metric": "bertscore_f1", "diff": -0.01,
-             "ci_low": -0.02, "ci_high": -0.001, "dialogues": 4, "reading": "higher is better", "meaning": "lever"},
+            *largest,
             {"n": 20, "pair": ["student-hot", "student-traces"], "metric": "i_acc", "diff": 0.0, "ci_low": 0.0,
              "ci_high": 0.0, "dialogues": 4, "reading": "higher is better", "meaning": "a smaller point"},
         ],
-        "target": target_rows(against, {"student-hot": "student-traces"}),
+        "target": target_rows(against, {"student-hot": "student-traces"}, largest),
     }  # fmt: skip
 
 
@@ -71,7 +86,7 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert "| student-hot | T 1.0 | 0.970 [0.920, 1.020] |" in text and "| 0.290 [0.280, 0.300] | 21.5 | 1.70 |" in text
     assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – | – |" in text
     assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
-    assert "| student-hot − student-traces | BERTScore F | -0.0100 [-0.0200, -0.0010] | higher is better |" in text
+    assert "| student-hot − student-traces | BERTScore F | -0.010 [-0.020, 0.000] | higher is better |" in text
     assert "I-ACC (6) | 0.00" not in text  # the largest point's questions only
     assert "met by student-hot." in text and "Trained on 400 train conversations, scored on 4 test" in text
     assert "Run at commit `abc1234` on " in text and "2-core test CPU: `bash run.sh`" in text
@@ -81,7 +96,9 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
 
 def test_the_verdict_names_what_the_closest_system_misses():
     record = record_from_curve(_curve(hot=(0.97, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
-    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050." in " ".join(render_record(record))
+    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050 [0.040, 0.060]." in " ".join(
+        render_record(record)
+    )
     # both miss every Dist/EAD share: the smaller fall is closer
     record = record_from_curve(_curve(hot=(0.6, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
     assert "the closest, student-traces, falls short on Dist-1 / human, Dist-2 / human" in " ".join(
@@ -104,11 +121,42 @@ def test_the_verdict_is_recomputed_from_the_figures_by_the_records_own_rule():
     stricter = {**record, "target_bertscore_drop": 0.005}  # student-hot falls 0.01: not met under this rule
     with pytest.raises(RecordError, match="target row student-hot: stored met True, its figures give False"):
         render_record(stricter)
-    stricter["target"] = [{**t, "met": False} for t in record["target"]]
+    stricter["target"] = [{**t, "met": False, "bertscore_held": t["system"] != "student-hot"} for t in record["target"]]
     text = " ".join(render_record(stricter))
     assert "BERTScore at most 0.005 below" in text and "not met; student-hot beats every figure" in text
     with pytest.raises(RecordError, match="a target without the rule"):
         render_record({k: v for k, v in record.items() if k != "target_bertscore_drop"})
+
+
+def test_the_bertscore_fall_is_judged_on_its_whole_paired_interval():
+    """A fall of 0.015 at its point value meets the target only when its paired interval stays within 0.02 too."""
+    reaching = record_from_curve(_curve(hot=(0.97, 0.285), half=0.01), "demo", "run", "abc", "cpu")
+    hot = {t["system"]: t for t in reaching["target"]}["student-hot"]
+    assert hot["bertscore_drop"] == pytest.approx(0.015) and hot["bertscore_drop_ci"] == pytest.approx([0.005, 0.025])
+    assert hot["met"] is False and hot["bertscore_held"] is False
+    assert "but its BERTScore falls 0.015 [0.005, 0.025]." in " ".join(render_record(reaching))
+    within = record_from_curve(_curve(hot=(0.97, 0.285), half=0.004), "demo", "run", "abc", "cpu")
+    assert {t["system"]: t["met"] for t in within["target"]} == {"student-traces": False, "student-hot": True}
+    assert "met by student-hot." in " ".join(render_record(within))
+
+
+def test_a_target_judged_by_the_point_rule_is_refused_until_it_is_judged_again():
+    """A stored row without the fall's interval was judged on the point value alone; the renderer refuses it
+    rather than show a verdict the current rule may not give, and `rejudged` judges it from the record's own
+    figures and paired falls."""
+    record = record_from_curve(_curve(hot=(0.97, 0.285), half=0.01), "demo", "run", "abc", "cpu")
+    old = json.loads(json.dumps(record))
+    for t in old["target"]:  # as records were written before the interval rule: met by the point value 0.015
+        t["bertscore_drop"] = 0.015 if t["system"] == "student-hot" else 0.0
+        t["met"] = t["system"] == "student-hot"
+        for key in ("bertscore_drop_ci", "bertscore_held"):
+            del t[key]
+    with pytest.raises(RecordError, match="target row student-traces has no bertscore_drop_ci: judged by an older"):
+        render_record(old)
+    again = rejudged(old)
+    assert again["target"] == record["target"] and "not met; student-hot beats every figure" in " ".join(
+        render_record(again)
+    )
 
 
 def test_a_marker_line_with_a_trailing_space_or_crlf_is_checked_and_a_stray_one_is_an_error(tmp_path):
