@@ -100,8 +100,18 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
 
 def _figures() -> list[Figure]:
     """The record's columns: the registry's paper figures (Dist/EAD shares of the human replies, I-ACC), then
-    BERTScore against the human reply."""
-    return [*(f for spec in METRICS.values() for f in spec.paper), *METRICS["bertscore_f1"].shown]
+    BERTScore against the human reply and the reply's relevance to the seeker's last turn (the target's guards)."""
+    return [
+        *(f for spec in METRICS.values() for f in spec.paper),
+        *METRICS["bertscore_f1"].shown,
+        *METRICS["relevance"].shown,
+    ]
+
+
+def _shown_figures(systems: list[dict[str, Any]]) -> list[Figure]:
+    """The columns a record's table shows: relevance only where a system has it (records made before it have not)."""
+    later = {f.path for f in METRICS["relevance"].shown}
+    return [f for f in _figures() if f.path not in later or any(s["figures"].get(f.path) for s in systems)]
 
 
 def machine_line() -> str:
@@ -140,7 +150,7 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
             known = ", ".join(by_name)
             raise RecordError(f"record '{record['name']}' has no system {', '.join(unknown)} (it has {known})")
         record = {**record, "systems": [by_name[name] for name in only]}
-    figures = _figures()
+    figures = _shown_figures(record["systems"])
     header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue", "s / dialogue"]
     rows = [
         [s["name"], _decoding(s["decoding"]), *(_cell(s["figures"], f) for f in figures), *_cost_cells(s)]
@@ -218,12 +228,13 @@ def _learns(systems: list[dict[str, Any]]) -> str:
 
 
 def _allowances(record: dict[str, Any]) -> dict[str, float]:
-    """Each guard's allowance as the record states it; a required guard's is required, another's is there only
-    in records made since it joined the target."""
+    """Each guard's allowance as the record states it: a required guard's, and that of a guard whose figure the
+    record's systems carry (a record made before a guard joined the target has neither)."""
     out = {}
     for guard in GUARDS:
         given = record.get(f"target_{guard.key}_drop")
-        if given is None and guard.required:
+        carried = any(s["figures"].get(guard.figure) is not None for s in record["systems"])
+        if given is None and (guard.required or carried):
             raise RecordError(
                 f"record '{record['name']}': a target without the rule it was judged by (target_{guard.key}_drop)"
             )
@@ -232,8 +243,11 @@ def _allowances(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-# a stored target row's fields the record's figures must give again
-CHECKED = ("beats", "met", *(f"{g.key}_{part}" for g in GUARDS for part in ("drop", "drop_ci", "held")))
+# a stored target row's fields the record's figures must give again, each with whether a row must have it (a guard
+# that joined the target later is absent from the rows of a record made before, which were not judged on it)
+CHECKED = {"beats": True, "met": True} | {
+    f"{g.key}_{part}": g.required for g in GUARDS for part in ("drop", "drop_ci", "held")
+}
 
 
 def _target(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -251,15 +265,15 @@ def _target(record: dict[str, Any]) -> list[dict[str, Any]]:
         mine = by_key.get((t["system"], t["paper"]))
         if mine is None:
             raise RecordError(f"record '{name}': target row {t['system']} against {t['paper']}: no such figures")
-        for key in CHECKED:
-            if key not in t:
+        for key, required in CHECKED.items():
+            if required and key not in t:
                 raise RecordError(
                     f"record '{name}': target row {t['system']} has no {key}: judged by an older rule (write the "
                     "record again, or re-judge it with eval.records.rejudged)"
                 )
-            if not _same(t[key], mine[key]):
+            if not _same(t.get(key), mine[key]):
                 given = f"its figures give {mine[key]!r}"
-                raise RecordError(f"record '{name}': target row {t['system']}: stored {key} {t[key]!r}, {given}")
+                raise RecordError(f"record '{name}': target row {t['system']}: stored {key} {t.get(key)!r}, {given}")
     return rows
 
 

@@ -25,6 +25,7 @@ class Guard:
 
     key: str  # the target row's `<key>_drop` and `<key>_drop_ci`; a record's `target_<key>_drop` is its allowance
     label: str  # as the verdict names it
+    meaning: str  # what it measures, for a reader told it was not measured
     metric: str  # its name in the paired table
     figure: str  # its path in a report row
     allowance: float  # the largest fall the whole paired interval may reach
@@ -33,9 +34,13 @@ class Guard:
     required: bool
 
 
-# issue 37's target, with BERTScore judged on its interval since issue 61
-GUARDS = (Guard("bertscore", "BERTScore", "bertscore_f1", "bertscore.f1", 0.02, required=True),)
-TARGET_BERTSCORE_DROP = GUARDS[0].allowance
+# issue 37's target, with BERTScore judged on its interval since issue 61; relevance (issue 61's coherence guard)
+# is held to the same allowance, a small share of what replies answering another dialogue lose
+# (benchmarks/coherence_calibration.json); a record made before it was measured is not judged on it
+GUARDS = (
+    Guard("bertscore", "BERTScore", "against the human reply", "bertscore_f1", "bertscore.f1", 0.02, required=True),
+    Guard("relevance", "relevance", "the coherence guard", "relevance", "relevance", 0.02, required=False),
+)
 
 
 def _value(stat: Any) -> Optional[float]:
@@ -122,12 +127,19 @@ def guard_cell(row: dict[str, Any], guard: Guard) -> str:
     return interval(row.get(f"{guard.key}_drop"), *(ci or (None, None)))
 
 
-def rule_sentence(paper: str, allowances: dict[str, float]) -> str:
+def judged(target: list[dict[str, Any]]) -> list[Guard]:
+    """The guards the target's rows were judged on: the required ones, and those some system was measured on."""
+    return [g for g in GUARDS if g.required or any(t.get(f"{g.key}_held") is not None for t in target)]
+
+
+def rule_sentence(paper: str, allowances: dict[str, float], guards: list[Guard]) -> str:
     """The target in words, with each guard's allowance."""
-    guards = " and ".join(f"{g.label} at most {allowances[g.key]}" for g in GUARDS if g.key in allowances)
+    falls = " and ".join(
+        f"{g.label} {'falling ' if i == 0 else ''}at most {allowances[g.key]}" for i, g in enumerate(guards)
+    )
     return (
-        f"The target (beat {paper} on every figure, each 95% CI wholly on the better side, with {guards} below the "
-        "same student at TRACE's decoding, each fall's paired 95% CI wholly within that)"
+        f"The target (beat {paper} on every figure, with {falls} below the same student at TRACE's decoding, every 95% "
+        "CI wholly on the right side)"
     )
 
 
@@ -135,20 +147,20 @@ def render_target(target: list[dict[str, Any]]) -> list[str]:
     """curve.md's target section: every system's verdict per figure and each guard's fall."""
     if not target:
         return []
-    figures = list(target[0]["beats"])
+    figures, guards = list(target[0]["beats"]), judged(target)
     marks = {True: "yes", False: "no", None: "–"}
     rows = [
         [t["system"], *(marks[t["beats"][f]] for f in figures), t["bertscore_reference"],
-         *(guard_cell(t, g) for g in GUARDS), "**yes**" if t["met"] else "no"]
+         *(guard_cell(t, g) for g in guards), "**yes**" if t["met"] else "no"]
         for t in target
     ]  # fmt: skip
     met = sorted({t["system"] for t in target if t["met"]})
     head = ["system", *(f"beats: {f}" for f in figures), "at the paper's decoding",
-            *(f"{g.label} fall [95% CI]" for g in GUARDS), "target met"]  # fmt: skip
+            *(f"{g.label} fall [95% CI]" for g in guards), "target met"]  # fmt: skip
     return [
         f"## The target: beat {target[0]['paper']} on every figure",
         "",
-        rule_sentence(target[0]["paper"], {g.key: g.allowance for g in GUARDS})
+        rule_sentence(target[0]["paper"], {g.key: g.allowance for g in GUARDS}, guards)
         + ". The same student at the paper's decoding is a decoding variant's lender, else the system itself.",
         "",
         *markdown_table(head, rows),
@@ -160,14 +172,20 @@ def render_target(target: list[dict[str, Any]]) -> list[str]:
 
 def _misses(t: dict[str, Any]) -> tuple[list[str], list[Guard]]:
     """The figures a target row does not beat, and the guards whose fall it does not hold within the allowance."""
-    return [f for f, beaten in t["beats"].items() if not beaten], [g for g in GUARDS if t[f"{g.key}_held"] is False]
+    return [f for f, beaten in t["beats"].items() if not beaten], [g for g in GUARDS if t.get(f"{g.key}_held") is False]
 
 
 def verdict(target: list[dict[str, Any]], allowances: dict[str, float]) -> str:
-    """The target's verdict in one sentence: who meets it, or the closest setting (fewest figures missed, then
-    fewest guards broken, then the smallest BERTScore fall) and what stops it."""
+    """The target's verdict: who meets it, or the closest setting (fewest figures missed, then fewest guards
+    broken, then the smallest BERTScore fall) and what stops it; and each guard the run did not measure."""
+    guards = judged(target)
+    unmeasured = [f"{g.label} ({g.meaning})" for g in GUARDS if g not in guards]
+    note = f" Not measured in this run: {', '.join(unmeasured)}." if unmeasured else ""
+    return _outcome(target, rule_sentence(target[0]["paper"], allowances, guards) + ": ") + note
+
+
+def _outcome(target: list[dict[str, Any]], rule: str) -> str:
     met = sorted({t["system"] for t in target if t["met"]})
-    rule = rule_sentence(target[0]["paper"], allowances) + ": "
     if met:
         return rule + f"met by {', '.join(met)}."
 
