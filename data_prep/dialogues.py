@@ -40,3 +40,7 @@ class Dialogue(BaseModel):
 
     def seeker_text(self) -> str:
         return "\n".join(t.text for t in self.turns if t.speaker == "seeker")
+
+    def last_seeker_turn(self) -> str:
+        """The seeker's last turn, the one the reply answers ("" in a dialogue without one)."""
+        return next((t.text for t in reversed(self.turns) if t.speaker == "seeker"), "")

@@ -29,7 +29,7 @@ from typing import Any, Optional
 from distill.roles.roles import ROLES
 from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
-from eval.curve.curve_report import TARGET_BERTSCORE_DROP, target_rows
+from eval.curve.target import GUARDS, target_rows, verdict
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,8 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
         "systems": systems,
         "paper": against.get("paper"),
         "target": curve.get("target", []),
-        "target_bertscore_drop": TARGET_BERTSCORE_DROP,  # the rule the target was judged by when this run was made
+        # the rule the target was judged by when this run was made: each guard's allowance
+        **{f"target_{g.key}_drop": g.allowance for g in GUARDS},
         # the curve's questions at that point (each lever against the student it is made like, ...), paired
         "paired": [{k: p[k] for k in PAIRED_FIELDS} for p in curve.get("paired", []) if p["n"] == against["n"]],
     }
@@ -99,8 +100,18 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
 
 def _figures() -> list[Figure]:
     """The record's columns: the registry's paper figures (Dist/EAD shares of the human replies, I-ACC), then
-    BERTScore against the human reply."""
-    return [*(f for spec in METRICS.values() for f in spec.paper), *METRICS["bertscore_f1"].shown]
+    BERTScore against the human reply and the reply's relevance to the seeker's last turn (the target's guards)."""
+    return [
+        *(f for spec in METRICS.values() for f in spec.paper),
+        *METRICS["bertscore_f1"].shown,
+        *METRICS["relevance"].shown,
+    ]
+
+
+def _shown_figures(systems: list[dict[str, Any]]) -> list[Figure]:
+    """The columns a record's table shows: relevance only where a system has it (records made before it have not)."""
+    later = {f.path for f in METRICS["relevance"].shown}
+    return [f for f in _figures() if f.path not in later or any(s["figures"].get(f.path) for s in systems)]
 
 
 def machine_line() -> str:
@@ -139,7 +150,7 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
             known = ", ".join(by_name)
             raise RecordError(f"record '{record['name']}' has no system {', '.join(unknown)} (it has {known})")
         record = {**record, "systems": [by_name[name] for name in only]}
-    figures = _figures()
+    figures = _shown_figures(record["systems"])
     header = ["system", "reply decoding", *(f.header for f in figures), "reply tokens / dialogue", "s / dialogue"]
     rows = [
         [s["name"], _decoding(s["decoding"]), *(_cell(s["figures"], f) for f in figures), *_cost_cells(s)]
@@ -161,7 +172,8 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     )
     paper = f"\\* {record['paper']['source']} " if record.get("paper") else ""
     lines = [*wrap_paragraph(intro), "", *markdown_table(header, rows), ""]
-    lines += [line for p in _verdict(target, record.get("target_bertscore_drop")) for line in [*wrap_paragraph(p), ""]]
+    verdicts = [verdict(target, _allowances(record))] if target else []
+    lines += [line for p in verdicts for line in [*wrap_paragraph(p), ""]]
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
     return [*lines, *wrap_paragraph(paper + run)]
@@ -215,29 +227,69 @@ def _learns(systems: list[dict[str, Any]]) -> str:
     )
 
 
+def _allowances(record: dict[str, Any]) -> dict[str, float]:
+    """Each guard's allowance as the record states it: a required guard's, and that of a guard whose figure the
+    record's systems carry (a record made before a guard joined the target has neither)."""
+    out = {}
+    for guard in GUARDS:
+        given = record.get(f"target_{guard.key}_drop")
+        carried = any(s["figures"].get(guard.figure) is not None for s in record["systems"])
+        if given is None and (guard.required or carried):
+            raise RecordError(
+                f"record '{record['name']}': a target without the rule it was judged by (target_{guard.key}_drop)"
+            )
+        if given is not None:
+            out[guard.key] = given
+    return out
+
+
+# a stored target row's fields the record's figures must give again, each with whether a row must have it (a guard
+# that joined the target later is absent from the rows of a record made before, which were not judged on it)
+CHECKED = {"beats": True, "met": True} | {
+    f"{g.key}_{part}": g.required for g in GUARDS for part in ("drop", "drop_ci", "held")
+}
+
+
 def _target(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The target's rows recomputed from the record's figures and its rule (`curve_report.target_rows`), each
-    system against the reference its stored row names; a stored verdict that the figures do not give is an error,
-    so a `met` or a `beats` typed into the record cannot reach the docs."""
+    """The target's rows recomputed from the record's figures, its paired falls and its rule
+    (`eval.curve.target.target_rows`), each system against the reference its stored row names; a stored verdict
+    that these do not give is an error, so a `met` or a `beats` typed into the record cannot reach the docs. A row
+    judged before the falls were judged on their intervals (no `bertscore_drop_ci`) is refused."""
     stored = record.get("target") or []
     if not stored:
         return []
-    name, max_drop = record["name"], record.get("target_bertscore_drop")
-    if max_drop is None:
-        raise RecordError(f"record '{name}': a target without the rule it was judged by (target_bertscore_drop)")
-    systems = [{"name": s["name"], **_nested(s["figures"])} for s in record["systems"]]
-    lenders = {t["system"]: t["bertscore_reference"] for t in stored}
-    rows = target_rows({"systems": systems, "paper": record.get("paper")}, lenders, max_drop)
+    name = record["name"]
+    rows = _judged(record, _allowances(record))
     by_key = {(t["system"], t["paper"]): t for t in rows}
     for t in stored:
         mine = by_key.get((t["system"], t["paper"]))
         if mine is None:
             raise RecordError(f"record '{name}': target row {t['system']} against {t['paper']}: no such figures")
-        for key in ("beats", "met", "bertscore_drop"):
-            if not _same(t[key], mine[key]):
+        for key, required in CHECKED.items():
+            if required and key not in t:
+                raise RecordError(
+                    f"record '{name}': target row {t['system']} has no {key}: judged by an older rule (write the "
+                    "record again, or re-judge it with eval.records.rejudged)"
+                )
+            if not _same(t.get(key), mine[key]):
                 given = f"its figures give {mine[key]!r}"
-                raise RecordError(f"record '{name}': target row {t['system']}: stored {key} {t[key]!r}, {given}")
+                raise RecordError(f"record '{name}': target row {t['system']}: stored {key} {t.get(key)!r}, {given}")
     return rows
+
+
+def rejudged(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its target judged again by the current rule, from its own figures and paired falls (each
+    system against the reference its stored row names); what a record written under an older rule needs."""
+    return {**record, "target": _judged(record), **{f"target_{g.key}_drop": g.allowance for g in GUARDS}}
+
+
+def _judged(record: dict[str, Any], allowances: Optional[dict[str, float]] = None) -> list[dict[str, Any]]:
+    """The target rows the record's figures and paired falls give, each system against the reference its stored
+    row names."""
+    systems = [{"name": s["name"], **_nested(s["figures"])} for s in record["systems"]]
+    lenders = {t["system"]: t["bertscore_reference"] for t in record.get("target") or []}
+    against = {"systems": systems, "paper": record.get("paper")}
+    return target_rows(against, lenders, record.get("paired") or [], allowances)
 
 
 def _nested(figures: dict[str, Any]) -> dict[str, Any]:
@@ -253,29 +305,11 @@ def _nested(figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def _same(stored: Any, computed: Any) -> bool:
-    if isinstance(stored, float) and isinstance(computed, float):
+    if isinstance(stored, list) and isinstance(computed, list):
+        return len(stored) == len(computed) and all(_same(a, b) for a, b in zip(stored, computed))
+    if isinstance(stored, (int, float)) and isinstance(computed, (int, float)) and not isinstance(stored, bool):
         return abs(stored - computed) < 1e-9
     return stored == computed
-
-
-def _verdict(target: list[dict[str, Any]], max_drop: Optional[float]) -> list[str]:
-    if not target:
-        return []
-    met = sorted({t["system"] for t in target if t["met"]})
-    rule = (
-        f"The target (beat {target[0]['paper']} on every figure, each 95% CI wholly on the better side, with "
-        f"BERTScore at most {max_drop} below the same student at TRACE's decoding): "
-    )
-    if met:
-        return [rule + f"met by {', '.join(met)}."]
-    near = min(target, key=lambda t: (sum(not b for b in t["beats"].values()), t["bertscore_drop"]))
-    short = [figure for figure, beats in near["beats"].items() if not beats]
-    drop = fmt(near["bertscore_drop"], 3)
-    if short:
-        return [
-            rule + f"not met; the closest, {near['system']}, falls short on {', '.join(short)} (BERTScore fall {drop})."
-        ]
-    return [rule + f"not met; {near['system']} beats every figure, but its BERTScore falls {drop}."]
 
 
 # --- the docs' blocks ------------------------------------------------------------------------------

@@ -739,15 +739,22 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
     # above the paper's Dist-1 (0.908) by value, but its interval reaches below it: not shown to beat it
     systems[1]["human_ratio"]["dist1"] = {"value": 0.95, "ci_low": 0.93, "ci_high": 0.97}
     systems[2]["human_ratio"]["dist1"] = {"value": 0.95, "ci_low": 0.90, "ci_high": 1.00}
+    # the paired BERTScore differences (system − its lender), as eval compare writes them: the fall is judged on them
+    paired = [
+        {"pair": ["student-traces", name], "metric": "bertscore_f1", "diff": diff, "ci_low": diff - 0.004,
+         "ci_high": diff + 0.004, "n": 4, "reading": "higher is better"}
+        for name, diff in (("student-hot", 0.015), ("student-warm", 0.03))
+    ]  # fmt: skip
     report = tmp_path / "n5" / "eval" / "report.json"
     report.parent.mkdir(parents=True)
     paper = load_paper_reference("trace-table1")
     report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems,
-                                  "paper": paper}))  # fmt: skip
+                                  "paper": paper, "paired": paired}))  # fmt: skip
     curve = write_curve({5: report}, tmp_path, config)
     target = {t["system"]: t for t in curve["target"]}
     assert {name for name, t in target.items() if t["met"]} == {"student-hot"}
     assert target["student-warm"]["bertscore_drop"] == pytest.approx(0.03)
+    assert target["student-warm"]["bertscore_drop_ci"] == pytest.approx([0.026, 0.034])
     assert [f for f, beats in target["student-warm"]["beats"].items() if not beats] == ["Dist-1 / human"]
     assert (
         target["student-direct"]["beats"]["I-ACC (6)"] is False
@@ -756,7 +763,7 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
     assert list(target["student-traces"]["beats"].values()) == [False] * 4 + [True]  # I-ACC alone
     md = (tmp_path / "curve.md").read_text()
     assert "## The target: beat GPT-4o TRACE (paper, Table 1) on every figure" in md
-    assert "| student-hot | yes | yes | yes | yes | yes | student-traces | 0.015 | **yes** |" in md
+    assert "| student-hot | yes | yes | yes | yes | yes | student-traces | 0.0150 [0.0110, 0.0190] | **yes** |" in md
     assert "Met by: student-hot." in md
 
 

@@ -37,20 +37,26 @@ def _claim(store: TraceStore, pipeline: dict, split: str) -> None:
 
 
 def _hand_trace_run(
-    run_dir: Path, dialogues, emotion: str | None = "sadness", reply: str = "oh no", split: str = "tiny[:4]"
+    run_dir: Path,
+    dialogues,
+    emotion: str | None = "sadness",
+    reply: str = "oh no",
+    split: str = "tiny[:4]",
+    replies: list[str] | None = None,
 ) -> str:
     """A real trace store filled with hand-written traces, stored in the order of `dialogues` (no model needed
-    for the input checks); `emotion=None` answers each dialogue's gold emotion."""
+    for the input checks); `emotion=None` answers each dialogue's gold emotion; `replies`: each dialogue's reply
+    (else `reply` and the dialogue's id)."""
     from distill.pipeline.trace import Step
 
     store = TraceStore(run_dir)
     _claim(store, {}, split)
-    for d in dialogues:
+    for i, d in enumerate(dialogues):
         outputs = {
             "asi": {"reasoning": "r", "emotion": d.emotion if emotion is None else emotion},
             "cae": {"triggers": ["x y"], "cause": "c", "category": "Loss & Failure"},
             "srp": {"reasoning": "r", "strategy": "ER"},
-            "ers": {"response": f"{reply} {d.id}"},
+            "ers": {"response": replies[i] if replies else f"{reply} {d.id}"},
         }
         steps = [
             Step(role=r, messages=[], parsed=out, latency_s=0.5, prompt_tokens=40, completion_tokens=9)

@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from eval.curve.curve_report import target_rows
+from eval.curve.target import target_rows
 from eval.paper import load_paper_reference
 from eval.records import (
     RecordError,
     doc_files,
     record_from_curve,
+    rejudged,
     render_blocks,
     render_record,
     stale_blocks,
@@ -33,31 +34,41 @@ def _row(name, ratio, i_acc, bertscore, reply_tokens, seconds=0.8):
     }
 
 
-def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30)):
+def _pair(metric, diff, half):
+    """A paired row at the largest point: student-hot − student-traces on `metric`."""
+    low, high = round(diff - half, 4), round(diff + half, 4)
+    return {"n": 400, "pair": ["student-hot", "student-traces"], "metric": metric, "diff": diff, "ci_low": low,
+            "ci_high": high, "dialogues": 4, "reading": "higher is better", "meaning": "lever"}  # fmt: skip
+
+
+def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30), half=0.01, relevance=None):
     """Two students against TRACE's GPT-4o row (Dist/EAD shares 0.81-0.91, I-ACC 0.443): by default student-hot
-    (its shares 0.97 [0.92, 1.02], BERTScore 0.01 below student-traces) meets the target, student-traces does not."""
+    (its shares 0.97 [0.92, 1.02], BERTScore 0.01 [0, 0.02] below student-traces, paired) meets the target,
+    student-traces does not. `half`: the half-width of the paired BERTScore difference's interval; `relevance`:
+    (student-traces's, student-hot's, the half-width of their paired difference), or not measured."""
     own = {"asi": {"target": "gold label"}, "ers": {"target": "human reply"}}
     lent = {role: {**source, "adapter": "student-traces's"} for role, source in own.items()}
-    against = {
-        "n": 400,
-        "systems": [
-            _row("student-traces", traces[0], 0.6, traces[1], 20.0),
-            _row("student-hot", hot[0], 0.6, hot[1], 21.5, 1.7),
-        ],
-        "paper": load_paper_reference("trace-table1"),
-    }
+    systems = [
+        _row("student-traces", traces[0], 0.6, traces[1], 20.0),
+        _row("student-hot", hot[0], 0.6, hot[1], 21.5, 1.7),
+    ]
+    largest = [_pair("bertscore_f1", round(hot[1] - traces[1], 4), half)]
+    if relevance:
+        for system, value in zip(systems, relevance):
+            system["relevance"] = _stat(value, 0.02)
+        largest.append(_pair("relevance", round(relevance[1] - relevance[0], 4), relevance[2]))
+    against = {"n": 400, "systems": systems, "paper": load_paper_reference("trace-table1")}
     return {
         "test": {"dialogues": "d", "split": "test", "n": 4},
         "sources": {"student-traces": own, "student-hot": lent},
         "config": {"variants": [{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}]},
         "against_paper": against,
         "paired": [
-            {"n": 400, "pair": ["student-hot", "student-traces"], "metric": "bertscore_f1", "diff": -0.01,
-             "ci_low": -0.02, "ci_high": -0.001, "dialogues": 4, "reading": "higher is better", "meaning": "lever"},
+            *largest,
             {"n": 20, "pair": ["student-hot", "student-traces"], "metric": "i_acc", "diff": 0.0, "ci_low": 0.0,
              "ci_high": 0.0, "dialogues": 4, "reading": "higher is better", "meaning": "a smaller point"},
         ],
-        "target": target_rows(against, {"student-hot": "student-traces"}),
+        "target": target_rows(against, {"student-hot": "student-traces"}, largest),
     }  # fmt: skip
 
 
@@ -71,7 +82,7 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
     assert "| student-hot | T 1.0 | 0.970 [0.920, 1.020] |" in text and "| 0.290 [0.280, 0.300] | 21.5 | 1.70 |" in text
     assert "| GPT-4o TRACE (paper, Table 1) * | – | 0.91 | 0.81 | 0.81 | 0.84 | 0.443 | – | – | – |" in text
     assert "What student-traces's adapters learned, from whom: asi: gold label; ers: human reply." in text
-    assert "| student-hot − student-traces | BERTScore F | -0.0100 [-0.0200, -0.0010] | higher is better |" in text
+    assert "| student-hot − student-traces | BERTScore F | -0.010 [-0.020, 0.000] | higher is better |" in text
     assert "I-ACC (6) | 0.00" not in text  # the largest point's questions only
     assert "met by student-hot." in text and "Trained on 400 train conversations, scored on 4 test" in text
     assert "Run at commit `abc1234` on " in text and "2-core test CPU: `bash run.sh`" in text
@@ -81,7 +92,9 @@ def test_a_record_renders_every_system_beside_the_paper_with_its_cis_and_its_pro
 
 def test_the_verdict_names_what_the_closest_system_misses():
     record = record_from_curve(_curve(hot=(0.97, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
-    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050." in " ".join(render_record(record))
+    assert "not met; student-hot beats every figure, but its BERTScore falls 0.050 [0.040, 0.060]." in " ".join(
+        render_record(record)
+    )
     # both miss every Dist/EAD share: the smaller fall is closer
     record = record_from_curve(_curve(hot=(0.6, 0.25)), "demo", "bash run.sh", "abc1234", "test CPU")
     assert "the closest, student-traces, falls short on Dist-1 / human, Dist-2 / human" in " ".join(
@@ -92,7 +105,9 @@ def test_the_verdict_names_what_the_closest_system_misses():
 def test_the_verdict_is_recomputed_from_the_figures_by_the_records_own_rule():
     """A stored `met` or `beats` the figures do not give is an error; the BERTScore rule is the record's."""
     record = record_from_curve(_curve(), "demo", "bash run.sh", "abc1234", "test CPU")
-    assert record["target_bertscore_drop"] == 0.02 and "BERTScore at most 0.02 below" in " ".join(render_record(record))
+    assert record["target_bertscore_drop"] == 0.02 and "BERTScore falling at most 0.02 below" in " ".join(
+        render_record(record)
+    )
     typed = json.loads(json.dumps(record))
     typed["target"][0]["met"] = True  # student-traces, which beats no share
     with pytest.raises(RecordError, match="target row student-traces: stored met True, its figures give False"):
@@ -104,11 +119,71 @@ def test_the_verdict_is_recomputed_from_the_figures_by_the_records_own_rule():
     stricter = {**record, "target_bertscore_drop": 0.005}  # student-hot falls 0.01: not met under this rule
     with pytest.raises(RecordError, match="target row student-hot: stored met True, its figures give False"):
         render_record(stricter)
-    stricter["target"] = [{**t, "met": False} for t in record["target"]]
+    stricter["target"] = [{**t, "met": False, "bertscore_held": t["system"] != "student-hot"} for t in record["target"]]
     text = " ".join(render_record(stricter))
-    assert "BERTScore at most 0.005 below" in text and "not met; student-hot beats every figure" in text
+    assert "BERTScore falling at most 0.005 below" in text and "not met; student-hot beats every figure" in text
     with pytest.raises(RecordError, match="a target without the rule"):
         render_record({k: v for k, v in record.items() if k != "target_bertscore_drop"})
+
+
+def test_the_bertscore_fall_is_judged_on_its_whole_paired_interval():
+    """A fall of 0.015 at its point value meets the target only when its paired interval stays within 0.02 too."""
+    reaching = record_from_curve(_curve(hot=(0.97, 0.285), half=0.01), "demo", "run", "abc", "cpu")
+    hot = {t["system"]: t for t in reaching["target"]}["student-hot"]
+    assert hot["bertscore_drop"] == pytest.approx(0.015) and hot["bertscore_drop_ci"] == pytest.approx([0.005, 0.025])
+    assert hot["met"] is False and hot["bertscore_held"] is False
+    assert "but its BERTScore falls 0.015 [0.005, 0.025]." in " ".join(render_record(reaching))
+    within = record_from_curve(_curve(hot=(0.97, 0.285), half=0.004), "demo", "run", "abc", "cpu")
+    assert {t["system"]: t["met"] for t in within["target"]} == {"student-traces": False, "student-hot": True}
+    assert "met by student-hot." in " ".join(render_record(within))
+
+
+def test_a_target_judged_by_the_point_rule_is_refused_until_it_is_judged_again():
+    """A stored row without the fall's interval was judged on the point value alone; the renderer refuses it
+    rather than show a verdict the current rule may not give, and `rejudged` judges it from the record's own
+    figures and paired falls."""
+    record = record_from_curve(_curve(hot=(0.97, 0.285), half=0.01), "demo", "run", "abc", "cpu")
+    old = json.loads(json.dumps(record))
+    for t in old["target"]:  # as records were written before the interval rule: met by the point value 0.015
+        t["bertscore_drop"] = 0.015 if t["system"] == "student-hot" else 0.0
+        t["met"] = t["system"] == "student-hot"
+        for key in ("bertscore_drop_ci", "bertscore_held"):
+            del t[key]
+    with pytest.raises(RecordError, match="target row student-traces has no bertscore_drop_ci: judged by an older"):
+        render_record(old)
+    again = rejudged(old)
+    assert again["target"] == record["target"] and "not met; student-hot beats every figure" in " ".join(
+        render_record(again)
+    )
+
+
+def test_the_coherence_guard_judges_a_record_that_carries_it_and_is_named_unmeasured_in_one_that_does_not():
+    """Relevance to the seeker's last turn is held to its allowance over its whole paired interval, like BERTScore;
+    a record without it (made before the guard) renders without its column and says it was not measured."""
+    held = record_from_curve(_curve(relevance=(0.40, 0.39, 0.005)), "demo", "run", "abc", "cpu")
+    assert held["target_relevance_drop"] == 0.02 and {t["system"]: t["met"] for t in held["target"]}["student-hot"]
+    text = " ".join(render_record(held))
+    assert "relevance ↑" in text and "| 0.390 [0.370, 0.410] |" in text and "met by student-hot." in text
+    assert "BERTScore falling at most 0.02 and relevance at most 0.02 below" in text and "Not measured" not in text
+    falls = record_from_curve(_curve(relevance=(0.40, 0.385, 0.01)), "demo", "run", "abc", "cpu")
+    hot = {t["system"]: t for t in falls["target"]}["student-hot"]
+    assert hot["relevance_drop_ci"] == pytest.approx([0.005, 0.025]) and not hot["met"] and hot["bertscore_held"]
+    assert "but its relevance falls 0.015 [0.005, 0.025]." in " ".join(render_record(falls))
+    typed = json.loads(json.dumps(falls))
+    typed["target"][1]["met"], typed["target"][1]["relevance_held"] = True, True
+    with pytest.raises(RecordError, match="target row student-hot: stored met True, its figures give False"):
+        render_record(typed)
+    with pytest.raises(RecordError, match=r"a target without the rule it was judged by \(target_relevance_drop\)"):
+        render_record({k: v for k, v in falls.items() if k != "target_relevance_drop"})
+    unmeasured = record_from_curve(_curve(), "demo", "run", "abc", "cpu")
+    for t in unmeasured["target"]:  # as a record made before the guard holds its rows
+        for key in ("relevance_drop", "relevance_drop_ci", "relevance_held"):
+            del t[key]
+    text = " ".join(render_record({k: v for k, v in unmeasured.items() if k != "target_relevance_drop"}))
+    assert (
+        "relevance ↑" not in text
+        and "met by student-hot. Not measured in this run: relevance (the coherence guard)" in text
+    )
 
 
 def test_a_marker_line_with_a_trailing_space_or_crlf_is_checked_and_a_stray_one_is_an_error(tmp_path):

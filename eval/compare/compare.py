@@ -139,6 +139,7 @@ def system_sample(
         replies=[t.response or "" for t in run.traces] if run.replies else None,
         gold_replies=[d.gold_response for d in test],
         contexts=[d.render_context() for d in test],
+        seeker_turns=[d.last_seeker_turn() for d in test],
         # ASI answers Ekman's six, so there is no 32-class figure here (see `emotion_accuracy`)
         emotions=[t.emotion for t in run.traces] if ran_asi else None,
         gold_emotions=[d.emotion for d in test],

@@ -81,7 +81,8 @@ def human_gold(test: Sequence[Dialogue], settings: dict[str, dict]) -> tuple[dic
     it is scored against these very replies; not I-ACC or cost: a human reply names no emotion and has no
     latency), and their per-dialogue items. `settings` are the compare's metrics, as `score_sample` takes them."""
     replies = [d.gold_response or "" for d in test]
-    sample = Sample(replies=replies, contexts=[d.render_context() for d in test])
+    contexts, seeker_turns = [d.render_context() for d in test], [d.last_seeker_turn() for d in test]
+    sample = Sample(replies=replies, contexts=contexts, seeker_turns=seeker_turns)
     stats, items = score_sample(sample, settings, human=True)
     row = {"name": "human (gold replies)", "n": len(test), **stats, "quality": reply_quality(replies, test)}
     return row, items

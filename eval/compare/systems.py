@@ -128,6 +128,12 @@ class BertScoreSpec(BaseModel):
     batch_size: int = setting("bertscore_f1", "batch_size")
 
 
+class RelevanceSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelName = setting("relevance", "model")
+
+
 class EadSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -157,6 +163,10 @@ class CompareConfig(BaseModel):
         default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
     )
     ead: EadSpec = Field(default_factory=EadSpec, description="EAD-n settings")
+    relevance: Optional[RelevanceSpec] = Field(
+        default_factory=RelevanceSpec,
+        description="the reply's relevance to the seeker's last turn (the target's coherence guard); null = none",
+    )
     paper_reference: PaperReference = Field(
         None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
     )

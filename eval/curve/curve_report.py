@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
 from eval.compare.report import fmt, interval, markdown_table, paper_table, with_ci
-from eval.metrics import registry
+from eval.curve.target import render_target, target_rows
 from eval.metrics.diversity import RATIO_KEYS
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
@@ -31,15 +31,12 @@ QUESTIONS = (
     ("student-teacher-reply", "student-traces", "the teacher's replies as the reply target, against the human ones"),
     ("student-teacher-reply", "student-direct", "the teacher's replies as the target, against direct fine-tuning"),
 )
-METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "ppl": "PPL"} | {
+METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "relevance": "relevance", "ppl": "PPL"} | {
     key: label for key, label in zip(RATIO_KEYS, ("Dist-1", "Dist-2", "EAD-1", "EAD-2"))
 }
 PANELS = (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))
 # students of one point whose tokens seen for a role differ by more than this share are flagged in curve.md
 UNEQUAL_TOKENS = 0.15
-# issue 37's target: a student beats a paper's row on every published figure while its BERTScore stays
-# within this of the same student at the paper's own decoding (TRACE's ers temperature, 0.5)
-TARGET_BERTSCORE_DROP = 0.02
 
 
 def _row(n: int, s: dict) -> dict[str, Any]:
@@ -141,51 +138,6 @@ def _value(stat: Any) -> Optional[float]:
     return stat.get("value") if isinstance(stat, dict) else stat
 
 
-def _beats(system: dict, paper_row: dict) -> dict[str, Optional[bool]]:
-    """Per published figure, whether the system is better than the paper's row (None: it lacks the figure): a
-    figure with a CI beats it only when the whole interval is on the better side of the paper's value."""
-    out: dict[str, Optional[bool]] = {}
-    for spec in registry.METRICS.values():
-        for figure in spec.paper:
-            stat, theirs = figure.read(system), figure.read_paper(paper_row)
-            if _value(stat) is None or theirs is None:
-                out[figure.header] = None
-                continue
-            low, high = _interval(stat)
-            out[figure.header] = high < theirs if spec.direction == "lower" else low > theirs
-    return out
-
-
-def _interval(stat: Any) -> tuple[float, float]:
-    """A statistic's 95% interval; a bare number (no CI recorded) is its own interval."""
-    if isinstance(stat, dict) and stat.get("ci_low") is not None and stat.get("ci_high") is not None:
-        return stat["ci_low"], stat["ci_high"]
-    return _value(stat), _value(stat)
-
-
-def target_rows(
-    against: dict, at_paper_decoding: dict[str, str], max_drop: float = TARGET_BERTSCORE_DROP
-) -> list[dict[str, Any]]:
-    """Every system against every paper row: the figures it beats, and its BERTScore's fall below the same
-    student at the paper's decoding (`at_paper_decoding`: a decoding variant -> its lender; else itself); met when
-    it beats every figure and falls at most `max_drop`."""
-    systems = {s["name"]: s for s in against.get("systems", []) if s.get("human_ratio")}
-    rows = []
-    for paper_row in (against.get("paper") or {}).get("rows", []):
-        for name, system in systems.items():
-            reference = at_paper_decoding.get(name, name)
-            mine = _value((system.get("bertscore") or {}).get("f1"))
-            theirs = _value(((systems.get(reference) or {}).get("bertscore") or {}).get("f1"))
-            drop = None if mine is None or theirs is None else theirs - mine
-            beats = _beats(system, paper_row)
-            met = all(beats.values()) and drop is not None and drop <= max_drop
-            rows.append(
-                {"system": name, "paper": paper_row["system"], "beats": beats, "bertscore_reference": reference,
-                 "bertscore_drop": drop, "met": met}
-            )  # fmt: skip
-    return rows
-
-
 def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
     rows, paired, tokens, test, asked = [], [], [], None, questions(config)
     report: dict = {}
@@ -195,7 +147,8 @@ def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
         rows += [_row(n, s) for s in report["systems"]]
         paired += _paired(n, report, asked)
         tokens += trained_tokens(n, path.parent.parent)  # the report is <point>/eval/report.json
-    against = {"n": max(reports), "systems": report.get("systems", []), "paper": report.get("paper")}
+    n = max(reports)
+    against = {"n": n, "systems": report.get("systems", []), "paper": report.get("paper")}
     return {
         "points": sorted(reports),
         "test": {k: test[k] for k in ("dialogues", "split", "n")},
@@ -205,7 +158,10 @@ def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
         "sources": config.sources() if config is not None else {},
         # the largest point's systems as shares of the human replies, beside the paper's rows when asked
         "against_paper": against,
-        "target": target_rows(against, config.decoding_lenders() if config is not None else {}),
+        # judged on the largest point's paired falls: the rows the record keeps
+        "target": target_rows(
+            against, config.decoding_lenders() if config is not None else {}, [p for p in paired if p["n"] == n]
+        ),
     }
 
 
@@ -250,32 +206,6 @@ def _paired_table(curve: dict) -> list[str]:
 def _against_paper(against: dict) -> list[str]:
     table = paper_table({"systems": against.get("systems", []), "paper": against.get("paper")})
     return [table[0] + f" (N = {against['n']})", *table[1:]] if table else []
-
-
-def render_target(target: list[dict[str, Any]]) -> list[str]:
-    if not target:
-        return []
-    figures = list(target[0]["beats"])
-    marks = {True: "yes", False: "no", None: "–"}
-    rows = [
-        [t["system"], *(marks[t["beats"][f]] for f in figures), t["bertscore_reference"],
-         fmt(t["bertscore_drop"], 3), "**yes**" if t["met"] else "no"]
-        for t in target
-    ]  # fmt: skip
-    met = sorted({t["system"] for t in target if t["met"]})
-    head = ["system", *(f"beats: {f}" for f in figures), "at the paper's decoding", "BERTScore fall", "target met"]
-    return [
-        f"## The target: beat {target[0]['paper']} on every figure",
-        "",
-        f"Better than the paper's row on each figure above, with BERTScore at most {TARGET_BERTSCORE_DROP} below the "
-        "same student at the paper's decoding (a decoding variant's lender; else the system itself). A figure with "
-        "a 95% CI beats the paper only when the whole interval is on the better side of the paper's value.",
-        "",
-        *markdown_table(head, rows),
-        "",
-        f"Met by: {', '.join(met)}." if met else "No system meets it: the table above is the frontier.",
-        "",
-    ]
 
 
 def render_sources(sources: dict[str, dict[str, dict[str, str]]]) -> list[str]:

@@ -35,6 +35,7 @@ from eval.metrics.perplexity import (
     ppl_inputs,
     score_ppl,
 )
+from eval.metrics.relevance import DEFAULT_RELEVANCE_MODEL, reply_relevance
 from eval.metrics.similarity import DEFAULT_SIMILARITY_MODEL, answer_similarity
 from eval.metrics.stats import mean_with_items
 
@@ -50,6 +51,7 @@ class Sample:
     replies: Optional[list[str]] = None
     gold_replies: Optional[list[Optional[str]]] = None
     contexts: Optional[list[str]] = None  # the dialogue before each reply
+    seeker_turns: Optional[list[str]] = None  # the seeker's last turn, the one each reply answers
     emotions: Optional[list[Optional[str]]] = None  # the emotion the source named
     gold_emotions: Optional[list[str]] = None
     gold_fine: Optional[list[Optional[str]]] = None  # ED's 32 labels, where the gold has them
@@ -254,6 +256,16 @@ for _spec in (
             "num_layers": {"type": int, "help": "encoder layers used; null = all of them (6 for MiniLM)"},
             "batch_size": {"type": int, "help": "replies encoded per forward pass"},
         },
+    ),
+    MetricSpec(
+        "relevance", "relevance", "dialogue", "higher", paired=True, human_row=True,
+        settings={"model": DEFAULT_RELEVANCE_MODEL}, score=reply_relevance,
+        inputs=("replies", "seeker_turns"), needs=("replies", "seeker_turns"),
+        note="Relevance: per dialogue, the cosine of `{model}` sentence embeddings of the reply and the seeker's last "
+        "turn; it falls when a reply stops answering the dialogue (human replies to their own dialogue against the "
+        "same replies shuffled across dialogues: `benchmarks/coherence_calibration.json`).",
+        config="relevance",
+        options={"model": {"help": "the sentence encoder of relevance (alias or local dir)"}},
     ),
     MetricSpec(
         "rouge_l", "ROUGE-L", "dialogue", "higher", paired=True, score=score_rouge_l,
