@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from eval.metrics.similarity import DEFAULT_SIMILARITY_MODEL
+from eval.metrics.similarity import DEFAULT_SIMILARITY_MODEL, paired_cosines
 from eval.metrics.stats import mean_with_ci
 
 DEFAULT_RELEVANCE_MODEL = DEFAULT_SIMILARITY_MODEL
@@ -24,20 +24,7 @@ def relevance_items(
 ) -> list[Optional[float]]:
     """Per dialogue, the cosine of the reply with the seeker's last turn: None where the dialogue has no seeker
     turn; 0 for an empty reply (it answers nothing)."""
-    asked = [i for i, turn in enumerate(seeker_turns) if turn and turn.strip()]
-    answered = [i for i in asked if replies[i] and replies[i].strip()]
-    items: list[Optional[float]] = [None] * len(seeker_turns)
-    for i in asked:
-        items[i] = 0.0
-    if answered:
-        from data_prep.retrieval import shared_embedder
-
-        embedder = shared_embedder(model)
-        mine = embedder.encode([replies[i] for i in answered], progress=False)
-        theirs = embedder.encode([seeker_turns[i] for i in answered], progress=False)
-        for i, cosine in zip(answered, (mine * theirs).sum(axis=1).tolist()):
-            items[i] = float(cosine)
-    return items
+    return paired_cosines(replies, seeker_turns, model)
 
 
 def reply_relevance(
