@@ -30,7 +30,7 @@ from eval.compare.systems import (
     collect_systems,
 )
 from eval.metrics.accuracy import schema_valid_rate, teacher_agreement
-from eval.metrics.diversity_ci import human_ratio_intervals
+from eval.metrics.diversity_ci import corpus_sizes, human_ratio_by_size, human_ratio_intervals
 from eval.metrics.registry import METRICS, Sample, score_sample
 from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, holm
 from eval.paper import load_paper_reference
@@ -195,6 +195,17 @@ def _versus_human(items: dict[str, list], human_items: dict[str, list]) -> Optio
     return ratios or None
 
 
+def _versus_human_by_size(items: dict[str, list], human_items: dict[str, list], sizes: list[int]) -> Optional[list]:
+    """The same shares on nested sub-corpora of each size (`human_ratio_by_size`), a row per size; None when the
+    system has none."""
+    rows: dict[int, dict] = {}
+    for name, spec in METRICS.items():
+        if spec.versus_human and name in items and name in human_items:
+            for row in human_ratio_by_size(items[name], human_items[name], sizes, spec.versus_human):
+                rows.setdefault(row["n"], {}).update(row)
+    return list(rows.values()) or None
+
+
 def _cost(run: SystemRun) -> dict[str, Any]:
     cost = cost_and_speed(run.traces, run.wall_s, run.peak_rss_mb)
     cost["prompt_tokens_per_dialogue"] = sum(v["prompt_per_dialogue"] for v in cost["tokens_per_role"].values())
@@ -279,9 +290,12 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     _mark_shared_outputs(runs, systems)
     paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
     human, human_items = human_gold(test, loaded)
+    sizes = corpus_sizes(config.shares_by_size, len(test)) if config.shares_by_size else None
     for system, (_, items) in zip(systems, scored):
         if ratios := _versus_human(items, human_items):
             system["human_ratio"] = ratios
+        if sizes and (by_size := _versus_human_by_size(items, human_items, sizes)):
+            system["human_ratio_by_size"] = by_size
     sections = {spec.config: None for spec in METRICS.values() if spec.config}
     sections.update({METRICS[name].config: s for name, s in settings.items() if METRICS[name].config})
     return rounded(
@@ -304,6 +318,8 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "registered_metrics": settings,
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
                 "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
+                # the sub-corpora of `human_ratio_by_size`: the first n of one seeded permutation, in test order
+                "shares_by_size": {"sizes": sizes, "subsets": "nested", "seed": DEFAULT_SEED} if sizes else None,
             },
             "systems": systems,
             "human_gold": human,

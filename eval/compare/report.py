@@ -122,6 +122,29 @@ def paper_table(report: dict) -> list[str]:
     return [*lines, ""]
 
 
+def shares_by_size_table(report: dict) -> list[str]:
+    """Each system's Dist/EAD shares of the human replies at each sub-corpus size (`shares_by_size`), with the
+    paper's test set named; not asked: no table."""
+    systems = [s for s in report["systems"] if s.get("human_ratio_by_size")]
+    if not systems:
+        return []
+    figures = [f for spec in METRICS.values() if spec.versus_human for f in spec.paper]
+    rows = [
+        [s["name"], fmt(row["n"]), *(with_ci(row.get(f.path.rsplit(".", 1)[-1])) for f in figures)]
+        for s in systems
+        for row in s["human_ratio_by_size"]
+    ]
+    paper = report.get("paper") or {}
+    intro = (
+        "Dist and EAD are corpus figures, so a share of the human replies depends on how many replies the corpus "
+        "holds. Each row is a sub-corpus of n test dialogues: the first n of one seeded permutation (nested, so each "
+        "holds the smaller ones), in test order; each share is paired with the human replies of the same dialogues, "
+        "its 95% CI half-sampled." + (f" The paper's rows are on {paper['test_set']}." if paper.get("test_set") else "")
+    )
+    header = ["System", "n", *(f.header for f in figures)]
+    return ["## Shares of the human replies against corpus size", "", intro, "", *markdown_table(header, rows), ""]
+
+
 def checks_table(report: dict) -> list[str]:
     """Per system and role, the share of its outputs failing each quality check (distill.quality), the human
     replies last; a check that does not apply to a role shows a dash."""
@@ -311,6 +334,7 @@ def render_markdown(report: dict) -> str:
         *quality_table(report),
         "",
         *paper_table(report),
+        *shares_by_size_table(report),
         *checks_table(report),
         f"## Agreement with `{report['settings']['reference_system']}`",
         "",

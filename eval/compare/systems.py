@@ -167,6 +167,13 @@ class CompareConfig(BaseModel):
         default_factory=RelevanceSpec,
         description="the reply's relevance to the seeker's last turn (the target's coherence guard); null = none",
     )
+    shares_by_size: Optional[int] = Field(
+        None,
+        ge=2,
+        description="also give each system's Dist/EAD shares of the human replies on sub-corpora of this many test "
+        "dialogues, doubling up to the whole test set (nested: the first n of one seeded permutation, each in test "
+        "order), each with its half-sampled paired CI; null = the whole test set alone",
+    )
     paper_reference: PaperReference = Field(
         None, description="published rows shown beside the systems: a shipped table (trace-table1) or a JSON file"
     )

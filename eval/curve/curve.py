@@ -116,6 +116,10 @@ class CurveConfig(BaseModel):
     bertscore: Optional[BertScoreSpec] = Field(
         default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
     )
+    shares_by_size: Optional[int] = Field(
+        None, ge=2, description="each point's compare also gives the Dist/EAD shares on sub-corpora of this many test "
+        "dialogues, doubling up to the whole test set (eval compare's `shares_by_size`); null = the whole set alone",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> CurveConfig:
@@ -344,6 +348,7 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
         "ppl": config.ppl.model_dump() if config.ppl else None,
         "bertscore": config.bertscore.model_dump() if config.bertscore else None,
         "paper_reference": config.paper_reference,
+        "shares_by_size": config.shares_by_size,
     }
 
 

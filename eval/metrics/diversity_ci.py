@@ -257,3 +257,34 @@ def diversity_with_items(
 ) -> dict[str, Any]:
     """`diversity_metrics`, with each reply's tokens as the per-dialogue items the paired bootstraps draw from."""
     return {**diversity_metrics(replies, tokenizer, vocab_size), "items": reply_tokens(replies, tokenizer, vocab_size)}
+
+
+def corpus_sizes(smallest: int, total: int) -> list[int]:
+    """`smallest`, doubled while below `total`, then `total`: the sub-corpus sizes a trend is read at."""
+    sizes, n = [], smallest
+    while n < total:
+        sizes.append(n)
+        n *= 2
+    return [*sizes, total]
+
+
+def human_ratio_by_size(
+    replies: Sequence[ReplyTokens],
+    human: Sequence[ReplyTokens],
+    sizes: Sequence[int],
+    figures: Sequence[str] = RATIO_KEYS,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """`human_ratio_intervals` on sub-corpora of each size in `sizes`: nested ones, the first n of one seeded
+    permutation of the dialogues (so each holds the smaller, and a trend is not a new draw at every n), each kept in
+    the test set's order; at the full size, the whole test set."""
+    if len(replies) != len(human):
+        raise ValueError(f"human_ratio_by_size: {len(replies)} replies against {len(human)} human ones")
+    order = np.random.default_rng(seed).permutation(len(replies))
+    out = []
+    for n in sizes:
+        pick = np.sort(order[:n])
+        mine, theirs = [replies[i] for i in pick], [human[i] for i in pick]
+        out.append({"n": len(pick), **human_ratio_intervals(mine, theirs, figures, resamples, seed)})
+    return out
