@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
 from eval.compare.report import fmt, interval, markdown_table, paper_table, with_ci
-from eval.curve.target import render_target, target_rows
+from eval.curve.target import render_target, stat_value, target_rows
 from eval.metrics.diversity import RATIO_KEYS
 
 CURVE_JSON, CURVE_MD, CURVE_PNG = "curve.json", "curve.md", "curve.png"
@@ -132,10 +132,6 @@ def unequal_tokens(tokens: list[dict[str, Any]], tolerance: float = UNEQUAL_TOKE
         if len(seen) > 1 and max(seen.values()) - min(seen.values()) > tolerance * max(seen.values()):
             found.append(f"N = {key[0]}, {key[1]}: " + ", ".join(f"{s} {v:,}" for s, v in seen.items()))
     return found
-
-
-def _value(stat: Any) -> Optional[float]:
-    return stat.get("value") if isinstance(stat, dict) else stat
 
 
 def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
@@ -274,13 +270,13 @@ def plot_curve(curve: dict, path: Path) -> Optional[Path]:
 
     # an emotion-only curve has no BERTScore: its one panel is I-ACC
     # a statistic without a value (`{"value": None}`: nothing to score) is not a point
-    panels = [(k, t) for k, t in PANELS if any(_value(r.get(k)) is not None for r in curve["rows"])] or PANELS[:1]
+    panels = [(k, t) for k, t in PANELS if any(stat_value(r.get(k)) is not None for r in curve["rows"])] or PANELS[:1]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     axes = axes[0]
     systems = list(dict.fromkeys(r["system"] for r in curve["rows"]))
     for ax, (key, title) in zip(axes, panels):
         for i, system in enumerate(systems):
-            rows = [r for r in curve["rows"] if r["system"] == system and _value(r.get(key)) is not None]
+            rows = [r for r in curve["rows"] if r["system"] == system and stat_value(r.get(key)) is not None]
             points = [(r["n"], r[key]) for r in rows]
             if not points:
                 continue

@@ -43,7 +43,7 @@ GUARDS = (
 )
 
 
-def _value(stat: Any) -> Optional[float]:
+def stat_value(stat: Any) -> Optional[float]:
     return stat.get("value") if isinstance(stat, dict) else stat
 
 
@@ -51,7 +51,7 @@ def _interval(stat: Any) -> tuple[float, float]:
     """A statistic's 95% interval; a bare number (no CI recorded) is its own interval."""
     if isinstance(stat, dict) and stat.get("ci_low") is not None and stat.get("ci_high") is not None:
         return stat["ci_low"], stat["ci_high"]
-    return _value(stat), _value(stat)
+    return stat_value(stat), stat_value(stat)
 
 
 def beats(system: dict, paper_row: dict) -> dict[str, Optional[bool]]:
@@ -61,7 +61,7 @@ def beats(system: dict, paper_row: dict) -> dict[str, Optional[bool]]:
     for spec in registry.METRICS.values():
         for figure in spec.paper:
             stat, theirs = figure.read(system), figure.read_paper(paper_row)
-            if _value(stat) is None or theirs is None:
+            if stat_value(stat) is None or theirs is None:
                 out[figure.header] = None
                 continue
             low, high = _interval(stat)
@@ -87,7 +87,8 @@ def _guard_fields(guard: Guard, systems: dict, paired: list[dict], name: str, re
     """The guard's fall for one system with its interval, and whether it held: None (not judged) where the system
     lacks a figure the guard does not require; False where the fall cannot be measured (either side lacks the
     figure, or no paired row holds the two)."""
-    has = [_value(registry.Figure("", guard.figure).read(systems.get(s) or {})) is not None for s in (name, reference)]
+    figure = registry.Figure("", guard.figure)
+    has = [stat_value(figure.read(systems.get(s) or {})) is not None for s in (name, reference)]
     found = fall(paired, guard.metric, name, reference) if all(has) else None
     drop, ci = found if found else (None, None)
     judged = guard.required or has[0]
