@@ -49,8 +49,9 @@ def test_score_csv_cheap_metrics_and_iacc(tmp_path, capsys):
     printed = json.loads(captured.out)
     # one line names what was left out and the flag for each; I-ACC ran, so it is not among them
     assert captured.err.strip() == (
-        "warning: skipped BERTScore, ROUGE-L, BLEU-2 (--gold-column), "
-        "label accuracy (--label-column and --gold-label-column), PPL (--ppl-model, e.g. smollm2-135m)"
+        "warning: skipped BERTScore, ROUGE-L, BLEU-2 (--gold-column), relevance (--seeker-column), "
+        "label accuracy (--label-column and --gold-label-column), "
+        "answer similarity (--answer-column and --reference-answer-column), PPL (--ppl-model, e.g. smollm2-135m)"
     )
     assert printed == json.loads(out.read_text())
     assert printed["n"] == 2 and printed["diversity"]["dist1"] == pytest.approx(5 / 7)
@@ -83,6 +84,11 @@ def test_score_jsonl(tmp_path, capsys):
             "response\nhi\n",
             ["--column", "response", "--ppl-model", "smollm2-135m", "--ppl-context", "dialogue"],
             "--ppl-context dialogue needs --context-column",
+        ),
+        (
+            "response,emotion\nhi,sad\n",
+            ["--column", "response", "--answer-column", "emotion"],
+            "--answer-column and --reference-answer-column go together",
         ),
     ],
 )
@@ -126,8 +132,9 @@ def test_score_with_bertscore_and_ppl(tmp_path, capsys):
     printed = json.loads(captured.out)
     warned = [line for line in captured.err.splitlines() if line.startswith("warning:")]  # beside load bars
     assert warned == [
-        "warning: skipped I-ACC (--emotion-column and --gold-emotion-column), "
-        "label accuracy (--label-column and --gold-label-column)"
+        "warning: skipped I-ACC (--emotion-column and --gold-emotion-column), relevance (--seeker-column), "
+        "label accuracy (--label-column and --gold-label-column), "
+        "answer similarity (--answer-column and --reference-answer-column)"
     ]
     assert printed["bertscore"]["f1"]["n"] == 2 and printed["bertscore"]["model"] == "minilm"
     assert printed["rouge_l"]["n"] == printed["bleu2"]["n"] == 2 and "items" not in printed["bleu2"]
@@ -144,3 +151,27 @@ def test_score_ppl_given_the_dialogue(tmp_path, capsys):
     assert main(argv) == 0
     alone = json.loads(capsys.readouterr().out)["ppl"]
     assert given["context"] == "dialogue" and given["value"] > 1 and given["value"] != alone["value"]
+
+
+@pytest.mark.slow
+def test_score_relevance_and_answer_similarity_from_their_columns(tmp_path, capsys):
+    """--seeker-column feeds relevance and --answer-column with --reference-answer-column feeds answer
+    similarity, so their --<metric>-model flags score something rather than nothing."""
+    replies = ["I am so sorry your dog is sick.", "Congratulations on passing your driving test!"]
+    seekers = ["My dog is very sick.", "I passed my driving test today."]
+
+    def scored(seeker_turns):
+        rows = [{"response": r, "seeker": t, "em": "sad", "ref": "sad"} for r, t in zip(replies, seeker_turns)]
+        _write_csv(tmp_path / "resp.csv", rows)
+        argv = ["score", "--responses", str(tmp_path / "resp.csv"), "--column", "response", "--seeker-column", "seeker"]
+        assert (
+            main([*argv, "--answer-column", "em", "--reference-answer-column", "ref", "--relevance-model", "minilm"])
+            == 0
+        )
+        return json.loads(capsys.readouterr().out)
+
+    own, swapped = scored(seekers), scored(seekers[::-1])
+    assert own["relevance"]["n"] == 2 and own["relevance"]["model"] == "minilm"
+    assert own["answer_similarity"]["n"] == 2 and own["answer_similarity"]["value"] == pytest.approx(1.0, abs=1e-4)
+    # replies answer their own seeker's turn better than each other's
+    assert own["relevance"]["value"] > swapped["relevance"]["value"] + 0.2

@@ -2,16 +2,18 @@
 
     python -m eval score --responses out.csv --column response [--gold-column gold_response]
         [--emotion-column emotion --gold-emotion-column gold_emotion] [--label-column strategy
-        --gold-label-column gold_strategy] [--ppl-model smollm2-135m]
-        [--bertscore-model minilm] [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
+        --gold-label-column gold_strategy] [--seeker-column seeker_turn] [--answer-column emotion_text
+        --reference-answer-column reference_emotion] [--ppl-model smollm2-135m] [--bertscore-model minilm]
+        [--ppl-context dialogue --context-column dialogue] [--out metrics.json]
 
 Every metric of the registry (eval.metrics.registry) runs that the file has the columns for: Dist/EAD
 always (seconds, no model), I-ACC when both emotion columns are given, BERTScore, ROUGE-L and BLEU-2 when a
 gold column is given, label accuracy when both label columns are given (any labels: the gold column's are the
-label set); a metric that loads a model on request alone (PPL) runs only when its first setting is given
-(``--ppl-model``). Each setting of a metric is a flag, ``--<metric>-<setting>``. One warning line on stderr
-names each metric skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``);
-a missing file or column is one line on stderr and exit code 2.
+label set), relevance when the seeker's last turn is given, answer similarity when both answer columns are; a
+metric that loads a model on request alone (PPL) runs only when its first setting is given (``--ppl-model``).
+Each setting of a metric is a flag, ``--<metric>-<setting>``. One warning line on stderr names each metric
+skipped and the flag that turns it on. The metrics JSON goes to stdout (and ``--out``); a missing file or
+column is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -31,9 +33,13 @@ from eval.metrics.registry import METRICS, MetricSpec, Sample, score_sample
 # needs anything else (the latency of a run, a reference system) is not one `eval score` can run.
 EMOTION_FLAGS = "--emotion-column and --gold-emotion-column"
 LABEL_FLAGS = "--label-column and --gold-label-column"
+ANSWER_FLAGS = "--answer-column and --reference-answer-column"
 INPUT_FLAGS = {
     "gold_replies": "--gold-column",
     "contexts": "--context-column",
+    "seeker_turns": "--seeker-column",
+    "answers": ANSWER_FLAGS,
+    "reference_answers": ANSWER_FLAGS,
     "emotions": EMOTION_FLAGS,
     "gold_emotions": EMOTION_FLAGS,
     "labels": LABEL_FLAGS,
@@ -119,25 +125,49 @@ def read_sample(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace
         sample["gold_replies"] = column(rows, args.gold_column, path, required=False)
     if args.context_column:
         sample["contexts"] = [c or "" for c in column(rows, args.context_column, path)]
+    if args.seeker_column:
+        sample["seeker_turns"] = column(rows, args.seeker_column, path, required=False)
     if args.emotion_column or args.gold_emotion_column:
-        if not (args.emotion_column and args.gold_emotion_column):
-            raise ScoreInputError(f"{EMOTION_FLAGS} go together: the predicted and the gold emotion")
-        gold = column(rows, args.gold_emotion_column, path, label=True)
-        for (where, _), value in zip(rows, gold):
-            try:
-                to_ekman(value)
-            except ValueError as err:
-                raise ScoreInputError(f"{path} {where}: field '{args.gold_emotion_column}': {err}") from None
-        sample["emotions"] = column(rows, args.emotion_column, path, required=False, label=True)
-        sample["gold_emotions"] = gold
-        # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
-        sample["gold_fine"] = gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None
+        sample.update(_emotions(rows, args))
     if args.label_column or args.gold_label_column:
-        if not (args.label_column and args.gold_label_column):
-            raise ScoreInputError(f"{LABEL_FLAGS} go together: the predicted and the gold label")
-        sample["labels"] = column(rows, args.label_column, path, required=False, label=True)
-        sample["gold_labels"] = column(rows, args.gold_label_column, path, required=False, label=True)
+        sample.update(_pair(rows, args, LABEL_FLAGS, ("labels", "gold_labels"), label=True))
+    if args.answer_column or args.reference_answer_column:
+        sample.update(_pair(rows, args, ANSWER_FLAGS, ("answers", "reference_answers")))
     return Sample(**sample)
+
+
+def _emotions(rows: list[tuple[str, dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    path = args.responses
+    if not (args.emotion_column and args.gold_emotion_column):
+        raise ScoreInputError(f"{EMOTION_FLAGS} go together: the predicted and the gold emotion")
+    gold = column(rows, args.gold_emotion_column, path, label=True)
+    for (where, _), value in zip(rows, gold):
+        try:
+            to_ekman(value)
+        except ValueError as err:
+            raise ScoreInputError(f"{path} {where}: field '{args.gold_emotion_column}': {err}") from None
+    return {
+        "emotions": column(rows, args.emotion_column, path, required=False, label=True),
+        "gold_emotions": gold,
+        # gold given as ED's 32 labels also yields a 32-class score; Ekman names or ids give 6-class only
+        "gold_fine": gold if all(g and g.strip().lower() in ED_TO_EKMAN for g in gold) else None,
+    }
+
+
+def _pair(
+    rows: list[tuple[str, dict[str, Any]]],
+    args: argparse.Namespace,
+    flags: str,
+    fields: tuple[str, str],
+    label: bool = False,
+) -> dict:
+    """A source's answer column and the one it is scored against, named by two flags that go together."""
+    names = [getattr(args, flag[2:].replace("-", "_")) for flag in flags.split(" and ")]
+    if not all(names):
+        raise ScoreInputError(f"{flags} go together: the answer and the one it is scored against")
+    return {
+        field: column(rows, name, args.responses, required=False, label=label) for field, name in zip(fields, names)
+    }
 
 
 def _flag(spec: MetricSpec, setting: str) -> str:
@@ -192,6 +222,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-column", help="predicted label column (a strategy, say)" + _enables("labels"))
     parser.add_argument("--gold-label-column", help="gold label column: its labels are the label set")
     parser.add_argument("--context-column", help="the dialogue before each response (for --ppl-context dialogue)")
+    parser.add_argument(
+        "--seeker-column", help="the seeker's last turn, the one each response answers" + _enables("seeker_turns")
+    )
+    parser.add_argument("--answer-column", help="a free-text answer column (an emotion, say)" + _enables("answers"))
+    parser.add_argument(
+        "--reference-answer-column", help="the reference answer each --answer-column value is scored against"
+    )
     for spec in METRICS.values():  # each metric's settings, as --<metric>-<setting>
         for setting, default in spec.settings.items():
             options = {"type": type(default) if default is not None else str, **spec.options.get(setting, {})}
