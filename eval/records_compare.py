@@ -23,6 +23,7 @@ FIGURES = (
     Figure("BERTScore F", "bertscore.f1", 3),
     Figure("ROUGE-L", "rouge_l", 3),
     Figure("BLEU-2", "bleu2", 3),
+    Figure("relevance", "relevance", 3),
     Figure("Dist-2 / ref.", "human_ratio.dist2", 2),
     Figure("EAD-2 / ref.", "human_ratio.ead2", 2),
     Figure("loop", "reply_checks.rates.loop", 3),
@@ -30,7 +31,8 @@ FIGURES = (
 )
 # the pairs the docs answer, as "first − second"; a report holds each pair once, in either order
 PAIRS = (("traces", "direct"), ("joint", "direct"), ("traces", "joint"), ("full-chain", "traces"))
-PAIRED_METRICS = {"bertscore_f1": "BERTScore F", "label_accuracy": "strategy accuracy"}
+PAIRED_METRICS = {"bertscore_f1": "BERTScore F", "label_accuracy": "strategy accuracy", "relevance": "relevance"}
+SUMMARY_METRICS = ("bertscore_f1", "label_accuracy")  # what the README's line states (the issue's answer)
 
 
 class CompareRecordError(ValueError):
@@ -94,7 +96,8 @@ def _paired(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[st
         sign = 1 if row["pair"][0] == first else -1
         low, high = (row["ci_low"], row["ci_high"]) if sign == 1 else (-row["ci_high"], -row["ci_low"])
         found.append({"pair": [first, second], "metric": row["metric"], "diff": sign * row["diff"], "ci_low": low,
-                      "ci_high": high, "n": row["n"], "p_holm": row.get("p_holm")})  # fmt: skip
+                      "ci_high": high, "n": row["n"], "p_holm": row.get("p_holm"),
+                      "survives_holm": row.get("survives_holm")})  # fmt: skip
     return found
 
 
@@ -124,14 +127,22 @@ def render_compare_record(record: dict[str, Any]) -> list[str]:
 
 
 def render_compare_summary(record: dict[str, Any]) -> list[str]:
-    """The paired differences of each point, in one paragraph: what the README's results say in a line."""
+    """The paired differences in one paragraph (the README's line): at the largest N measured, and on the
+    full-chain dialogues; the docs page renders every point."""
     parts = []
-    for point in record["points"]:
+    for point in _summary_points(record["points"]):
         said = [f"{p['pair'][0]} − {p['pair'][1]} {PAIRED_METRICS[p['metric']]} "
-                f"{interval(p['diff'], p['ci_low'], p['ci_high'])}" for p in point["paired"]]  # fmt: skip
+                f"{interval(p['diff'], p['ci_low'], p['ci_high'])}"
+                for p in point["paired"] if p["metric"] in SUMMARY_METRICS]  # fmt: skip
         if said:
             parts.append(f"{_point_title(point['point'])}: {'; '.join(said)}")
     return wrap_paragraph(". ".join(parts) + f" (95% CIs; record `docs/records/{record['name']}.json`).")
+
+
+def _summary_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    sized = [p for p in points if p["point"].isdigit()]
+    largest = max(sized, key=lambda p: int(p["point"]), default=None)
+    return [p for p in points if p is largest or not p["point"].isdigit()]
 
 
 def _point_title(point: str) -> str:
@@ -154,10 +165,13 @@ def _systems_table(systems: list[dict[str, Any]]) -> list[str]:
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
+    # Holm's p at the resampling floor prints 0.050 and still holds: say whether it holds, not only the p
+    holds = {True: "yes", False: "no", None: "–"}
     rows = [[f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS[p["metric"]],
-             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), fmt(p["p_holm"], 3)]
-            for p in paired]  # fmt: skip
-    return markdown_table(["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)"], rows)
+             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), fmt(p["p_holm"], 3),
+             holds[p.get("survives_holm")]] for p in paired]  # fmt: skip
+    header = ["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)", "holds at 5% (Holm)"]
+    return markdown_table(header, rows)
 
 
 def _stages_lines(stages: list[dict[str, Any]]) -> list[str]:

@@ -253,7 +253,8 @@ def _compare_report(point_shift: float) -> dict:
 
     def paired(first, second, metric, diff):
         return {"pair": [first, second], "metric": metric, "diff": diff, "ci_low": diff - 0.02,
-                "ci_high": diff + 0.01, "n": 4, "p_holm": 0.5, "reading": "higher is better"}  # fmt: skip
+                "ci_high": diff + 0.01, "n": 4, "p_holm": 0.5, "survives_holm": False,
+                "reading": "higher is better"}  # fmt: skip
 
     return {
         "test": {"dialogues": "runs/escot/imports/test", "split": "test", "n": 4, "ids": ["0", "1", "2", "3"]},
@@ -262,7 +263,8 @@ def _compare_report(point_shift: float) -> dict:
                                for name in ("chatgpt", "traces", "direct", "joint")]},
         "systems": [chatgpt, row("traces", 0.30 + point_shift, 0.4), row("direct", 0.29), row("joint", 0.31, 0.3)],
         "paired": [paired("traces", "direct", "bertscore_f1", 0.01), paired("direct", "joint", "bertscore_f1", -0.02),
-                   paired("traces", "joint", "label_accuracy", 0.1), paired("traces", "direct", "rouge_l", 0.03)],
+                   paired("traces", "joint", "label_accuracy", 0.1), paired("traces", "direct", "rouge_l", 0.03),
+                   paired("traces", "direct", "relevance", -0.04)],
     }  # fmt: skip
 
 
@@ -288,11 +290,12 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     pairs = {(tuple(p["pair"]), p["metric"]): p for p in record["points"][0]["paired"]}
     # the report asked direct − joint; the record states joint − direct, its interval turned round
     assert pairs[("joint", "direct"), "bertscore_f1"] | {} == {"pair": ["joint", "direct"], "metric": "bertscore_f1",
-        "diff": 0.02, "ci_low": 0.01, "ci_high": 0.04, "n": 4, "p_holm": 0.5}  # fmt: skip
+        "diff": 0.02, "ci_low": 0.01, "ci_high": 0.04, "n": 4, "p_holm": 0.5, "survives_holm": False}  # fmt: skip
     assert set(pairs) == {
         (("traces", "direct"), "bertscore_f1"),
         (("joint", "direct"), "bertscore_f1"),
         (("traces", "joint"), "label_accuracy"),
+        (("traces", "direct"), "relevance"),
     }  # ROUGE-L is not one the record states; fmt: skip
     traces = record["points"][1]["systems"][1]
     assert (
@@ -301,12 +304,14 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     )
     lines = render_record(record)
     text = "\n".join(lines)
-    assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 |" in text
+    assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 | no |" in text
     assert "0.94 (gpt-3.5-turbo, est.)" in text and "| 150-traces-train | 900 | 800 |" in text
     assert "**150 train dialogues** (majority class 0.185):" in text and "`abc1234`" in text
     summary = " ".join(render_blocks("<!-- record: escot-test summary -->\n<!-- /record -->", tmp_path / "rec").split())
+    # the README's line: the largest point only, on BERTScore and strategy accuracy (the docs page has the rest)
     assert (
-        "150 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020]; joint − direct BERTScore F" in summary
+        "400 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020]; joint − direct BERTScore F" in summary
     )
+    assert "150 train dialogues" not in summary and "relevance" not in summary
     assert main([*argv[:3], "150", "--name", "x", "--command", "y"]) == 2
     assert "--compare 150: give POINT=REPORT" in capsys.readouterr().err
