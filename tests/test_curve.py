@@ -392,12 +392,42 @@ def test_variants_are_students_with_their_own_levers():
     assert [s.trains for s in emotion.ordered_students()][:3] == [("asi",)] * 3
 
 
+def test_a_variant_retrains_the_roles_it_names_under_its_seed_and_borrows_the_rest(tmp_path, monkeypatch):
+    """`roles: [ers]` with a budget raises the reply's tokens alone (asi runs `like`'s adapter); `seed` repeats
+    `like` under another LoRA init and sampling seed, so it retrains every role and samples with that seed."""
+    from eval.curve import adapter_runs
+    from eval.curve.curve import CurveConfig, train_student
+
+    variants = [
+        {"name": "ers250", "like": "direct", "roles": ["ers"], "tokens_per_conversation": 250},
+        {"name": "seed1", "like": "direct", "seed": 1},
+    ]
+    config = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"], variants=variants)
+    students = {s.name: s for s in config.ordered_students()}
+    ers250, seed1 = students["ers250"], students["seed1"]
+    assert (ers250.trains, ers250.borrows, ers250.lender) == (("ers",), ("asi",), "direct")
+    assert ers250.pipeline == students["direct"].pipeline and config.budget(10, ers250) == 2500
+    assert (seed1.trains, seed1.borrows, seed1.seed, seed1.pipeline["seed"]) == (("asi", "ers"), (), 1, 1)
+    assert "seed" not in students["direct"].pipeline and config.decoding_lenders() == {}
+
+    calls = []
+    monkeypatch.setattr(adapter_runs, "copy_identical", lambda *a, **k: None)
+    monkeypatch.setattr(adapter_runs, "train_stale", lambda datasets, adapters, options, *a, **k: calls.append(options))
+    (tmp_path / "adapters-direct" / "asi").mkdir(parents=True)
+    adapters = train_student(ers250, 5, tmp_path, config)
+    assert calls[-1] == {"ers": {"max_tokens_budget": 1250}}
+    assert (adapters / "asi").resolve() == (tmp_path / "adapters-direct" / "asi").resolve()
+    train_student(seed1, 5, tmp_path, config)
+    assert calls[-1] == dict.fromkeys(("asi", "ers"), {"max_tokens_budget": config.budget(5, seed1), "seed": 1})
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
         ({"variants": [{"name": "direct", "like": "direct"}]}, "name direct is taken"),
         ({"variants": [{"name": "a", "like": "direct"}, {"name": "a", "like": "traces"}]}, "name a is taken"),
         ({"variants": [{"name": "a", "like": "direct", "options": {"epochs": 3}}]}, "epochs"),
+        ({"variants": [{"name": "a", "like": "direct", "roles": ["srp"]}]}, "roles: srp not among the roles 'direct'"),
         ({"task": "emotion", "students": ["joint"]}, "'joint' trains more than asi"),
         ({"task": "emotion", "students": ["teacher-reply"]}, "'teacher-reply' trains more than asi"),
     ],

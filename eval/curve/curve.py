@@ -297,7 +297,8 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     adapters = point / f"adapters-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
     datasets = point / f"datasets-{student.name}"
-    options = dict.fromkeys(student.trains, {"max_tokens_budget": budget})
+    flags = {"max_tokens_budget": budget, **({} if student.seed is None else {"seed": student.seed})}
+    options = dict.fromkeys(student.trains, flags)
     others = sorted(p for p in point.glob("adapters-*") if p != adapters)
     for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
         copy_identical(adapters / role, datasets / role, options[role], [p / role for p in others], config.train_config)

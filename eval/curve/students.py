@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from distill.datasets.sft_tasks import JOINT
 from distill.roles.roles import CORE_ROLES, ROLES
@@ -27,6 +27,7 @@ class Student:
     joint: bool = False  # one adapter trained on every role's rows, at the roles' summed token budget
     rationale_task: bool = False  # asi/srp rows get rationale-task twins (source and share: the config's)
     tokens_per_conversation: Optional[int] = None  # this student's own budget (else the config's)
+    seed: Optional[int] = None  # its LoRA init and data order (train's `seed`); None = the train config's
 
 
 STUDENTS: dict[str, Student] = {
@@ -100,26 +101,51 @@ class Variant(BaseModel):
     )
     options: VariantOptions = Field(default_factory=VariantOptions, description="dataset options that differ")
     tokens_per_conversation: Optional[int] = Field(None, ge=1, description="this variant's budget per role")
+    roles: Optional[list[str]] = Field(
+        None, min_length=1, description="the roles it trains anew (at its budget); the others run `like`'s "
+        "adapters. null = all of `like`'s, e.g. [ers] with a budget raises the reply's tokens alone",
+    )  # fmt: skip
+    seed: Optional[int] = Field(
+        None, description="its LoRA init and data order (train's seed) and its sampling seed (pipeline.seed): a "
+        "repeat of `like` under another seed; null = the train config's and the pipeline's",
+    )  # fmt: skip
     decoding: Optional[DecodingOptions] = Field(None, description="sampling settings its pipeline runs with")
 
+    @model_validator(mode="after")
+    def _roles_of_like(self) -> Variant:
+        trained = STUDENTS[self.like].trains
+        unknown = [r for r in self.roles or () if r not in trained]
+        if unknown:
+            raise ValueError(
+                f"roles: {', '.join(unknown)} not among the roles '{self.like}' trains ({', '.join(trained)})"
+            )
+        return self
+
     def retrains(self) -> bool:
-        """Whether the variant needs adapters of its own (other data or budget) rather than `like`'s."""
-        return bool(self.options.model_dump(exclude_none=True)) or self.tokens_per_conversation is not None
+        """Whether the variant needs adapters of its own (other data, budget, roles or seed) rather than `like`'s."""
+        changed = (self.tokens_per_conversation, self.roles, self.seed)
+        return bool(self.options.model_dump(exclude_none=True)) or any(v is not None for v in changed)
 
     def student(self) -> Student:
         base = STUDENTS[self.like]
         decoding = self.decoding.model_dump(exclude_none=True) if self.decoding else {}
-        pipeline = {**base.pipeline, **decoding}
+        pipeline = {**base.pipeline, **decoding, **({} if self.seed is None else {"seed": self.seed})}
         if not self.retrains():  # the same adapters, sampled otherwise: borrow all of them from `like`
             borrowed = base.trains + base.borrows
             return replace(base, name=self.name, trains=(), borrows=borrowed, lender=base.name, pipeline=pipeline)
         options = {**base.options, **self.options.model_dump(exclude_none=True)}
+        trains = tuple(r for r in base.trains if r in (self.roles or base.trains))
+        if trains != base.trains:  # the roles it keeps run `like`'s adapters (or what `like` borrows itself)
+            kept = tuple(r for r in base.trains + base.borrows if r not in trains)
+            base = replace(base, borrows=kept, lender=base.name)
         return replace(
             base,
             name=self.name,
+            trains=trains,
             options=options,
             pipeline=pipeline,
             tokens_per_conversation=self.tokens_per_conversation,
+            seed=self.seed,
         )
 
 
