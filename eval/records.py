@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.roles.roles import ROLES
-from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
+from eval.compare.report import cell, fmt, interval, markdown_table, share_cells, share_figures, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.curve.target import GUARDS, target_rows, verdict
+from eval.metrics.diversity import RATIO_KEYS
 from eval.metrics.registry import METRICS, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +96,17 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
         "figures": figures,
         "reply_tokens_per_dialogue": ers.get("completion_per_dialogue"),
         "seconds_per_dialogue": (cost.get("latency_s") or {}).get("value"),
+        # Dist/EAD shares on nested sub-corpora (compare's `shares_by_size`), where the run asked for them
+        "shares_by_size": [
+            {"n": row["n"], **{k: _interval(row.get(k)) for k in RATIO_KEYS}}
+            for row in report_row.get("human_ratio_by_size") or []
+        ]
+        or None,
     }
+
+
+def _interval(stat: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    return {k: stat[k] for k in ("value", "ci_low", "ci_high")} if stat else None
 
 
 def _figures() -> list[Figure]:
@@ -176,7 +187,29 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     lines += [line for p in verdicts for line in [*wrap_paragraph(p), ""]]
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
+    if not only:
+        lines += _shares_by_size(record)
     return [*lines, *wrap_paragraph(paper + run)]
+
+
+def _shares_by_size(record: dict[str, Any]) -> list[str]:
+    """Each system's Dist/EAD shares against corpus size, the paper's test-set size named: a share's trend says
+    whether the verdict at the largest n measured would hold at the paper's n. No table where none was asked."""
+    systems = [s for s in record["systems"] if s.get("shares_by_size")]
+    if not systems:
+        return []
+    rows = [[s["name"], fmt(row["n"]), *share_cells(row)] for s in systems for row in s["shares_by_size"]]
+    paper = record.get("paper") or {}
+    for row in paper.get("rows", []):  # the paper's n marked: its shares at its own test-set size
+        n = fmt(paper.get("test_conversations"))
+        rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in share_figures())])
+    intro = (
+        "Shares of the human replies against corpus size: each n is the first n test conversations of one seeded "
+        "permutation (nested: each holds the smaller), paired with the human replies of the same conversations, "
+        "half-sampled 95% CIs." + (f" The paper's rows are on {paper['test_set']}." if paper.get("test_set") else "")
+    )
+    header = ["system", "n", *(f.header for f in share_figures())]
+    return [*wrap_paragraph(intro), "", *markdown_table(header, rows), ""]
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:

@@ -315,3 +315,25 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     assert "150 train dialogues" not in summary and "relevance" not in summary
     assert main([*argv[:3], "150", "--name", "x", "--command", "y"]) == 2
     assert "--compare 150: give POINT=REPORT" in capsys.readouterr().err
+
+
+def test_a_record_carries_each_systems_shares_against_corpus_size():
+    """A run asked for `shares_by_size` keeps each system's shares per sub-corpus size with their intervals, and
+    the docs show them beside the paper's test-set size; a run that did not ask shows no such table."""
+    curve = _curve()
+    hot = curve["against_paper"]["systems"][1]
+    hot["human_ratio_by_size"] = [
+        {"n": n, **{k: {**_stat(share), "half_samples": 200} for k in ("dist1", "dist2", "ead1", "ead2")}}
+        for n, share in ((2, 1.10), (4, 0.97))
+    ]
+    record = record_from_curve(curve, "demo", "bash run.sh", "abc1234", "2-core test CPU")
+    shares = record["systems"][1]["shares_by_size"]
+    assert [row["n"] for row in shares] == [2, 4]
+    assert shares[0]["dist1"] == pytest.approx({"value": 1.1, "ci_low": 1.05, "ci_high": 1.15})
+    assert record["systems"][0]["shares_by_size"] is None
+    text = "\n".join(render_record(record))
+    assert "| student-hot | 2 | 1.100 [1.050, 1.150] |" in text and "2,465 conversations" in text
+    assert "| GPT-4o TRACE (paper, Table 1) * | 2465 | 0.91 |" in text  # the paper's n marked, its Dist-1 share
+    assert "| student-traces | 2 |" not in text
+    assert "against corpus size" not in "\n".join(render_record(record, only=["student-hot"]))
+    assert "against corpus size" not in "\n".join(render_record(record_from_curve(_curve(), "d", "c", "a", "m")))

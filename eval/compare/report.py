@@ -122,18 +122,23 @@ def paper_table(report: dict) -> list[str]:
     return [*lines, ""]
 
 
+def share_figures() -> list[Figure]:
+    """The paper's figures that are shares of the human replies (Dist-1/2, EAD-1/2), as the registry names them."""
+    return [f for spec in METRICS.values() if spec.versus_human for f in spec.paper]
+
+
+def share_cells(row: dict) -> list[str]:
+    """A `human_ratio_by_size` row's shares, each with its interval, in `share_figures` order."""
+    return [with_ci(row.get(f.path.rsplit(".", 1)[-1])) for f in share_figures()]
+
+
 def shares_by_size_table(report: dict) -> list[str]:
     """Each system's Dist/EAD shares of the human replies at each sub-corpus size (`shares_by_size`), with the
     paper's test set named; not asked: no table."""
     systems = [s for s in report["systems"] if s.get("human_ratio_by_size")]
     if not systems:
         return []
-    figures = [f for spec in METRICS.values() if spec.versus_human for f in spec.paper]
-    rows = [
-        [s["name"], fmt(row["n"]), *(with_ci(row.get(f.path.rsplit(".", 1)[-1])) for f in figures)]
-        for s in systems
-        for row in s["human_ratio_by_size"]
-    ]
+    rows = [[s["name"], fmt(row["n"]), *share_cells(row)] for s in systems for row in s["human_ratio_by_size"]]
     paper = report.get("paper") or {}
     intro = (
         "Dist and EAD are corpus figures, so a share of the human replies depends on how many replies the corpus "
@@ -141,7 +146,7 @@ def shares_by_size_table(report: dict) -> list[str]:
         "holds the smaller ones), in test order; each share is paired with the human replies of the same dialogues, "
         "its 95% CI half-sampled." + (f" The paper's rows are on {paper['test_set']}." if paper.get("test_set") else "")
     )
-    header = ["System", "n", *(f.header for f in figures)]
+    header = ["System", "n", *(f.header for f in share_figures())]
     return ["## Shares of the human replies against corpus size", "", intro, "", *markdown_table(header, rows), ""]
 
 
