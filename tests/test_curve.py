@@ -742,6 +742,31 @@ def test_curve_shows_its_largest_point_beside_the_papers_rows(tmp_path):
     assert "| GPT-4o TRACE (paper, Table 1) * | 0.91 |" in table
 
 
+def test_curve_shows_the_largest_points_shares_against_corpus_size_as_a_table_and_a_figure(tmp_path):
+    from eval.curve.curve_report import write_curve
+    from eval.curve.shares_plot import SHARES_PNG
+    from eval.paper import load_paper_reference
+
+    share = {"value": 0.9, "ci_low": 0.85, "ci_high": 0.95}
+    by_size = [{"n": n, **dict.fromkeys(("dist1", "dist2", "ead1", "ead2"), share)} for n in (2, 4)]
+    systems = [{"name": "student-traces", "human_ratio": {"dist1": 0.9}, "human_ratio_by_size": by_size}]
+    (tmp_path / "n5" / "eval").mkdir(parents=True)
+    report = tmp_path / "n5" / "eval" / "report.json"
+    paper = load_paper_reference("trace-table1")
+    report.write_text(
+        json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems, "paper": paper})
+    )
+    write_curve({5: report}, tmp_path)
+    md = (tmp_path / "curve.md").read_text()
+    assert "| student-traces | 4 | 0.900 [0.850, 0.950] |" in md and "![shares against corpus size](shares.png)" in md
+    assert (tmp_path / SHARES_PNG).stat().st_size > 0
+    systems[0].pop("human_ratio_by_size")
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems}))
+    (tmp_path / SHARES_PNG).unlink()
+    write_curve({5: report}, tmp_path)
+    assert not (tmp_path / SHARES_PNG).exists() and "shares.png" not in (tmp_path / "curve.md").read_text()
+
+
 def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_papers_decoding(tmp_path):
     from eval.curve.curve import CurveConfig
     from eval.curve.curve_report import write_curve

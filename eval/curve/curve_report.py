@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
-from eval.compare.report import fmt, interval, markdown_table, paper_table, with_ci
+from eval.compare.report import fmt, interval, markdown_table, paper_table, shares_by_size_table, with_ci
+from eval.curve.shares_plot import SHARES_PNG, plot_shares_by_size
 from eval.curve.target import render_target, stat_value, target_rows
 from eval.metrics.diversity import RATIO_KEYS
 
@@ -200,8 +201,11 @@ def _paired_table(curve: dict) -> list[str]:
 
 
 def _against_paper(against: dict) -> list[str]:
-    table = paper_table({"systems": against.get("systems", []), "paper": against.get("paper")})
-    return [table[0] + f" (N = {against['n']})", *table[1:]] if table else []
+    largest = {"systems": against.get("systems", []), "paper": against.get("paper")}
+    table = paper_table(largest)
+    shares = shares_by_size_table(largest)  # where the run asked for shares by size, with their figure
+    figure = ["![shares against corpus size](shares.png)", ""] if shares else []
+    return ([table[0] + f" (N = {against['n']})", *table[1:]] if table else []) + shares + figure
 
 
 def render_sources(sources: dict[str, dict[str, dict[str, str]]]) -> list[str]:
@@ -319,4 +323,5 @@ def write_curve(reports: dict[int, Path], out: Path, config=None) -> dict[str, A
     (out / CURVE_JSON).write_text(json.dumps(curve, indent=2) + "\n")
     (out / CURVE_MD).write_text(render_curve(curve))
     plot_curve(curve, out / CURVE_PNG)
+    plot_shares_by_size(curve["against_paper"], out / SHARES_PNG)
     return curve
