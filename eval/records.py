@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.roles.roles import ROLES
-from eval.compare.report import cell, fmt, interval, markdown_table, share_cells, share_figures, wrap_paragraph
+from eval.compare import report as compare_report
+from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.curve.target import GUARDS, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
@@ -193,23 +194,18 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
 
 
 def _shares_by_size(record: dict[str, Any]) -> list[str]:
-    """Each system's Dist/EAD shares against corpus size, the paper's test-set size named: a share's trend says
-    whether the verdict at the largest n measured would hold at the paper's n. No table where none was asked."""
-    systems = [s for s in record["systems"] if s.get("shares_by_size")]
-    if not systems:
+    """Each system's Dist/EAD shares against corpus size as report.md shows them, plus the paper's rows at its own
+    test-set size: a share's trend says whether the verdict at the largest n would hold at the paper's n."""
+    by_size = {s["name"]: s["shares_by_size"] for s in record["systems"] if s.get("shares_by_size")}
+    if not by_size:
         return []
-    rows = [[s["name"], fmt(row["n"]), *share_cells(row)] for s in systems for row in s["shares_by_size"]]
+    rows, figures = compare_report.shares_by_size_rows(by_size), compare_report.share_figures()
     paper = record.get("paper") or {}
-    for row in paper.get("rows", []):  # the paper's n marked: its shares at its own test-set size
+    for row in paper.get("rows", []):
         n = fmt(paper.get("test_conversations"))
-        rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in share_figures())])
-    intro = (
-        "Shares of the human replies against corpus size: each n is the first n test conversations of one seeded "
-        "permutation (nested: each holds the smaller), paired with the human replies of the same conversations, "
-        "half-sampled 95% CIs." + (f" The paper's rows are on {paper['test_set']}." if paper.get("test_set") else "")
-    )
-    header = ["system", "n", *(f.header for f in share_figures())]
-    return [*wrap_paragraph(intro), "", *markdown_table(header, rows), ""]
+        rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures)])
+    header = ["system", "n", *(f.header for f in figures)]
+    return [*wrap_paragraph(compare_report.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:

@@ -132,22 +132,32 @@ def share_cells(row: dict) -> list[str]:
     return [with_ci(row.get(f.path.rsplit(".", 1)[-1])) for f in share_figures()]
 
 
-def shares_by_size_table(report: dict) -> list[str]:
-    """Each system's Dist/EAD shares of the human replies at each sub-corpus size (`shares_by_size`), with the
-    paper's test set named; not asked: no table."""
-    systems = [s for s in report["systems"] if s.get("human_ratio_by_size")]
-    if not systems:
-        return []
-    rows = [[s["name"], fmt(row["n"]), *share_cells(row)] for s in systems for row in s["human_ratio_by_size"]]
-    paper = report.get("paper") or {}
-    intro = (
+def shares_by_size_rows(by_size: dict[str, list[dict]]) -> list[list[str]]:
+    """Table rows of each system's shares at each sub-corpus size: system, n, the shares with their intervals."""
+    return [[name, fmt(row["n"]), *share_cells(row)] for name, rows in by_size.items() for row in rows]
+
+
+def shares_by_size_intro(paper: Optional[dict]) -> str:
+    """What a shares-by-size table holds, and the test set the paper's rows are on."""
+    test_set = (paper or {}).get("test_set")
+    return (
         "Dist and EAD are corpus figures, so a share of the human replies depends on how many replies the corpus "
         "holds. Each row is a sub-corpus of n test dialogues: the first n of one seeded permutation (nested, so each "
         "holds the smaller ones), in test order; each share is paired with the human replies of the same dialogues, "
-        "its 95% CI half-sampled." + (f" The paper's rows are on {paper['test_set']}." if paper.get("test_set") else "")
+        "its 95% CI half-sampled." + (f" The paper's rows are on {test_set}." if test_set else "")
     )
+
+
+def shares_by_size_table(report: dict) -> list[str]:
+    """Each system's Dist/EAD shares of the human replies at each sub-corpus size (`shares_by_size`), with the
+    paper's test set named; not asked: no table."""
+    by_size = {s["name"]: s["human_ratio_by_size"] for s in report["systems"] if s.get("human_ratio_by_size")}
+    if not by_size:
+        return []
     header = ["System", "n", *(f.header for f in share_figures())]
-    return ["## Shares of the human replies against corpus size", "", intro, "", *markdown_table(header, rows), ""]
+    table = markdown_table(header, shares_by_size_rows(by_size))
+    intro = shares_by_size_intro(report.get("paper"))
+    return ["## Shares of the human replies against corpus size", "", intro, "", *table, ""]
 
 
 def checks_table(report: dict) -> list[str]:
