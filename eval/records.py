@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from distill.roles.roles import ROLES
 from eval.compare import report as compare_report
-from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
+from eval.compare.report import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.curve.target import GUARDS, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
@@ -199,12 +199,13 @@ def _shares_by_size(record: dict[str, Any]) -> list[str]:
     by_size = {s["name"]: s["shares_by_size"] for s in record["systems"] if s.get("shares_by_size")}
     if not by_size:
         return []
-    rows, figures = compare_report.shares_by_size_rows(by_size), compare_report.share_figures()
     paper = record.get("paper") or {}
+    paper_row = (paper.get("rows") or [None])[0]
+    rows, figures = compare_report.shares_by_size_rows(by_size, paper_row), compare_report.share_figures()
     for row in paper.get("rows", []):
         n = fmt(paper.get("test_conversations"))
-        rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures)])
-    header = ["system", "n", *(f.header for f in figures)]
+        rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures), DASH])
+    header = compare_report.shares_by_size_header(paper_row)
     return [*wrap_paragraph(compare_report.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]
 
 
