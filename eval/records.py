@@ -233,7 +233,13 @@ def _decoding(decoding: dict[str, Any]) -> str:
     if not decoding:
         return f"TRACE's (T {ROLES['ers'].temperature})"
     parts = []
-    for key, label in (("temperatures", "T"), ("top_p", "top-p"), ("min_p", "min-p"), ("consensus", "consensus of")):
+    for key, label in (
+        ("temperatures", "T"),
+        ("top_p", "top-p"),
+        ("min_p", "min-p"),
+        ("typical_p", "typical-p"),
+        ("consensus", "consensus of"),
+    ):
         if "ers" in (decoding.get(key) or {}):
             parts.append(f"{label} {decoding[key]['ers']}")
     if decoding.get("consensus_by") and "ers" in (decoding.get("consensus") or {}):

@@ -954,7 +954,7 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
 def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
     from eval.curve.curve import CurveConfig, student_system, train_student
 
-    decoding = {"temperatures": {"ers": 1.0}, "top_p": {"ers": 0.9}, "min_p": {"ers": 0.05}}
+    decoding = {"temperatures": {"ers": 1.0}, "top_p": {"ers": 0.9}, "min_p": {"ers": 0.05}, "typical_p": {"ers": 0.9}}
     config = CurveConfig(
         traces="t", dialogues="d", points=[5], students=["traces"],
         variants=[{"name": "direct-hot", "like": "direct", "decoding": decoding}],
@@ -964,8 +964,8 @@ def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
     hot = students["direct-hot"]
     assert (hot.trains, hot.borrows, hot.lender) == ((), ("asi", "ers"), "direct")
     pipeline = PipelineConfig(**hot.pipeline)
-    assert pipeline.direct and (pipeline.temperatures, pipeline.top_p, pipeline.min_p) == (
-        {"ers": 1.0}, {"ers": 0.9}, {"ers": 0.05},
+    assert pipeline.direct and (pipeline.temperatures, pipeline.top_p, pipeline.min_p, pipeline.typical_p) == (
+        {"ers": 1.0}, {"ers": 0.9}, {"ers": 0.05}, {"ers": 0.9},
     )  # fmt: skip
     assert set(config.sources()["student-direct-hot"]) == {"asi", "ers"}
     assert config.sources()["student-direct-hot"]["ers"]["adapter"] == "student-direct's"

@@ -400,6 +400,40 @@ def test_top_p_and_min_p_keep_exactly_the_likely_tokens():
     assert {a for a, _ in drawn} == {0, 1} and {b for _, b in drawn} == {2, 3}
 
 
+def test_typical_p_cuts_as_transformers_typical_warper_does():
+    """The continuous decoder's typical cut keeps the same tokens as transformers' chain (temperature, top-p,
+    min-p, typical), which the `generate` fallback runs, on random and on hand-made distributions."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopPLogitsWarper,
+        TypicalLogitsWarper,
+    )
+
+    from distill.backends.sampler import Sampler
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50) * 3
+    for temperature, top_p, min_p, typical_p in ((1.0, 1.0, 0.0, 0.9), (0.7, 0.95, 0.0, 0.5), (1.3, 1.0, 0.05, 0.2)):
+        chain = [TemperatureLogitsWarper(temperature)]
+        chain += [TopPLogitsWarper(top_p)] if top_p < 1 else []
+        chain += [MinPLogitsWarper(min_p)] if min_p > 0 else []
+        chain += [TypicalLogitsWarper(typical_p)]
+        theirs = LogitsProcessorList(chain)(None, logits.clone()).isfinite()
+        sampler = Sampler.make(temperature, None, 50, 0, "cpu", 6, top_p, min_p, typical_p)
+        ours = sampler.probabilities(logits) > 0
+        assert torch.equal(ours, theirs), (temperature, top_p, min_p, typical_p)
+        assert 1 <= ours.sum(dim=-1).min() and ours.sum() < logits.numel()  # it cuts, and keeps one at least
+    # [0.5, 0.3, 0.15, 0.05]: entropy 1.14 nats; surprise 0.69, 1.20, 1.90, 3.00, so 0.3's token is the most
+    # typical, then 0.5's: a mass of 0.25 keeps the second token alone, 0.7 the first two
+    sampler = Sampler.make(1.0, None, 4, 0, "cpu", 1, typical_p=0.25)
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    assert (sampler.probabilities(probs.log()) > 0).tolist() == [[False, True, False, False]]
+    sampler = Sampler.make(1.0, None, 4, 0, "cpu", 1, typical_p=0.7)
+    assert (sampler.probabilities(probs.log()) > 0).tolist() == [[True, True, False, False]]
+
+
 def test_requests_that_cut_differently_never_share_a_decode():
     from distill.backends.local import decode_groups
 
@@ -411,8 +445,10 @@ def test_requests_that_cut_differently_never_share_a_decode():
         GenerationRequest(m, temperature=1.0, top_p=0.5),
         GenerationRequest(m, top_p=0.5),  # greedy: no distribution to cut, so it decodes with other greedy rows
         GenerationRequest(m),
+        GenerationRequest(m, temperature=1.0, typical_p=0.9),
+        GenerationRequest(m, typical_p=0.9),
     ]
-    assert sorted(decode_groups(reqs).values()) == [[0, 3], [1], [2], [4, 5]]
+    assert sorted(decode_groups(reqs).values()) == [[0, 3], [1], [2], [4, 5, 7], [6]]
 
 
 @pytest.mark.parametrize(
@@ -423,6 +459,7 @@ def test_requests_that_cut_differently_never_share_a_decode():
         ({"top_p": float("nan")}, "top_p must be in (0, 1], got nan"),
         ({"min_p": 1.0}, "min_p must be in [0, 1), got 1.0"),
         ({"min_p": -0.1}, "min_p must be in [0, 1), got -0.1"),
+        ({"typical_p": 0.0}, "typical_p must be in (0, 1], got 0.0"),
     ],
 )
 def test_out_of_range_top_p_or_min_p_is_refused(cut, message):
@@ -438,21 +475,25 @@ def test_top_p_and_min_p_sample_inside_the_grammar(tiny_model_dir, continuous):
     prompts = [_messages(f"tell me about day {i} " * (i + 1)) for i in range(3)]
 
     def texts(schema=None, max_new_tokens=10, **sampling):
-        reqs = [GenerationRequest(m, schema=schema, max_new_tokens=max_new_tokens, seed=3, **sampling) for m in prompts]
+        sampling = {"seed": 3, **sampling}
+        reqs = [GenerationRequest(m, schema=schema, max_new_tokens=max_new_tokens, **sampling) for m in prompts]
         return [r.text for r in backend.generate(reqs)]
 
     greedy = texts()
     assert texts(temperature=1.0) != greedy
     assert texts(temperature=1.0, top_p=1e-6) == greedy
     assert texts(temperature=1.0, min_p=1 - 1e-6) == greedy
+    # typical_p reaches the decoder: at the same seed, its cut changes what is sampled
+    assert texts(temperature=1.0, typical_p=1e-6) != texts(temperature=1.0)
     constrained = texts(schemas.PhaseOutput, 120, temperature=1.0, top_p=1e-6)
     assert constrained == texts(schemas.PhaseOutput, 120)
-    for text in constrained + texts(schemas.PhaseOutput, 120, temperature=1.5, top_p=0.9, min_p=0.01):
+    cut = texts(schemas.PhaseOutput, 120, temperature=1.5, top_p=0.9, min_p=0.01, typical_p=0.9)
+    for text in constrained + cut:
         schemas.PhaseOutput.model_validate_json(text)
 
 
 def test_serve_accepts_top_p_and_min_p_and_refuses_them_out_of_range(tiny, tiny_model_dir):
-    """`distill serve` in process: the request's top_p and min_p reach the local backend's sampler."""
+    """`distill serve` in process: the request's top_p, min_p and typical_p reach the local backend's sampler."""
     from fastapi.testclient import TestClient
 
     from distill.serving.serve import create_app
@@ -469,9 +510,10 @@ def test_serve_accepts_top_p_and_min_p_and_refuses_them_out_of_range(tiny, tiny_
         # only the most likely token survives top_p=1e-6, so the sampled answer is the greedy one
         assert cut.json()["choices"][0]["message"]["content"] == greedy.json()["choices"][0]["message"]["content"]
         schemas.PhaseOutput.model_validate_json(cut.json()["choices"][0]["message"]["content"])
-        both = client.post("/v1/chat/completions", json={**body, "temperature": 1, "top_p": 0.9, "min_p": 0.05})
+        cuts = {"top_p": 0.9, "min_p": 0.05, "typical_p": 0.9}
+        both = client.post("/v1/chat/completions", json={**body, "temperature": 1, **cuts})
         assert both.status_code == 200, both.text
-        for field, value in (("top_p", 1.5), ("top_p", 0), ("min_p", 1)):
+        for field, value in (("top_p", 1.5), ("top_p", 0), ("min_p", 1), ("typical_p", 0)):
             reply = client.post("/v1/chat/completions", json={**body, field: value})
             assert reply.status_code == 400 and field in reply.json()["error"]["message"], reply.text
 

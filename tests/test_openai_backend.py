@@ -451,6 +451,17 @@ def test_top_p_is_sent_below_1_and_min_p_only_when_set():
     assert client_arguments(unset) == unset
 
 
+def test_a_pipeline_with_typical_p_is_refused_on_an_api_backend():
+    """vLLM would ignore typical_p and OpenAI refuse it mid-run, so the pipeline refuses it before any request."""
+    from distill.pipeline.config import PipelineConfig
+    from distill.pipeline.pipeline import Pipeline
+
+    backend = OpenAIBackend(model="gpt-4o", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ValueError, match=r"typical_p \(ers\): the openai backend cannot sample it; the local one can"):
+        Pipeline(PipelineConfig(typical_p={"ers": 0.9}), backend)
+    Pipeline(PipelineConfig(typical_p={"ers": 1.0}), backend)  # 1 is off: nothing to refuse
+
+
 @pytest.mark.slow
 def test_top_p_and_min_p_reach_a_served_model(tiny_server):
     """The openai backend against `distill serve` (the module's tiny random model): a cut that leaves only the

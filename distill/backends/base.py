@@ -23,9 +23,10 @@ class GenerationRequest:
     max_new_tokens: int = 128
     adapter: Optional[str] = None  # role adapter to use; None = base model
     seed: Optional[int] = None
-    # Truncation of the sampled distribution; greedy decoding (temperature 0) ignores both.
+    # Truncation of the sampled distribution; greedy decoding (temperature 0) ignores all three.
     top_p: float = 1.0  # nucleus: sample from the fewest most-likely tokens whose probability reaches top_p
     min_p: float = 0.0  # drop tokens below min_p x the most likely token's probability
+    typical_p: float = 1.0  # locally typical: the tokens nearest the entropy in surprise, up to this mass
     # End the answer as a failed attempt as soon as it loops (the `loop` quality check on what is written
     # so far) rather than at max_new_tokens. Backends that stream tokens honour it; an API backend cannot.
     stop_loops: bool = False
@@ -35,10 +36,12 @@ class GenerationRequest:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p} (1 = no nucleus truncation)")
         if not 0 <= self.min_p < 1:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p} (0 = no min-p truncation)")
+        if not 0 < self.typical_p <= 1:
+            raise ValueError(f"typical_p must be in (0, 1], got {self.typical_p} (1 = no typical truncation)")
 
-    def truncation(self) -> tuple[float, float]:
-        """(top_p, min_p) as they act: a greedy request samples nothing, so for it they are (1, 0)."""
-        return (self.top_p, self.min_p) if self.temperature > 0 else (1.0, 0.0)
+    def truncation(self) -> tuple[float, float, float]:
+        """(top_p, min_p, typical_p) as they act: a greedy request samples nothing, so for it they are (1, 0, 1)."""
+        return (self.top_p, self.min_p, self.typical_p) if self.temperature > 0 else (1.0, 0.0, 1.0)
 
 
 TRUNCATED_EVENT = "input truncated"  # how an event says the prompt was cut to fit the model's context

@@ -355,6 +355,7 @@ def decode(
     grammar: Optional[CompiledSchema] = None,
     top_p: float = 1.0,
     min_p: float = 0.0,
+    typical_p: float = 1.0,
     vocab_size: int,
     seed: Optional[int] = None,
     seeds: Sequence[Optional[int]] = (),
@@ -367,12 +368,13 @@ def decode(
     """Decode every prompt with continuous batching over `rows` slots; results in prompt order.
 
     `prompts` are served in the order given (sort them by length for the least masking). `grammar` is
-    a compiled schema (distill.backends.constrained) whose matcher masks every row, or None. `top_p` and
-    `min_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them. `seeds`: each
+    a compiled schema (distill.backends.constrained) whose matcher masks every row, or None. `top_p`, `min_p`
+    and `typical_p` cut the sampled distribution (`Sampler.probabilities`); greedy decoding ignores them. `seeds`: each
     prompt's own seed (None, or none given: `seed`).
     """
+    rows_used = min(rows, len(prompts))
     sampler = Sampler.make(
-        temperature, grammar, vocab_size, seed, device, min(rows, len(prompts)), top_p, min_p, request_seeds=seeds
+        temperature, grammar, vocab_size, seed, device, rows_used, top_p, min_p, typical_p, request_seeds=seeds
     )
     limits = Limits(rows, max_new_tokens, stop_ids, device, prefill_tokens, min_shared_prefix, on_finish, give_up)
     return ContinuousDecoder(model, prompts, sampler, limits).run()

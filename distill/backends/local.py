@@ -2,7 +2,7 @@
 
 Used both as a teacher (a base model prompted with the full instructions) and as the student (the
 same base model with each role's adapter switched in for its stage). Requests are grouped by
-(adapter, schema, temperature, max_new_tokens, top_p, min_p) (`decode_groups`) and sorted by prompt
+(adapter, schema, temperature, max_new_tokens, top_p, min_p, typical_p) (`decode_groups`) and sorted by prompt
 length. Each group then runs through continuous batching over `batch_size` slots
 (`distill.backends.continuous`: a finished row is refilled at once) or, where the architecture does not
 allow it or `continuous=False`, through left-padded `model.generate` chunks. Results come back in the
@@ -42,6 +42,7 @@ class LocalBackend:
     """In-process transformers generation; `hf_model` and `tokenizer` are shared with eval and serve."""
 
     name = "local"
+    typical_sampling = True  # the pipeline refuses typical_p for a backend without it
 
     @validate_call  # a YAML value of the wrong type is named here, before any model loads
     def __init__(
@@ -219,7 +220,7 @@ class LocalBackend:
         """One group (same adapter, schema, sampling settings, length) through the continuous decoder."""
         first = requests[idxs[0]]
         prompts = [encoded[i][0] for i in idxs]
-        top_p, min_p = first.truncation()
+        top_p, min_p, typical_p = first.truncation()
 
         def finished(done: Any) -> None:
             i = idxs[done.request]
@@ -243,6 +244,7 @@ class LocalBackend:
             grammar=self._grammars.compiled(first.schema) if first.schema is not None else None,
             top_p=top_p,
             min_p=min_p,
+            typical_p=typical_p,
             vocab_size=self.hf_model.config.vocab_size,
             seed=first.seed,
             seeds=[requests[i].seed for i in idxs],
@@ -287,17 +289,17 @@ class LocalBackend:
         )
 
     def _generation_config(
-        self, temperature: float, max_new_tokens: int, top_p: float = 1.0, min_p: float = 0.0
+        self, temperature: float, max_new_tokens: int, top_p: float = 1.0, min_p: float = 0.0, typical_p: float = 1.0
     ) -> Any:
         from transformers import GenerationConfig
 
         # Built from scratch so a model's own sampling defaults (top_k, top_p, repetition penalty)
         # never leak in: the request alone decides, as it does for the OpenAI-compatible backend.
-        # transformers applies top-p, then min-p, after the grammar's processor, as `distill.backends.sampler` does.
+        # transformers applies top-p, min-p, then typical-p after the grammar's processor, as
+        # `distill.backends.sampler` does.
+        cuts = dict(top_p=top_p, min_p=min_p if min_p > 0 else None, typical_p=typical_p)
         sampling = (
-            dict(do_sample=True, temperature=temperature, top_k=0, top_p=top_p, min_p=min_p if min_p > 0 else None)
-            if temperature > 0
-            else dict(do_sample=False)
+            dict(do_sample=True, temperature=temperature, top_k=0, **cuts) if temperature > 0 else dict(do_sample=False)
         )
         return GenerationConfig(
             max_new_tokens=max_new_tokens,
@@ -338,7 +340,7 @@ class LocalBackend:
 def decode_groups(requests: Sequence[GenerationRequest]) -> dict[tuple, list[int]]:
     """Request indices by what one decode must share: adapter, schema, temperature, length and truncation.
 
-    Greedy requests share a group whatever their top_p/min_p, since greedy decoding ignores them.
+    Greedy requests share a group whatever their top_p/min_p/typical_p, since greedy decoding ignores them.
     """
     groups: dict[tuple, list[int]] = {}
     for i, req in enumerate(requests):

@@ -296,7 +296,7 @@ class OpenAIBackend:
         }
         if req.seed is not None:
             body["seed"] = req.seed
-        top_p, min_p = req.truncation()
+        top_p, min_p, _ = req.truncation()  # typical_p: refused by the pipeline, neither API has it
         if top_p < 1:
             body["top_p"] = top_p
         if min_p > 0:

@@ -25,7 +25,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by", "pipeline", "skip",
+    "typical_p", "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by", "pipeline", "skip",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -115,6 +115,12 @@ class _PipelineSettings(BaseModel):
         description="per-role min-p sampling, in [0, 1): drop tokens below min_p x the most likely token's "
         "probability; only where the role samples (temperature > 0), a retry keeps it; unset = 0 (off)",
     )
+    typical_p: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-role locally typical sampling (Meister et al. 2023), in (0, 1]: keep the tokens whose "
+        "surprise lies nearest the entropy, up to this much probability; the local backend only, where the role "
+        "samples, a retry keeps it; unset = 1 (off)",
+    )
     consensus: dict[str, int] = Field(
         default_factory=dict,
         description="per-role consensus reranking (minimum Bayes risk), 2 to 16 samples: where the role samples, "
@@ -175,15 +181,15 @@ class _PipelineSettings(BaseModel):
             raise ValueError("reuse: needs reuse_from (the stored run) and runs without reflection")
         return self
 
-    @field_validator("top_p", "min_p")
+    @field_validator("top_p", "min_p", "typical_p")
     @classmethod
     def _truncation_per_role(cls, values: dict[str, float], info: ValidationInfo) -> dict[str, float]:
-        top_p = info.field_name == "top_p"
+        a_mass = info.field_name != "min_p"  # top_p and typical_p are probability masses, 1 = off
         for role, value in values.items():
             if role not in ROLES:
                 raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
-            if not (0 < value <= 1 if top_p else 0 <= value < 1):
-                raise ValueError(f"{role}: {value} is outside {'(0, 1]' if top_p else '[0, 1)'}")
+            if not (0 < value <= 1 if a_mass else 0 <= value < 1):
+                raise ValueError(f"{role}: {value} is outside {'(0, 1]' if a_mass else '[0, 1)'}")
         return values
 
     @field_validator("consensus")

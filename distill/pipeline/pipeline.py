@@ -67,6 +67,12 @@ class Pipeline:
     """Runs the enabled roles of `config` over dialogues through one backend."""
 
     def __init__(self, config: PipelineConfig, backend: Backend, index=None):
+        typical = [role for role, mass in config.typical_p.items() if mass < 1]
+        if typical and not getattr(backend, "typical_sampling", False):
+            # vLLM and the OpenAI API have no typical sampling: one would ignore it, the other refuse mid-run
+            raise ValueError(
+                f"typical_p ({', '.join(typical)}): the {backend.name} backend cannot sample it; the local one can"
+            )
         self.config = config
         self.backend = backend
         self.index = index  # data_prep.retrieval.ExemplarIndex, or None for no exemplars
@@ -264,6 +270,7 @@ class Pipeline:
             seed=self.config.seed + attempt,
             top_p=self.config.top_p.get(spec.name, 1.0) if sampling else 1.0,
             min_p=self.config.min_p.get(spec.name, 0.0) if sampling else 0.0,
+            typical_p=self.config.typical_p.get(spec.name, 1.0) if sampling else 1.0,
             stop_loops=self.config.stop_loops,
         )
 

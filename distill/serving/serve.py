@@ -6,7 +6,7 @@
 (`asi`, `cae`, …) or the base model (its alias, path or id), as vLLM multi-LoRA does, so the
 `openai` backend with `model_per_role: true` runs the student pipeline against it.
 `response_format: json_schema` goes through the same llguidance constrained decoding as the local
-backend, and `temperature`, `top_p` and `min_p` (vLLM's extension) through its sampler. `GET /v1/models`
+backend, and `temperature`, `top_p`, `min_p` (vLLM's extension) and `typical_p` through its sampler. `GET /v1/models`
 lists the base and each adapter, `GET /health` says it is up, and `GET /metrics` counts calls per model
 and per prompt (tests use it to prove a resumed run repeats nothing). Bad requests get a 4xx with an
 OpenAI-style error body, never a 500.
@@ -59,6 +59,9 @@ class ChatRequest(BaseModel):
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0, description="nucleus sampling; null = 1 (off)")
     min_p: Optional[float] = Field(None, ge=0.0, lt=1.0, description="min-p sampling, as vLLM's; null = 0 (off)")
+    typical_p: Optional[float] = Field(
+        None, gt=0.0, le=1.0, description="locally typical sampling, as transformers' and llama.cpp's; null = 1 (off)"
+    )
     max_tokens: Optional[int] = Field(None, ge=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     seed: Optional[int] = Field(None, ge=0, le=SEED_MAX)
@@ -184,6 +187,7 @@ class ServeState:
             seed=body.seed,
             top_p=1.0 if body.top_p is None else body.top_p,
             min_p=0.0 if body.min_p is None else body.min_p,
+            typical_p=1.0 if body.typical_p is None else body.typical_p,
         )
         if schema:
             request.schema = schema_model(*schema)

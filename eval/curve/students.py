@@ -82,6 +82,7 @@ class DecodingOptions(BaseModel):
     temperatures: Optional[dict[str, float]] = Field(None, description="per-role temperature (pipeline.temperatures)")
     top_p: Optional[dict[str, float]] = Field(None, description="per-role nucleus sampling (pipeline.top_p)")
     min_p: Optional[dict[str, float]] = Field(None, description="per-role min-p sampling (pipeline.min_p)")
+    typical_p: Optional[dict[str, float]] = Field(None, description="per-role typical sampling (pipeline.typical_p)")
     consensus: Optional[dict[str, int]] = Field(
         None, description="per-role samples for consensus reranking (pipeline.consensus)"
     )
