@@ -66,6 +66,8 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
     systems = [
         _system(s, curve.get("sources", {}).get(s["name"], {}), variants.get(s["name"])) for s in against["systems"]
     ]
+    for system in systems:
+        system["repeats"] = _repeat_of(variants.get(system["name"]), variants)
     return {
         "name": name,
         "commit": commit,
@@ -94,6 +96,7 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
         "learns": {role: source["target"] for role, source in sources.items()},
         "adapters_of": next((s["adapter"] for s in sources.values() if s.get("adapter")), None),
         "decoding": (variant or {}).get("decoding") or {},
+        "seed": (variant or {}).get("seed"),
         "figures": figures,
         "reply_tokens_per_dialogue": ers.get("completion_per_dialogue"),
         "seconds_per_dialogue": (cost.get("latency_s") or {}).get("value"),
@@ -104,6 +107,18 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
         ]
         or None,
     }
+
+
+def _repeat_of(variant: Optional[dict[str, Any]], variants: dict[str, dict[str, Any]]) -> Optional[str]:
+    """The system a seed variant repeats: the variant with the same settings but for its name and seed."""
+    if not variant or variant.get("seed") is None:
+        return None
+
+    def settings(v: dict[str, Any]) -> dict[str, Any]:
+        return {k: x for k, x in v.items() if k not in ("name", "seed")}
+
+    same = [n for n, v in variants.items() if v.get("seed") is None and settings(v) == settings(variant)]
+    return same[0] if same else None
 
 
 def _interval(stat: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
@@ -189,7 +204,7 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     if not only and record.get("paired"):
         lines += [*_paired_table(record["paired"]), ""]
     if not only:
-        lines += _shares_by_size(record)
+        lines += _shares_by_size(record) + _seed_spread(record)
     return [*lines, *wrap_paragraph(paper + run)]
 
 
@@ -207,6 +222,33 @@ def _shares_by_size(record: dict[str, Any]) -> list[str]:
         rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures), DASH])
     header = compare_report.shares_by_size_header(paper_row)
     return [*wrap_paragraph(compare_report.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]
+
+
+def _seed_spread(record: dict[str, Any]) -> list[str]:
+    """Each setting that seed variants repeat: every figure under each seed, and its spread (largest − smallest)."""
+    by_name = {s["name"]: s for s in record["systems"]}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for system in record["systems"]:
+        if system.get("repeats") in by_name:
+            groups.setdefault(system["repeats"], [by_name[system["repeats"]]]).append(system)
+    lines = []
+    for name, runs in groups.items():
+        seeds = ", ".join(f"{s['name']} (seed {s['seed'] if s.get('seed') is not None else 'default'})" for s in runs)
+        header = ["figure", *(s["name"] for s in runs), "spread"]
+        rows = [[f.header, *(_cell(s["figures"], f) for s in runs), _spread(runs, f)] for f in _shown_figures(runs)]
+        intro = f"{name} under {len(runs)} seeds (LoRA init, data order and sampling): {seeds}."
+        lines += [*wrap_paragraph(intro), "", *markdown_table(header, rows), ""]
+    return lines
+
+
+def _spread(runs: list[dict[str, Any]], figure: Figure) -> str:
+    values = [_value(s["figures"].get(figure.path)) for s in runs]
+    values = [v for v in values if v is not None]
+    return fmt(max(values) - min(values), 3) if len(values) > 1 else DASH
+
+
+def _value(figure: Any) -> Optional[float]:
+    return figure.get("value") if isinstance(figure, dict) else figure
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:

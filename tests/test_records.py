@@ -339,3 +339,24 @@ def test_a_record_carries_each_systems_shares_against_corpus_size():
     assert "| student-traces | 2 |" not in text
     assert "against corpus size" not in "\n".join(render_record(record, only=["student-hot"]))
     assert "against corpus size" not in "\n".join(render_record(record_from_curve(_curve(), "d", "c", "a", "m")))
+
+
+def test_a_record_gives_the_spread_of_a_setting_over_its_seed_repeats():
+    """Variants that differ from another only in `seed` are its repeats: the record names what each repeats and
+    renders every figure under each seed with its spread; a record without repeats has no such table."""
+    curve = _curve()
+    hot = {"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}, "seed": None}
+    curve["config"]["variants"] = [hot, {**hot, "name": "hot-seed1", "seed": 1}, {**hot, "name": "cold-seed2",
+                                   "seed": 2, "decoding": {"temperatures": {"ers": 0.7}}}]  # fmt: skip
+    repeat = _row("student-hot-seed1", 0.95, 0.6, 0.285, 21.0)
+    other = _row("student-cold-seed2", 0.80, 0.6, 0.30, 19.0)
+    curve["against_paper"]["systems"] += [repeat, other]
+    record = record_from_curve(curve, "demo", "bash run.sh", "abc1234", "2-core test CPU")
+    repeats = {s["name"]: (s["seed"], s["repeats"]) for s in record["systems"]}
+    assert repeats["student-hot-seed1"] == (1, "student-hot") and repeats["student-hot"] == (None, None)
+    assert repeats["student-cold-seed2"] == (2, None)  # other decoding: a setting of its own, not a repeat
+    text = "\n".join(render_record(record))
+    assert "student-hot under 2 seeds (LoRA init, data order and sampling)" in text
+    assert "| BERTScore F | 0.290 [0.280, 0.300] | 0.285 [0.275, 0.295] | 0.005 |" in text
+    assert "| Dist-1 / human | 0.970 [0.920, 1.020] | 0.950 [0.900, 1.000] | 0.020 |" in text
+    assert "under 2 seeds" not in "\n".join(render_record(record_from_curve(_curve(), "d", "c", "a", "m")))
