@@ -408,7 +408,11 @@ def test_a_variant_retrains_the_roles_it_names_under_its_seed_and_borrows_the_re
     assert (ers250.trains, ers250.borrows, ers250.lender) == (("ers",), ("asi",), "direct")
     assert ers250.pipeline == students["direct"].pipeline and config.budget(10, ers250) == 2500
     assert (seed1.trains, seed1.borrows, seed1.seed, seed1.pipeline["seed"]) == (("asi", "ers"), (), 1, 1)
-    assert "seed" not in students["direct"].pipeline and config.decoding_lenders() == {}
+    assert "seed" not in students["direct"].pipeline and config.at_paper_decoding() == {}
+    # sampled otherwise too, a retrained variant's guards fall from the student it is made like, not from itself
+    hot = [*variants, {"name": "seed1-t1", "like": "direct", "seed": 1, "decoding": {"temperatures": {"ers": 1.0}}}]
+    hot_config = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"], variants=hot)
+    assert hot_config.at_paper_decoding() == {"student-seed1-t1": "student-direct"}
 
     calls = []
     monkeypatch.setattr(adapter_runs, "copy_identical", lambda *a, **k: None)
@@ -777,7 +781,7 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
         variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}},
                   {"name": "warm", "like": "traces", "decoding": {"temperatures": {"ers": 0.8}}}],
     )  # fmt: skip
-    assert config.decoding_lenders() == {"student-hot": "student-traces", "student-warm": "student-traces"}
+    assert config.at_paper_decoding() == {"student-hot": "student-traces", "student-warm": "student-traces"}
 
     def system(name, ratio, i_acc, bertscore):  # the paper's row: 0.91, 0.81, 0.82, 0.84 and I-ACC 0.4428
         return {

@@ -186,11 +186,11 @@ class CurveConfig(BaseModel):
                     names.add("traces")
         return sorted(chosen, key=lambda s: (s.name != "traces", s.name not in STUDENTS))
 
-    def decoding_lenders(self) -> dict[str, str]:
-        """Each decoding variant's system -> its lender's: the same adapters at the decoding they came with."""
-        return {
-            f"student-{s.name}": f"student-{s.lender}" for s in self.ordered_students() if s.borrows and not s.trains
-        }
+    def at_paper_decoding(self) -> dict[str, str]:
+        """Each variant that decodes otherwise -> the student it is made like, which decodes as the paper does: the
+        target's guards fall from it. A decoding-only variant runs that student's own adapters; one that also
+        retrains (another seed, a role's budget) is judged as a whole lever against it, never against itself."""
+        return {f"student-{v.name}": f"student-{v.like}" for v in self.variants if v.decoding}
 
     def lender(self, student: Student) -> Student:
         """The student whose adapters `student` borrows: a chosen one (a variant's `like`) or a built-in."""

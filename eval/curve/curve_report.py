@@ -157,7 +157,7 @@ def collect_curve(reports: dict[int, Path], config=None) -> dict[str, Any]:
         "against_paper": against,
         # judged on the largest point's paired falls: the rows the record keeps
         "target": target_rows(
-            against, config.decoding_lenders() if config is not None else {}, [p for p in paired if p["n"] == n]
+            against, config.at_paper_decoding() if config is not None else {}, [p for p in paired if p["n"] == n]
         ),
     }
 

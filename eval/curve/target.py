@@ -103,9 +103,9 @@ def target_rows(
     against: dict, at_paper_decoding: dict[str, str], paired: list[dict], allowances: Optional[dict] = None
 ) -> list[dict[str, Any]]:
     """Every system against every paper row: the figures it beats, and each guard's paired fall below the same
-    student at the paper's decoding (`at_paper_decoding`: a decoding variant -> its lender; else itself); met when
-    it beats every figure and each guard's whole interval lies within its allowance (`allowances`: guard key ->
-    the allowance; the guards' own by default)."""
+    student at the paper's decoding (`at_paper_decoding`: a variant that decodes otherwise -> its `like`; else
+    itself); met when it beats every figure and each guard's whole interval lies within its allowance
+    (`allowances`: guard key -> the allowance; the guards' own by default)."""
     allowed = {g.key: g.allowance for g in GUARDS} | (allowances or {})
     systems = {s["name"]: s for s in against.get("systems", []) if s.get("human_ratio")}
     rows = []
@@ -162,7 +162,8 @@ def render_target(target: list[dict[str, Any]]) -> list[str]:
         f"## The target: beat {target[0]['paper']} on every figure",
         "",
         rule_sentence(target[0]["paper"], {g.key: g.allowance for g in GUARDS}, guards)
-        + ". The same student at the paper's decoding is a decoding variant's lender, else the system itself.",
+        + ". For a variant that decodes otherwise, that is the student it is made like (whose adapters it runs when "
+        "only its decoding differs); for any other system, the system itself.",
         "",
         *markdown_table(head, rows),
         "",
