@@ -30,7 +30,7 @@ from distill.roles.roles import ROLES
 from eval.compare import report as compare_report
 from eval.compare.report import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
-from eval.curve.target import GUARDS, target_rows, verdict
+from eval.curve.target import GUARDS, stat_value, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
 from eval.metrics.registry import METRICS, Figure
 
@@ -242,13 +242,9 @@ def _seed_spread(record: dict[str, Any]) -> list[str]:
 
 
 def _spread(runs: list[dict[str, Any]], figure: Figure) -> str:
-    values = [_value(s["figures"].get(figure.path)) for s in runs]
+    values = [stat_value(s["figures"].get(figure.path)) for s in runs]
     values = [v for v in values if v is not None]
     return fmt(max(values) - min(values), 3) if len(values) > 1 else DASH
-
-
-def _value(figure: Any) -> Optional[float]:
-    return figure.get("value") if isinstance(figure, dict) else figure
 
 
 def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
