@@ -218,7 +218,7 @@ def _shares_by_size(record: dict[str, Any]) -> list[str]:
     paper_row = (paper.get("rows") or [None])[0]
     rows, figures = compare_report.shares_by_size_rows(by_size, paper_row), compare_report.share_figures()
     for row in paper.get("rows", []):
-        n = fmt(paper.get("test_conversations"))
+        n = f"{paper['test_conversations']:,}" if paper.get("test_conversations") else DASH
         rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures), DASH])
     header = compare_report.shares_by_size_header(paper_row)
     return [*wrap_paragraph(compare_report.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]

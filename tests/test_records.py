@@ -333,7 +333,7 @@ def test_a_record_carries_each_systems_shares_against_corpus_size():
     assert record["systems"][0]["shares_by_size"] is None
     text = "\n".join(render_record(record))
     assert "| student-hot | 2 | 1.100 [1.050, 1.150] |" in text and "2,465 conversations" in text
-    assert "| GPT-4o TRACE (paper, Table 1) * | 2465 | 0.91 |" in text  # the paper's n marked, its Dist-1 share
+    assert "| GPT-4o TRACE (paper, Table 1) * | 2,465 | 0.91 |" in text  # the paper's n marked, its Dist-1 share
     # the verdict at each n: at 4, Dist-1's interval (0.85-0.95) reaches below the paper's 0.91
     assert "| 1.100 [1.050, 1.150] | 4 of 4 |" in text and "| 0.900 [0.850, 0.950] | 3 of 4 |" in text
     assert "| student-traces | 2 |" not in text
