@@ -215,7 +215,7 @@ def _shares_by_size(record: dict[str, Any]) -> list[str]:
     if not by_size:
         return []
     paper = record.get("paper") or {}
-    paper_row = (paper.get("rows") or [None])[0]
+    paper_row = compare_report.verdict_row(paper)
     rows, figures = compare_report.shares_by_size_rows(by_size, paper_row), compare_report.share_figures()
     for row in paper.get("rows", []):
         n = f"{paper['test_conversations']:,}" if paper.get("test_conversations") else DASH

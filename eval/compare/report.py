@@ -149,6 +149,11 @@ def shares_by_size_rows(by_size: dict[str, list[dict]], paper_row: Optional[dict
     return [[name, fmt(row["n"]), *share_cells(row), *verdict(row)] for name, rows in by_size.items() for row in rows]
 
 
+def verdict_row(paper: Optional[dict]) -> Optional[dict]:
+    """The paper row a shares-by-size table gives its verdict against: the first one, if any."""
+    return ((paper or {}).get("rows") or [None])[0]
+
+
 def shares_by_size_header(paper_row: Optional[dict]) -> list[str]:
     """The header of `shares_by_size_rows`' table."""
     verdict = [f"above {paper_row['system']}"] if paper_row else []
@@ -176,7 +181,7 @@ def shares_by_size_table(report: dict) -> list[str]:
     if not by_size:
         return []
     paper = report.get("paper") or {}
-    paper_row = (paper.get("rows") or [None])[0]
+    paper_row = verdict_row(paper)
     table = markdown_table(shares_by_size_header(paper_row), shares_by_size_rows(by_size, paper_row))
     intro = shares_by_size_intro(paper)
     return ["## Shares of the human replies against corpus size", "", intro, "", *table, ""]
