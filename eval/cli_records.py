@@ -1,4 +1,4 @@
-"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records.py`).
+"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records_blocks.py`).
 
 python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
 python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
@@ -13,16 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from eval.records import (
-    RECORDS,
-    RecordError,
-    doc_files,
-    git_commit,
-    machine_line,
-    record_from_curve,
-    render_blocks,
-    stale_blocks,
-)
+from eval.records import RECORDS, RecordError, git_commit, machine_line, record_from_curve
+from eval.records_blocks import doc_files, render_blocks, stale_blocks
 from eval.records_compare import CompareRecordError, read_stages, record_from_compares
 
 USER_ERRORS = (

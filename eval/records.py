@@ -3,26 +3,16 @@
 A record (`docs/records/<name>.json`) is the summary of one run: what ran (commit, date, machine, command), its
 test set, and per system the figures with their 95% CIs and what the system learned from whom.
 `python -m eval records write` makes one from an `eval curve` run's curve.json, or from `eval compare` reports
-(`eval.records_compare`, one report per curve point); `python -m eval records render`
-rewrites every block of README.md and docs/*.md that names a record,
-
-    <!-- record: ed-400-levers -->
-    (the rendered table)
-    <!-- /record -->
-
-and `--check` fails on a block that differs from its record's rendering (the docs test runs it), so no figure
-is typed by hand where a record exists. The cells are formatted by report.md's own functions.
+(`eval.records_compare`, one report per curve point). `render_record` gives the markdown the docs' record blocks
+hold (`eval.records_blocks` places it), its cells formatted by report.md's own functions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
-import re
 import subprocess
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,19 +23,10 @@ from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figu
 from eval.curve.target import GUARDS, stat_value, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
 from eval.metrics.registry import METRICS, Figure
+from eval.records_compare import render_compare_record
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
-# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
-# `<!-- record: NAME summary -->` for a compare record's differences in one paragraph
-# (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
-BLOCK = re.compile(
-    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)? -->[ \t]*"
-    r"(?P<eol>\r?\n))"
-    r"(?P<body>.*?)(?P<end><!-- /record -->)",
-    re.S,
-)
-MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
 
@@ -163,8 +144,6 @@ def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> l
     paper's rows, the target's verdict over every system, and the run it came from. A record of compare reports
     (`kind: compare`) renders as `eval.records_compare` does."""
     if record.get("kind") == "compare":
-        from eval.records_compare import render_compare_record
-
         return render_compare_record(record)
     missing = [f for f in RECORD_FIELDS if f not in record]
     if missing:
@@ -384,57 +363,3 @@ def _same(stored: Any, computed: Any) -> bool:
     if isinstance(stored, (int, float)) and isinstance(computed, (int, float)) and not isinstance(stored, bool):
         return abs(stored - computed) < 1e-9
     return stored == computed
-
-
-# --- the docs' blocks ------------------------------------------------------------------------------
-
-
-def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        raise RecordError(f"{path}: no such record (the docs name it in a `<!-- record: {name} -->` block)")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def render_blocks(text: str, folder: Path = RECORDS, where: str = "text") -> str:
-    """`text` with every record block's body rendered from its record, in the marker line's line ending; a
-    `<!-- record:` line that opens no block (`where` names the file) is an error."""
-    blocks = list(BLOCK.finditer(text))
-    starts = {m.start() for m in blocks}
-    for at in (m.end() - len("<!-- record:") for m in MARKER.finditer(text)):
-        if at not in starts:
-            line = text.count("\n", 0, at) + 1
-            raise RecordError(
-                f"{where}:{line}: a record marker that opens no block (expected `<!-- record: NAME -->` on its own "
-                "line, then `<!-- /record -->`)"
-            )
-
-    def body(match: re.Match) -> str:
-        only = match["systems"].split(",") if match["systems"] else None
-        record = load_record(match["name"], folder)
-        if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
-            from eval.records_compare import render_compare_summary
-
-            rendered = render_compare_summary(record)
-        else:
-            rendered = render_record(record, only)
-        return match.group(1) + match["eol"].join(rendered) + match["eol"] + match["end"]
-
-    return BLOCK.sub(body, text)
-
-
-def doc_files(root: Path = ROOT) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-
-
-def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
-    """Each file whose record blocks differ from their records' rendering, with the first differing line."""
-    stale = []
-    for path in files:
-        text = path.read_text(encoding="utf-8")
-        rendered = render_blocks(text, folder, str(path))
-        if rendered != text:
-            old, new = text.splitlines(), rendered.splitlines()
-            line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-            stale.append(f"{path}:{line + 1}: differs from its record (`python -m eval records render` rewrites it)")
-    return stale

@@ -1,5 +1,6 @@
 """Results quoted in the docs come from records (eval/records.py): a record is written from a curve run, rendered
-by code into the docs' record blocks, and a block that differs from its record's rendering fails here."""
+by code into the docs' record blocks (eval/records_blocks.py), and a block that differs from its record's rendering
+fails here."""
 
 from __future__ import annotations
 
@@ -9,15 +10,8 @@ import pytest
 
 from eval.curve.target import target_rows
 from eval.paper import load_paper_reference
-from eval.records import (
-    RecordError,
-    doc_files,
-    record_from_curve,
-    rejudged,
-    render_blocks,
-    render_record,
-    stale_blocks,
-)
+from eval.records import RecordError, record_from_curve, rejudged, render_record
+from eval.records_blocks import doc_files, render_blocks, stale_blocks
 
 
 def _stat(value, half=0.05):
