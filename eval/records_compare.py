@@ -3,7 +3,8 @@
 The record (`docs/records/<name>.json`, `kind: compare`) keeps, per point, each system's figures with their 95%
 CIs and what it learned from whom (the config's `about`), the paired differences the docs state (first − second
 on the same test dialogues, as each pair was asked: `PAIRS`), and what each stage of the run cost (seconds and
-peak RSS, from the runner's stage records). `eval.records_blocks` renders it into the docs' record blocks like any record.
+peak RSS, from the runner's stage records). `eval.records_blocks` renders it into the docs' record blocks like any
+record.
 """
 
 from __future__ import annotations
