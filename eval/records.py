@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.roles.roles import ROLES
-from eval.compare import report as compare_report
-from eval.compare.report import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
+from eval.compare import shares_table
+from eval.compare.markdown import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figures curve.md labels
 from eval.curve.target import GUARDS, stat_value, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
@@ -194,13 +194,13 @@ def _shares_by_size(record: dict[str, Any]) -> list[str]:
     if not by_size:
         return []
     paper = record.get("paper") or {}
-    paper_row = compare_report.verdict_row(paper)
-    rows, figures = compare_report.shares_by_size_rows(by_size, paper_row), compare_report.share_figures()
+    paper_row = shares_table.verdict_row(paper)
+    rows, figures = shares_table.shares_by_size_rows(by_size, paper_row), shares_table.share_figures()
     for row in paper.get("rows", []):
         n = f"{paper['test_conversations']:,}" if paper.get("test_conversations") else DASH
         rows.append([f"{row['system']} *", n, *(fmt(f.read_paper(row), f.decimals) for f in figures), DASH])
-    header = compare_report.shares_by_size_header(paper_row)
-    return [*wrap_paragraph(compare_report.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]
+    header = shares_table.shares_by_size_header(paper_row)
+    return [*wrap_paragraph(shares_table.shares_by_size_intro(paper)), "", *markdown_table(header, rows), ""]
 
 
 def _seed_spread(record: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.report import cell, fmt, interval, markdown_table, wrap_paragraph
+from eval.compare.markdown import cell, fmt, interval, markdown_table, wrap_paragraph
 from eval.metrics.registry import Figure
 
 # (header, where in a report's system row); each a statistic with its CI, or a number

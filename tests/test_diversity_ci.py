@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from benchmarks.diversity_ci_coverage import Population, coverage
-from eval.compare.report import fmt, paired_table
+from eval.compare.markdown import fmt
+from eval.compare.report import paired_table
 from eval.metrics.diversity import distinct_n, ead_n
 from eval.metrics.diversity_ci import (
     CorpusGrams,

@@ -122,7 +122,7 @@ def test_report_from_trace_runs_only(tmp_path, tiny_dialogues):
 
 
 def test_report_gives_each_systems_diversity_as_a_share_of_the_humans_and_the_papers_rows(tmp_path, tiny_dialogues):
-    from eval.compare.report import with_ci
+    from eval.compare.markdown import with_ci
     from eval.metrics.diversity import diversity_metrics
 
     test = tiny_dialogues[:4]
@@ -350,7 +350,7 @@ def test_index_with_test_conversations_is_refused(tmp_path, capsys, tiny_dialogu
 
 
 def test_report_rounds_to_meaningful_digits():
-    from eval.compare.report import fmt, interval, with_ci
+    from eval.compare.markdown import fmt, interval, with_ci
 
     assert interval(9.7725, 6.9847, 19.5992) == "9.8 [7.0, 19.6]"
     assert with_ci({"value": 0.61, "ci_low": 0.51, "ci_high": 0.71}) == "0.61 [0.51, 0.71]"

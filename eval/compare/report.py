@@ -1,65 +1,19 @@
 """Render a comparison's ``report.json`` as ``report.md`` (TRACE Tables 1-2 layout) and PNG plots.
 
 This module reads nothing but report.json and computes no number: every figure in the markdown is a
-value stored in the JSON, rounded for reading. A value with an interval keeps two significant digits
-of the interval's half-width (9.7725 [6.9847, 19.5992] reads 9.8 [7.0, 19.6]); any other float keeps
-three significant digits, never fewer than its integer digits (1030.1111 reads 1030); integers print
-whole. The JSON keeps four decimals, so a test can check report.md against report.json, and anyone
-can re-render an old report.
+value stored in the JSON, rounded for reading (`eval.compare.markdown`). The JSON keeps four decimals, so a test
+can check report.md against report.json, and anyone can re-render an old report.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import textwrap
 from pathlib import Path
-from typing import Any, Optional
 
+from eval.compare.markdown import DASH, cell, fmt, interval, markdown_table, with_ci
 from eval.compare.report_plots import confusions
-from eval.metrics.registry import METRICS, Figure
-
-DASH = "–"
-
-
-def _decimals(magnitude: float, significant: int) -> int:
-    """Decimal places that keep `significant` digits of `magnitude` (none beyond the integer part)."""
-    if magnitude == 0 or not math.isfinite(magnitude):
-        return 0
-    return max(0, significant - 1 - math.floor(math.log10(abs(magnitude))))
-
-
-def fmt(value: Any, decimals: Optional[int] = None) -> str:
-    """A stored number rounded for reading (see the module note); missing → a dash."""
-    if value is None:
-        return DASH
-    if not isinstance(value, float):
-        return json.dumps(value)
-    return f"{value:.{_decimals(value, 3) if decimals is None else decimals}f}"
-
-
-def interval(value: Any, low: Any, high: Any) -> str:
-    """``value [low, high]``, all three to two significant digits of the half-width."""
-    if value is None:
-        return DASH
-    if low is None or high is None:
-        return fmt(value)
-    half = (high - low) / 2
-    decimals = _decimals(half, 2) if half > 0 else _decimals(value, 3)
-    return f"{fmt(float(value), decimals)} [{fmt(float(low), decimals)}, {fmt(float(high), decimals)}]"
-
-
-def with_ci(stat: Optional[dict]) -> str:
-    """``value [ci_low, ci_high]`` for a mean-type statistic dict from `eval.metrics.stats.mean_with_ci`."""
-    if not stat:
-        return DASH
-    return interval(stat.get("value"), stat.get("ci_low"), stat.get("ci_high"))
-
-
-def cell(row: dict, figure: Figure) -> str:
-    """One figure of a report row as report.md prints it: a statistic with its interval, or a number."""
-    value = figure.read(row)
-    return with_ci(value) if isinstance(value, dict) else fmt(value, figure.decimals)
+from eval.compare.shares_table import shares_by_size_table
+from eval.metrics.registry import METRICS
 
 
 def system_figures(report: dict, name: str) -> dict[str, str]:
@@ -74,15 +28,6 @@ def system_figures(report: dict, name: str) -> dict[str, str]:
             figures[figure.header + (" [95% CI]" if isinstance(value, dict) else "")] = cell(s, figure)
     figures["test split"] = f"`{report['test']['split']}` of `{report['test']['dialogues']}`"
     return figures
-
-
-def wrap_paragraph(paragraph: str) -> list[str]:
-    """A paragraph in lines of at most 120 characters (the docs' width); a code span is never split."""
-    return textwrap.wrap(paragraph, 120, break_long_words=False, break_on_hyphens=False)
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def quality_table(report: dict) -> list[str]:
@@ -120,71 +65,6 @@ def paper_table(report: dict) -> list[str]:
     if paper:
         lines.append(f"\\* {paper['source']} Its ratios use the human replies on {paper['test_set']}.")
     return [*lines, ""]
-
-
-def share_figures() -> list[Figure]:
-    """The paper's figures that are shares of the human replies (Dist-1/2, EAD-1/2), as the registry names them."""
-    return [f for spec in METRICS.values() if spec.versus_human for f in spec.paper]
-
-
-def share_cells(row: dict) -> list[str]:
-    """A `human_ratio_by_size` row's shares, each with its interval, in `share_figures` order."""
-    return [with_ci(row.get(f.path.rsplit(".", 1)[-1])) for f in share_figures()]
-
-
-def shares_above(row: dict, paper_row: dict) -> str:
-    """The verdict at one sub-corpus size: how many of its shares have the whole 95% CI above the paper's share."""
-    figures = share_figures()
-    above = 0
-    for f in figures:
-        low, published = (row.get(f.path.rsplit(".", 1)[-1]) or {}).get("ci_low"), f.read_paper(paper_row)
-        above += low is not None and published is not None and low > published
-    return f"{above} of {len(figures)}"
-
-
-def shares_by_size_rows(by_size: dict[str, list[dict]], paper_row: Optional[dict] = None) -> list[list[str]]:
-    """Table rows of each system's shares at each sub-corpus size: system, n, the shares with their intervals, and
-    with a paper row, how many lie wholly above its shares."""
-    verdict = (lambda row: [shares_above(row, paper_row)]) if paper_row else (lambda row: [])
-    return [[name, fmt(row["n"]), *share_cells(row), *verdict(row)] for name, rows in by_size.items() for row in rows]
-
-
-def verdict_row(paper: Optional[dict]) -> Optional[dict]:
-    """The paper row a shares-by-size table gives its verdict against: the first one, if any."""
-    return ((paper or {}).get("rows") or [None])[0]
-
-
-def shares_by_size_header(paper_row: Optional[dict]) -> list[str]:
-    """The header of `shares_by_size_rows`' table."""
-    verdict = [f"above {paper_row['system']}"] if paper_row else []
-    return ["System", "n", *(f.header for f in share_figures()), *verdict]
-
-
-def shares_by_size_intro(paper: Optional[dict]) -> str:
-    """What a shares-by-size table holds, and the test set the paper's rows are on."""
-    test_set = (paper or {}).get("test_set")
-    rows = (paper or {}).get("rows")
-    return (
-        "Dist and EAD are corpus figures, so a share of the human replies depends on how many replies the corpus "
-        "holds. Each row is a sub-corpus of n test dialogues: the first n of one seeded permutation (nested, so each "
-        "holds the smaller ones), in test order; each share is paired with the human replies of the same dialogues, "
-        "its 95% CI half-sampled."
-        + (f" The paper's rows are on {test_set}." if test_set else "")
-        + (" The last column is the verdict at that n: how many shares lie wholly above the paper's." if rows else "")
-    )
-
-
-def shares_by_size_table(report: dict) -> list[str]:
-    """Each system's Dist/EAD shares of the human replies at each sub-corpus size (`shares_by_size`), with the
-    paper's test set named; not asked: no table."""
-    by_size = {s["name"]: s["human_ratio_by_size"] for s in report["systems"] if s.get("human_ratio_by_size")}
-    if not by_size:
-        return []
-    paper = report.get("paper") or {}
-    paper_row = verdict_row(paper)
-    table = markdown_table(shares_by_size_header(paper_row), shares_by_size_rows(by_size, paper_row))
-    intro = shares_by_size_intro(paper)
-    return ["## Shares of the human replies against corpus size", "", intro, "", *table, ""]
 
 
 def checks_table(report: dict) -> list[str]:

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.adapters.adapters import has_metadata, read_metadata
-from eval.compare.report import fmt, interval, markdown_table, paper_table, shares_by_size_table, with_ci
+from eval.compare.markdown import fmt, interval, markdown_table, with_ci
+from eval.compare.report import paper_table
+from eval.compare.shares_table import shares_by_size_table
 from eval.curve.shares_plot import SHARES_PNG, plot_shares_by_size
 from eval.curve.target import render_target, stat_value, target_rows
 from eval.metrics.diversity import RATIO_KEYS

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.report import share_figures
+from eval.compare.shares_table import share_figures
 
 SHARES_PNG = "shares.png"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from eval.compare.report import interval, markdown_table
+from eval.compare.markdown import interval, markdown_table
 from eval.metrics import registry
 
 
