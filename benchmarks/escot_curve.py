@@ -38,6 +38,8 @@ from typing import Any, Optional
 
 import yaml
 
+from data_prep.config_file import read_mapping
+
 REPO = Path(__file__).resolve().parents[1]
 INSTRUCTION_FILE, FULL_CHAIN_FILE, TEST_FILE = "train_em_sr_re.json", "train_full_chain_200.json", "test.json"
 PIPELINES, MAPPINGS = "configs/pipelines", "configs/import"
@@ -156,8 +158,8 @@ def point_files(data: Path, out: Path, point: str) -> tuple[dict[str, Path], int
 
 def roles_of(student: Student) -> list[str]:
     """The roles a student trains: its pipeline's, less those its mapping skips."""
-    pipeline = yaml.safe_load((REPO / PIPELINES / student.pipeline).read_text())
-    skip = set(yaml.safe_load((REPO / MAPPINGS / student.mapping).read_text()).get("skip") or [])
+    pipeline = read_mapping(REPO / PIPELINES / student.pipeline)
+    skip = set(read_mapping(REPO / MAPPINGS / student.mapping).get("skip") or [])
     return [r["name"] for r in pipeline["roles"] if r["name"] not in skip]
 
 
@@ -182,7 +184,7 @@ def train_student(args, out: Path, point: str, student: Student, data: Path, bud
 
 
 def student_system(args, student: Student, adapters: Path, n: int) -> dict[str, Any]:
-    skip = yaml.safe_load((REPO / MAPPINGS / student.mapping).read_text()).get("skip") or []
+    skip = read_mapping(REPO / MAPPINGS / student.mapping).get("skip") or []
     return {
         "name": student.name,
         "about": f"{student.learns}; trained on {n} train dialogues",

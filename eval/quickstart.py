@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from data_prep.config_file import read_mapping
 from distill.roles.roles import CORE_ROLES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -146,7 +147,7 @@ def _in_run(value, out: Path):
 
 def _eval_config(out: Path, test_limit: int, judge: bool) -> Path:
     """configs/eval/sample.yaml itself, its folders under `out`, `--test-limit` and `--no-judge` applied."""
-    cfg = _in_run(yaml.safe_load(SAMPLE_EVAL.read_text(encoding="utf-8")), out)
+    cfg = _in_run(read_mapping(SAMPLE_EVAL), out)
     cfg["limit"] = test_limit
     cfg["judge"] = cfg["judge"] if judge else None
     # The untuned base with the teacher's prompts is the control, and here the teacher *is* that model with

@@ -3,6 +3,7 @@ mapping, is one line that names the file and the key, through each command that 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,44 @@ def test_a_nested_key_is_named_by_its_path(tmp_path):
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ConfigFileError, match=rf"^{path}: field 'systems\.1\.nme': Extra inputs are not permitted$"):
         load_config(path, CompareConfig)
+
+
+def _repeated(tmp_path: Path, shipped: str, pattern: str) -> tuple[Path, str, int]:
+    """A shipped config with its first line matching `pattern` written twice; the copy, the key and its line."""
+    lines = (CONFIGS / shipped).read_text(encoding="utf-8").splitlines()
+    number = next(n for n, line in enumerate(lines, start=1) if re.match(pattern, line))
+    path = tmp_path / Path(shipped).name
+    path.write_text("\n".join([*lines[:number], *lines[number - 1 :]]) + "\n", encoding="utf-8")
+    return path, lines[number - 1].split(":")[0].strip(), number
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_a_repeated_key_is_one_line_naming_the_file_the_key_and_both_lines(kind, tmp_path, capsys):
+    """PyYAML keeps a repeated key's last value silently; every command's config refuses it instead."""
+    import importlib
+
+    package, argv, shipped, _, _ = CASES[kind]
+    path, key, line = _repeated(tmp_path, shipped, r"^\w+:")  # the first top-level key
+    main = importlib.import_module(f"{package}.__main__").main
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv] + ["--config", str(path)]
+    err = _run(main, argv, capsys)
+    assert err.endswith(f"{path}: key '{key}' given twice (lines {line} and {line + 1})"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_repeated_nested_key_is_refused_too(tmp_path, capsys):
+    from distill.__main__ import main
+
+    path, key, line = _repeated(tmp_path, "teacher/local.yaml", r"^  rag: ")  # inside `pipeline:`
+    argv = ["generate", "--dialogues", "D", "--split", "train", "--out", str(tmp_path / "out"), "--config", str(path)]
+    err = _run(main, argv, capsys)
+    assert err.endswith(f"{path}: key 'rag' given twice (lines {line} and {line + 1})"), err
+
+
+def test_a_repeated_key_in_a_quality_thresholds_file_is_refused(tmp_path):
+    from distill.quality.thresholds import QualityThresholds
+
+    path = tmp_path / "thresholds.yaml"
+    path.write_text("loop_word_repeats: 3\nloop_word_repeats: 4\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"^{path}: key 'loop_word_repeats' given twice \(lines 1 and 2\)$"):
+        QualityThresholds.from_file(path)

@@ -23,9 +23,9 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data_prep.config_file import load_config
 from data_prep.dialogues import Speaker, Turn
 
 _MISSING = object()
@@ -180,14 +180,5 @@ def is_missing(value: Any) -> bool:
 
 
 def load_mapping(path: str | Path) -> ImportMapping:
-    """The mapping from its YAML file; ValueError in one line naming the file and the field."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        return ImportMapping.model_validate(data)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc).splitlines()[0]
-        raise ValueError(f"{path}: cannot read the mapping ({reason})") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "mapping"
-        raise ValueError(f"{path}: field '{field}': {err['msg'].removeprefix('Value error, ')}") from None
+    """The mapping from its YAML file (the one config reader's); ValueError in one line naming the file and field."""
+    return load_config(path, ImportMapping, error=ValueError)

@@ -17,13 +17,25 @@ reply (`Trace.response`, the reply quality checks), and the student renderer is 
 
 from __future__ import annotations
 
+import keyword
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from data_prep.config_file import load_config
 from distill.roles.roles import ROLES, RoleSpec
 
 REPLY_FIELD = "response"  # the answer field that makes a declared role the pipeline's reply
@@ -34,12 +46,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _name_problem(name: str) -> Optional[str]:
+    """Why `name` cannot name an answer field or a role, or None. A field becomes an attribute of a pydantic model
+    made by `create_model`, which fails with a traceback (or silently shadows a method) on these."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        return "is not a Python identifier"
+    if name.startswith("_"):
+        return "is private (a leading underscore); name it without one"
+    if name.startswith("model_") or name in dir(_Strict):
+        return "is reserved by pydantic (model_* and BaseModel's attributes); choose another name"
+    return None
+
+
+def _not_blank(text: str) -> str:
+    # The text is prompted: whitespace alone would send the teacher an empty instruction or title.
+    if text and not text.strip():
+        raise ValueError("only whitespace; write the text (or leave an optional one out)")
+    return text
+
+
+# Prompted text. A required one also takes `Field(min_length=1)`; an optional one defaults to "" (none), which
+# stays valid because every trace's config carries the declaration with its defaults written out.
+Text = Annotated[str, AfterValidator(_not_blank)]
+Label = Annotated[Text, Field(min_length=1)]
+
+
 class AnswerField(_Strict):
     """One field of a role's answer: free text of at most `text` characters, or one label of the set `label`."""
 
-    text: Optional[int] = Field(None, ge=1, description="a text answer of at most this many characters")
+    text: Optional[StrictInt] = Field(None, ge=1, description="a text answer of at most this many characters")
     label: Optional[str] = Field(None, description="the name of a label set under the pipeline's `labels`")
-    description: str = Field("", description="what the field holds, as the teacher prompt and the JSON schema say")
+    description: Text = Field("", description="what the field holds, as the teacher prompt and the JSON schema say")
 
     @model_validator(mode="after")
     def _one_kind(self) -> AnswerField:
@@ -49,20 +86,36 @@ class AnswerField(_Strict):
 
 
 class DeclaredRole(_Strict):
-    name: str = Field(
-        pattern=_NAME, description="the role's name (lowercase; no built-in role's): its adapter's and tag's"
-    )
-    title: str = Field(min_length=1, description="how the teacher prompt addresses the agent, e.g. Emotion Recogniser")
+    name: str = Field(description="the role's name (lowercase; no built-in role's): its adapter's and tag's")
+    title: Text = Field(min_length=1, description="how the teacher prompt addresses the agent, e.g. Emotion Recogniser")
     inputs: list[str] = Field(default_factory=list, description="upstream roles whose answers this role reads")
     answer: dict[str, AnswerField] = Field(
         min_length=1, description="the answer's fields: name -> {text: N} or {label: set}"
     )
-    task: str = Field(min_length=1, description="the teacher's instruction")
-    brief: str = Field("", description="what later agents are told this role did (one clause)")
-    context_turns: Optional[int] = Field(None, description="the last K dialogue turns this role sees; null = all")
+    task: Text = Field(min_length=1, description="the teacher's instruction")
+    brief: Text = Field("", description="what later agents are told this role did (one clause)")
+    # Strict numbers: lax pydantic takes YAML's `true` as 1 (and 1.0 as a temperature).
+    context_turns: Optional[StrictInt] = Field(None, description="the last K dialogue turns this role sees; null = all")
     student_answer: Optional[list[str]] = Field(None, description="the answer fields the student writes; null = all")
-    temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
-    max_new_tokens: int = Field(128, ge=1, description="the answer's token cap")
+    temperature: StrictFloat = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
+    max_new_tokens: StrictInt = Field(128, ge=1, description="the answer's token cap")
+
+    @field_validator("name")
+    @classmethod
+    def _role_name(cls, name: str) -> str:
+        if problem := _name_problem(name):
+            raise ValueError(f"role name {name!r} {problem}")
+        if not re.match(_NAME, name):
+            raise ValueError(f"role name {name!r} is not lowercase (a-z, 0-9 and _, starting with a letter)")
+        return name
+
+    @field_validator("answer")
+    @classmethod
+    def _field_names(cls, answer: dict[str, AnswerField]) -> dict[str, AnswerField]:
+        for name in answer:
+            if problem := _name_problem(name):
+                raise ValueError(f"answer field {name!r} {problem}")
+        return answer
 
     @field_validator("context_turns")
     @classmethod
@@ -81,7 +134,7 @@ class DeclaredRole(_Strict):
 
 class DeclaredPipeline(_Strict):
     name: str = Field(pattern=_NAME, description="the pipeline's name, recorded with its roles")
-    labels: dict[str, list[str]] = Field(default_factory=dict, description="label sets, each a list of labels")
+    labels: dict[str, list[Label]] = Field(default_factory=dict, description="label sets, each a list of labels")
     roles: list[DeclaredRole] = Field(min_length=1, description="the roles; they run in dependency order")
 
     @model_validator(mode="after")
@@ -131,22 +184,8 @@ def _cycle(inputs: dict[str, set[str]], placed: list[str]) -> list[str]:
 
 
 def load_pipeline(path: str | Path) -> DeclaredPipeline:
-    """A declaration from its YAML file; ValueError in one line naming the file and the field."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        reason = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc).splitlines()[0]
-        raise ValueError(f"{path}: cannot read the pipeline declaration ({reason})") from None
-    return parse_pipeline(data, str(path))
-
-
-def parse_pipeline(data: Any, where: str) -> DeclaredPipeline:
-    try:
-        return DeclaredPipeline.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "declaration"
-        raise ValueError(f"{where}: field '{field}': {err['msg'].removeprefix('Value error, ')}") from None
+    """A declaration from its YAML file (the one config reader's); ValueError in one line naming the file and field."""
+    return load_config(path, DeclaredPipeline, error=ValueError)
 
 
 # --- declaration -> RoleSpecs in the registry -----------------------------------------------------

@@ -1,0 +1,105 @@
+"""A declared pipeline (distill.roles.declared) refuses, in one line naming the file and the field, what would
+otherwise break later or run silently wrong: answer-field and role names pydantic cannot take (a traceback from
+`create_model` before), YAML's `true` as an integer (taken as 1 before), and prompted text that is only whitespace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from distill.__main__ import main as distill
+from distill.roles.declared import load_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+ESCOT = REPO / "configs" / "pipelines" / "escot.yaml"
+FULL_CHAIN = REPO / "configs" / "import" / "esdcot-full-chain.yaml"
+
+
+def _declared(tmp_path: Path, change) -> Path:
+    """escot.yaml with `change` applied to its parsed form, written to a temporary file."""
+    pipeline = yaml.safe_load(ESCOT.read_text(encoding="utf-8"))
+    change(pipeline)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(pipeline, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _rename_field(old: str, new: str):
+    def change(pipeline: dict) -> None:
+        role = next(r for r in pipeline["roles"] if old in r["answer"])
+        role["answer"][new] = role["answer"].pop(old)
+        if role.get("student_answer"):
+            role["student_answer"] = [new if f == old else f for f in role["student_answer"]]
+
+    return change
+
+
+def _set(role: int, **values):
+    return lambda pipeline: pipeline["roles"][role].update(values)
+
+
+# (the change to escot.yaml, the field the error names, words of its message)
+CASES = {
+    "private-field": (_rename_field("emotion", "_secret"), "roles.0.answer", "answer field '_secret' is private"),
+    "model-config-field": (_rename_field("emotion", "model_config"), "roles.0.answer", "'model_config' is reserved"),
+    "model-prefix-field": (_rename_field("stimulus", "model_x"), "roles.1.answer", "'model_x' is reserved"),
+    "basemodel-method-field": (_rename_field("reason", "schema"), "roles.3.answer", "'schema' is reserved"),
+    "not-identifier-field": (_rename_field("emotion", "the emotion"), "roles.0.answer", "not a Python identifier"),
+    "not-identifier-role": (_set(0, name="emotion-recogniser"), "roles.0.name", "not a Python identifier"),
+    "reserved-role": (_set(0, name="model_config"), "roles.0.name", "role name 'model_config' is reserved"),
+    "private-role": (_set(0, name="_em"), "roles.0.name", "role name '_em' is private"),
+    "bool-context-turns": (_set(0, context_turns=True), "roles.0.context_turns", "valid integer"),
+    "bool-max-new-tokens": (_set(0, max_new_tokens=True), "roles.0.max_new_tokens", "valid integer"),
+    "bool-temperature": (_set(0, temperature=True), "roles.0.temperature", "valid number"),
+    "bool-text-length": (
+        lambda p: p["roles"][0]["answer"]["emotion"].update(text=True),
+        "roles.0.answer.emotion.text",
+        "valid integer",
+    ),
+    "blank-task": (_set(0, task="  \n "), "roles.0.task", "only whitespace"),
+    "blank-title": (_set(0, title=" "), "roles.0.title", "only whitespace"),
+    "blank-brief": (_set(0, brief="\t"), "roles.0.brief", "only whitespace"),
+    "blank-description": (
+        lambda p: p["roles"][0]["answer"]["emotion"].update(description="   "),
+        "roles.0.answer.emotion.description",
+        "only whitespace",
+    ),
+    "blank-label": (lambda p: p["labels"]["strategy"].append(" "), "labels.strategy.13", "only whitespace"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_bad_declaration_is_one_line_naming_the_file_and_field(case, tmp_path):
+    change, field, words = CASES[case]
+    path = _declared(tmp_path, change)
+    with pytest.raises(ValueError) as err:
+        load_pipeline(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: field '{field}': ") and words in message, message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("case", ["private-field", "model-config-field", "not-identifier-role", "bool-context-turns"])
+def test_the_import_command_refuses_it_in_one_line_without_a_traceback(case, tmp_path, capsys):
+    change, field, words = CASES[case]
+    pipeline = _declared(tmp_path, change)
+    mapping = yaml.safe_load(FULL_CHAIN.read_text(encoding="utf-8"))
+    mapping["pipeline"] = str(pipeline)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    out = tmp_path / "run"
+    # the data is never read: the declaration is refused first
+    argv = ["import", "--data", str(tmp_path / "d.json"), "--mapping", str(tmp_path / "m.yaml"), "--out", str(out)]
+    assert distill(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert str(pipeline) in err and f"field '{field}'" in err and words in err, err
+    assert not out.exists()
+
+
+def test_an_optional_text_left_empty_and_whole_numbers_still_load(tmp_path):
+    """The defaults every stored declaration writes out ("" for no brief) and a whole-number temperature stay valid."""
+    path = _declared(tmp_path, _set(0, brief="", temperature=0, context_turns=3))
+    role = load_pipeline(path).roles[0]
+    assert (role.brief, role.temperature, role.context_turns) == ("", 0.0, 3)
