@@ -205,12 +205,21 @@ _DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat1
 _DTYPES |= {"fp16": "float16", "float16": "float16"}
 
 
+# Overrides what `auto` resolves to: with float32, a machine with native bf16 runs as an AVX2-only CPU does.
+AUTO_DTYPE_ENV = "TRACE_DISTILL_AUTO_DTYPE"
+
+
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32.
+    """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32;
+    `$TRACE_DISTILL_AUTO_DTYPE` (any explicit dtype) replaces that choice.
 
     Inference (the local backend) and training (train.config) both choose through it."""
     import torch
 
+    if dtype == "auto" and (forced := os.environ.get(AUTO_DTYPE_ENV, "").strip()):
+        if forced not in _DTYPES:
+            raise ValueError(f"${AUTO_DTYPE_ENV}={forced}: not a dtype (expected {', '.join(_DTYPES)})")
+        dtype = forced
     if dtype != "auto":
         try:
             return getattr(torch, _DTYPES[dtype])

@@ -117,3 +117,19 @@ def test_conversion_matches_the_cache(smollm_path, tmp_path):
     before = (fresh / "model.safetensors").stat().st_mtime_ns
     models._publish(tmp_path / "missing-scratch", fresh)
     assert (fresh / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_auto_dtype_override_runs_a_bf16_machine_as_an_avx2_one(monkeypatch):
+    """$TRACE_DISTILL_AUTO_DTYPE replaces what `auto` resolves to, and only `auto`: the suite can then run as a
+    CPU without native bf16 does on any machine, and a config's explicit dtype is kept."""
+    monkeypatch.setenv(models.AUTO_DTYPE_ENV, "float32")
+    assert models.resolve_dtype("auto", "cpu") == torch.float32
+    assert models.resolve_dtype("bf16", "cpu") == torch.bfloat16
+    monkeypatch.setenv(models.AUTO_DTYPE_ENV, "bf16")
+    assert models.resolve_dtype("auto", "cpu") == torch.bfloat16
+    monkeypatch.setenv(models.AUTO_DTYPE_ENV, "double")
+    with pytest.raises(ValueError, match=r"^\$TRACE_DISTILL_AUTO_DTYPE=double: not a dtype \(expected fp32"):
+        models.resolve_dtype("auto", "cpu")
+    monkeypatch.setenv(models.AUTO_DTYPE_ENV, "")
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert models.resolve_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)

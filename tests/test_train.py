@@ -492,6 +492,18 @@ def test_budget_trains_past_the_epoch_cap_and_sees_its_tokens(role_datasets, tmp
     assert_budget_trained(meta, budget=1500, rows_per_step=4)
 
 
+@pytest.mark.slow
+def test_a_config_that_names_epochs_and_no_budget_trains_exactly_those_epochs(role_datasets, tmp_path, capsys):
+    """No budget unless one is set: `num_train_epochs: 1` trains one epoch, and the plan says so before training."""
+    cfg = tiny_config(role_datasets, tmp_path, max_steps=-1, num_train_epochs=1)
+    assert cfg.distill.max_tokens_budget == 0
+    (meta,) = train_roles(cfg)
+    rows = meta["tokens"]["examples"]
+    assert meta["global_step"] == -(-rows // 4)  # ceil(rows / batch 4): one pass
+    plan = f"asi: plan: {rows:,} rows, {-(-rows // 4)} steps, 1 epochs, ~{meta['tokens']['tokens']:,} tokens"
+    assert plan in capsys.readouterr().out
+
+
 def assert_rank0_saved_what_it_trained(adapters: Path, base_path: str, distributed_type: str) -> None:
     """One whole adapter, written by rank 0 alone, that plain PEFT loads with rank 0's trained weights."""
     report = check_loaded_adapter(adapters / "asi")  # what benchmarks/check_adapter.py prints

@@ -62,10 +62,11 @@ class DistillArguments:
         },
     )
     max_tokens_budget: int = field(
-        default=TOKENS_BUDGET,
+        default=0,
         metadata={
             "help": "If > 0, train each role on about this many tokens: it sets the steps, overriding "
-            "num_train_epochs (max_steps, when set, still caps them); 0: num_train_epochs or max_steps as given."
+            "num_train_epochs (max_steps, when set, still caps them); 0 (the default): num_train_epochs or "
+            f"max_steps as given. The quickstart and `eval curve` set one ({TOKENS_BUDGET} unless told)."
         },
     )
     completion_head: str = field(

@@ -327,7 +327,27 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     if budget_steps != cfg.sft.max_steps:
         trainer.args.max_steps = budget_steps
         log(f"{role}: max_tokens_budget {cfg.distill.max_tokens_budget} -> max_steps {budget_steps}")
+    log(f"{role}: plan: {plan_line(training_plan(cfg, counts, trainer.args.world_size, trainer.args.max_steps))}")
     return trainer, counts
+
+
+def training_plan(cfg: TrainConfig, counts: dict, world_size: int, max_steps: int) -> dict:
+    """What a role will train on, before it trains: rows, optimizer steps, epochs (a fraction under a budget or
+    a step cap) and the tokens those steps see."""
+    per_batch = cfg.sft.per_device_train_batch_size * cfg.sft.gradient_accumulation_steps * world_size
+    epoch_steps = max(1, math.ceil(counts["examples"] / per_batch))
+    steps = max_steps if max_steps > 0 else math.ceil(epoch_steps * cfg.sft.num_train_epochs)
+    epochs = steps / epoch_steps
+    return {
+        "rows": counts["examples"],
+        "steps": steps,
+        "epochs": round(epochs, 2),
+        "tokens": round(epochs * counts["tokens"]),
+    }
+
+
+def plan_line(plan: dict) -> str:
+    return f"{plan['rows']:,} rows, {plan['steps']:,} steps, {plan['epochs']:g} epochs, ~{plan['tokens']:,} tokens"
 
 
 def train_role(
