@@ -278,7 +278,29 @@ def test_check_traces_applies_each_check_to_its_roles():
 def test_check_replies_runs_the_reply_checks_on_bare_replies():
     replies = ["2018-08-20T18:38:27.13.00Z", SEEKER] + HUMAN_REPLIES
     report = check_replies(replies, [dialogue(i) for i in range(len(replies))])
-    assert report.counts()["ers"] == {"loop": 0, "exemplar_copy": 0, "echo": 1, "non_reply": 1, "near_duplicate": 0}
+    assert report.counts()["ers"] == {
+        "loop": 0, "exemplar_copy": 0, "echo": 1, "non_reply": 1, "near_duplicate": 0, "leaked_reference": 0
+    }  # fmt: skip
+
+
+def test_leaked_reference_flags_a_dialogue_that_already_holds_its_reference_reply():
+    """The gold reply as one of the dialogue's turns (other case, spacing and punctuation) is flagged on the reply
+    role of a generated run and on bare replies; a turn that only shares some of its words passes."""
+    from distill.quality.checks import leaked_reference
+
+    gold = "That must have been so frustrating. Did the client understand?"
+    clean = dialogue(0).model_copy(update={"gold_response": gold})
+    copy = Turn(speaker="responder", text="  that must have been SO frustrating, did the client understand")
+    leaked = clean.model_copy(update={"id": "d1#1", "turns": [*clean.turns, copy]})
+    reason = leaked_reference(gold, [t.text for t in leaked.turns])
+    assert reason == "the reference reply is already turn 2 of the dialogue's 2"
+    assert leaked_reference(gold, [SEEKER, "That must have been so frustrating."]) is None
+    assert leaked_reference(None, [SEEKER]) is None and leaked_reference("", [""]) is None
+    outputs = {"ers": {"response": HUMAN_REPLIES[0]}}
+    report = check_traces([trace_with_prompts(clean, outputs, "ok"), trace_with_prompts(leaked, outputs, "leak")])
+    assert report.failing() == {("leak", "ers"): {"leaked_reference"}}
+    assert report.counts()["ers"]["leaked_reference"] == 1
+    assert check_replies([gold, gold], [clean, leaked]).counts()["ers"]["leaked_reference"] == 1
 
 
 def test_check_traces_reads_srps_reasoning_for_a_copied_exemplar():

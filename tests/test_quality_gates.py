@@ -288,3 +288,22 @@ def test_datasets_quality_leaves_a_gold_ers_target_alone_and_reads_a_thresholds_
     assert records["asi"]["counts"]["quality"]["failed"] == {"parroted_rationale": 1}
     assert records["asi"]["options"]["quality_thresholds"] == {"exemplar_copy_share": 1.0}
     assert records["asi"]["quality_thresholds"]["exemplar_copy_share"] == 1.0
+
+
+def test_inspect_and_datasets_catch_a_reference_reply_already_in_its_dialogue(tiny_dialogues, tmp_path, capsys):
+    """A generated run on dialogues one of which runs on into its own gold reply (the responder's last turn):
+    `leaked_reference` flags that trace's ers, inspect reports it, and the ers dataset drops the row."""
+    from data_prep.dialogues import Turn
+
+    d = tiny_dialogues[3]
+    assert d.gold_response
+    leaked = d.model_copy(update={"turns": [*d.turns, Turn(speaker="responder", text=d.gold_response.lower())]})
+    dialogues = [*tiny_dialogues[:3], leaked, *tiny_dialogues[4:]]
+    run_dir = tmp_path / "run"
+    write_run(run_dir, [teacher_trace(x, clean_outputs(x)) for x in dialogues])
+    assert distill_main(["inspect", str(run_dir)]) == 0
+    assert "ers leaked_reference 1/8 (12.5%)" in capsys.readouterr().out
+    check = read_quality(run_dir)["roles"]["ers"]["checks"]["leaked_reference"]
+    assert check["count"] == 1 and check["example"]["dialogue_id"] == d.id and check["example"]["field"] == "response"
+    ers = build(run_dir, tmp_path / "sft", "--roles", "ers")["ers"]["counts"]
+    assert ers["kept"] == 7 and ers["quality"]["failed"] == {"leaked_reference": 1}

@@ -7,10 +7,13 @@ the same `Trace` and `Step` records with the answers validated against the roles
 ours to know) and spends no generation (`attempts` 0, event `imported`).
 
 Two kinds of bad input, two outcomes:
-- the mapping does not fit the pipeline, or names a field or section that no row has: the import is refused
-  (`MappingError`) before anything is written;
+- the mapping does not fit the pipeline, or names a field or section that no row has, or two rows give one id
+  (`one_per_id`): the import is refused (`MappingError`) before anything is written;
+- one example is not a dialogue the pipeline can answer (an id that is not a string or an integer, no seeker
+  turn): it is counted and not stored;
 - one example lacks a link the pipeline declares (a missing field or section, a label outside its set, a text
-  over its length): that example's trace is stored as failed, naming the role and why, and counted.
+  over its length) or its reference reply already sits in its dialogue (`leaked_reference`): that example's trace
+  is stored as failed, naming the role and why, and counted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from distill.pipeline.config import PipelineConfig
 from distill.pipeline.stage_key import file_sha256
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Step, Trace, trace_key
+from distill.quality.checks import leaked_reference
 from distill.roles.declared import label_set
 from distill.roles.roles import ROLES
 from distill.version import __version__
@@ -38,6 +42,7 @@ from distill.version import __version__
 BACKEND = "import"  # the traces' backend: stored answers, not generated ones
 PROMPT_VERSION = "import"  # no prompt of ours was shown to the teacher that wrote them
 IMPORTED_EVENT = "imported"
+LEAKED = "dialogue: reference reply leaked into the dialogue"  # a failed trace's reason, as the report counts it
 _EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
 
 
@@ -151,6 +156,9 @@ def to_trace(
         prompt_style="teacher",
         config=key_config,
     )
+    if leak := leaked_reference(dialogue.gold_response, [turn.text for turn in dialogue.turns]):
+        trace.failure = f"{LEAKED} ({leak})"  # its answers are still stored: `distill inspect` shows the leak too
+        report.note(LEAKED, f"id {dialogue.id}")
     for role in config.stages():
         answer, why = _answer(mapping, role, row, sections)
         step = Step(role=role, messages=[], attempts=0, events=[IMPORTED_EVENT])
@@ -168,20 +176,56 @@ def to_trace(
 
 
 def _dialogue(mapping: ImportMapping, row: dict[str, Any], sections: dict[str, str]) -> Dialogue:
-    ident = lookup(row, mapping.id)
-    if ident is None:
-        raise ValueError(f"no id in field '{mapping.id}'")
+    ident = _id(mapping, row)
+    turns = mapping.turns(row)
+    if not any(turn.speaker == "seeker" for turn in turns):
+        raise ValueError("no seeker turn (nothing for the reply to answer)")
     reference = mapping.value(row, sections, mapping.reference) if mapping.reference else None
     labels = {name: mapping.value(row, sections, source) for name, source in mapping.labels.items()}
     return Dialogue(
         id=str(ident),
         conv_id=str(ident),
-        turns=mapping.turns(row),
+        turns=turns,
         situation="",  # no situation prompt: ED's, which TRACE's retrieval reads, has no counterpart here
         emotion="",  # no gold Ekman label (see docs/architecture.md, "Imported chains")
         gold_response=None if reference is None or is_missing(reference) else str(reference).strip(),
         labels={name: str(value).strip() for name, value in labels.items() if not is_missing(value)},
     )
+
+
+def _id(mapping: ImportMapping, row: dict[str, Any]) -> str:
+    """The row's id as text; ValueError unless it is a non-empty string or an integer (a record or a list would be
+    stored as its Python repr, and a bool or a float is no one's id)."""
+    ident = lookup(row, mapping.id)
+    if ident is None:
+        raise ValueError(f"no id in field '{mapping.id}'")
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
+        raise ValueError(f"id field '{mapping.id}' holds a {type(ident).__name__}, not a string or an integer")
+    if not str(ident).strip():
+        raise ValueError(f"id field '{mapping.id}' is empty")
+    return str(ident).strip()
+
+
+def one_per_id(numbered: list[tuple[int, dict[str, Any], Trace]], data: str) -> list[Trace]:
+    """The traces of (row number, row, trace), refused (`MappingError` naming both rows) when two rows give one id:
+    with different content, a trace is keyed by its dialogue and one row would silently stand for both; as an
+    exact repeat, the file is likely two files joined (the mixed runs this command guards against)."""
+    first: dict[str, tuple[int, dict[str, Any], Trace]] = {}
+    for number, row, trace in numbered:
+        ident = trace.dialogue.id
+        if ident not in first:
+            first[ident] = (number, row, trace)
+            continue
+        earlier, earlier_row, earlier_trace = first[ident]
+        if row == earlier_row:
+            what = "the same content (a repeated row)"
+        else:
+            what = "different dialogues" if trace.dialogue != earlier_trace.dialogue else "different chains"
+        raise MappingError(
+            f"{data}: rows {earlier} and {number} share the id {ident!r} with {what}; one id is one dialogue, "
+            "nothing written"
+        )
+    return [trace for _, _, trace in numbered]
 
 
 def _answer(

@@ -5,17 +5,25 @@
 
 The mapping (distill.imports.mapping) names the declared pipeline and where each role's answer is. Every row is
 read and checked before anything is written; then the traces go to the run's `traces.jsonl` and `run.json` says
-where they came from (the data file and the mapping, with their hashes). A rerun with the same inputs adds
-nothing; `distill inspect` and `distill datasets` read the run like any other.
+where they came from (the data file and the mapping, with their hashes). `distill inspect` and `distill datasets`
+read the run like any other.
+
+The import is a stage under the project's reuse rule (distill.pipeline.stage_key): its key is the data's content,
+the mapping as validated, the split and the pipeline, stored in `stage-key.json` once every trace is written. A
+rerun with the same key adds nothing; an --out holding an import made from other inputs is made again, saying
+which input changed (`regenerating <out>: its <input> changed`), so one run never holds two files, splits or
+mappings. An --out holding anything but an import (a generated run: its traces cost money) is refused, untouched.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     rows = chains.load_rows(args.data, mapping.format, args.split)
     chains.check_data(mapping, rows, args.mapping, args.data)
     report = chains.ImportReport(rows=len(rows))
-    traces = [t for n, row in enumerate(rows, start=1) if (t := chains.to_trace(mapping, config, row, n, report))]
+    numbered = [(n, row, chains.to_trace(mapping, config, row, n, report)) for n, row in enumerate(rows, start=1)]
+    traces = chains.one_per_id([(n, row, t) for n, row, t in numbered if t is not None], args.data)
     failed = sum(report.failures.values())
     for line in report.lines():
         print(line, file=sys.stderr)
@@ -64,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
             f"--max-failed-share {args.max_failed_share}), the first: {report.lines()[0]}; nothing written"
         )
     store = TraceStore(args.out)
-    store.claim(chains.run_info(mapping, config, Path(args.mapping), Path(args.data), args.split))
-    written = sum(store.append(t) for t in traces)
+    inputs = import_inputs(mapping, config, Path(args.data), args.split)
+    info = chains.run_info(mapping, config, Path(args.mapping), Path(args.data), args.split)
+    written = store_import(store, info, inputs, traces)
     summary = {
         "rows": len(rows),
         "ok": report.ok,
@@ -78,3 +88,78 @@ def run(args: argparse.Namespace) -> int:
     }
     print(json.dumps(summary))
     return 0
+
+
+def import_inputs(mapping, config, data: Path, split) -> dict[str, Any]:
+    """Everything an import's traces are computed from, in the order a rerun names a change: the data's content
+    (a saved dataset folder's files), the mapping as validated (an edit that changes nothing it reads, a comment,
+    changes nothing), the split and the pipeline settings (a declared pipeline's roles among them)."""
+    from distill.pipeline.stage_key import content_fingerprint
+
+    return {
+        "data": content_fingerprint(data),
+        "mapping": mapping.model_dump(mode="json"),
+        "split": split,
+        "pipeline": config.key_dict(),
+    }
+
+
+def store_import(store, info, inputs: dict[str, Any], traces) -> int:
+    """Write the traces into --out under this import's key; how many were new. A read-only or unwritable --out
+    ends in one line naming the path (StoreError), as does a run.json that cannot be read."""
+    from distill.pipeline.stage_key import write_key
+    from distill.pipeline.store import StoreError
+    from distill.quality.report import QUALITY_FILE
+
+    try:
+        reused = claim_out(store, info, inputs)
+        written = sum(store.append(t) for t in traces)
+        if written and reused:  # traces an earlier import of the same key lost: inspect's counts are stale
+            _remove(store.run_dir, [QUALITY_FILE])
+        write_key(store.run_dir, inputs)  # last: a killed import has no key, so its rerun makes it again
+    except OSError as exc:
+        where = exc.filename or store.run_dir
+        raise StoreError(f"{where}: cannot store the import in {store.run_dir} ({exc.strerror or exc})") from None
+    return written
+
+
+# Why an import with no key is made again: it could only be trusted as far as its run.json tells, and an earlier
+# version appended other files' and splits' traces to one run without saying so in it.
+_NO_KEY = "no stage key recorded (an earlier version's import, or one that did not finish)"
+
+
+def claim_out(store, info, inputs: dict[str, Any]) -> bool:
+    """Make --out this import's run: True when it already is (same key: reused as it is). An earlier import from
+    other inputs is removed first, saying why; a folder holding any other run, or traces without a run.json, is
+    refused (StoreError naming the file) with nothing removed."""
+    from distill.pipeline.stage_key import KEY_FILE, changed_input, read_key, regenerating, stage_key
+    from distill.pipeline.store import RUN_FILE, TRACES_FILE, StoreError
+    from distill.quality.report import QUALITY_FILE
+
+    existing = store.run_info()  # StoreError, one line, when run.json is not a run record
+    if existing is None and store.path.exists() and store.path.stat().st_size:
+        raise StoreError(f"{store.path}: traces without a {RUN_FILE}, not an import; refusing to replace them "
+                         "(pass another --out)")  # fmt: skip
+    if existing is not None and existing.backend_name != info.backend_name:
+        raise StoreError(
+            f"{store.run_path}: a run of backend '{existing.backend_name}' (model {existing.model}), not an import; "
+            "refusing to replace its traces (pass another --out)"
+        )
+    if existing is not None:
+        stored = read_key(store.run_dir)
+        why = changed_input(stored, stage_key(inputs)) if stored else _NO_KEY
+        if why is None:
+            return True
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the summary line a script reads
+            regenerating(str(store.run_dir), why)
+    # the key goes first: a removal cut short leaves no key, so the next run makes the import again
+    _remove(store.run_dir, [KEY_FILE, RUN_FILE, TRACES_FILE, QUALITY_FILE])
+    store.claim(info)
+    return False
+
+
+def _remove(folder: Path, names: list[str]) -> None:
+    for name in names:
+        for path in (folder / name, folder / f"{name}.tmp"):
+            if path.is_file():
+                path.unlink()

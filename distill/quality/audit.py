@@ -6,6 +6,7 @@ runs the reply checks on bare replies (a system that wrote no trace, or the huma
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
@@ -14,11 +15,19 @@ from tqdm.auto import tqdm
 from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import ungrounded_triggers
 from distill.pipeline.trace import Step, Trace
-from distill.quality.checks import CHECKS, echo, exemplar_copy, loop, non_reply, parroted_rationale
+from distill.quality.checks import (
+    CHECKS,
+    echo,
+    exemplar_copy,
+    is_reply_role,
+    leaked_reference,
+    loop,
+    non_reply,
+    parroted_rationale,
+)
 from distill.quality.duplicates import near_duplicates
 from distill.quality.report import Finding, QualityReport
 from distill.quality.thresholds import QualityThresholds
-from distill.roles.declared import REPLY_FIELD
 from distill.roles.roles import ROLES, exemplar_texts
 
 CHECKED_ROLES = tuple(r for r in ROLES if any(r in c.roles for c in CHECKS.values()))
@@ -32,13 +41,9 @@ def checked_roles(trace: Trace) -> tuple[str, ...]:
     return CHECKED_ROLES + declared
 
 
-def _is_reply(role: str) -> bool:
-    return role == "ers" or (ROLES[role].pipeline is not None and REPLY_FIELD in ROLES[role].schema.model_fields)
-
-
 def _reply_role(trace: Trace) -> str:
     """The role whose answer is the trace's reply (`Trace.response`)."""
-    return "ers" if "ers" in trace.outputs else [r for r in checked_roles(trace) if _is_reply(r)][-1]
+    return "ers" if "ers" in trace.outputs else [r for r in checked_roles(trace) if is_reply_role(r)][-1]
 
 
 def check_traces(
@@ -50,6 +55,7 @@ def check_traces(
     """
     t = thresholds or QualityThresholds()
     report = QualityReport(thresholds=t, traces=len(traces))
+    register_declared(traces)
     show = len(traces) > 200 if progress is None else progress
     for trace in tqdm(traces, desc="quality checks", unit="trace", disable=not show, leave=False):
         for role in checked_roles(trace):
@@ -59,6 +65,27 @@ def check_traces(
     replied = [tr for tr in traces if isinstance(tr.response, str)]
     report.findings += _near_duplicates(replied, [tr.response for tr in replied], t)
     return report
+
+
+def register_declared(traces: Sequence[Trace]) -> None:
+    """Register the declared pipelines the traces ran (their config's `pipeline`): a process that did not run them
+    (`distill inspect`) has none of their roles in the registry, and the checks read registered roles only. A
+    declaration this version cannot read leaves its roles unchecked, as before."""
+    from pydantic import ValidationError
+
+    from distill.roles.declared import DeclaredPipeline, register
+
+    seen: set[str] = set()
+    for trace in traces:
+        declared = trace.config.get("pipeline")
+        text = json.dumps(declared, sort_keys=True, default=str)
+        if not isinstance(declared, dict) or text in seen:
+            continue
+        seen.add(text)
+        try:
+            register(DeclaredPipeline.model_validate(declared))
+        except ValidationError:
+            continue
 
 
 def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
@@ -90,7 +117,10 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
         if role == "cae":
             for span in _ungrounded(out, d, t):
                 note(role, "ungrounded_trigger", "triggers", f"not a span of the seeker's turns: {span!r}", span)
-        if _is_reply(role) and isinstance(out.get("response"), str):
+        if is_reply_role(role):  # filed under the reply: what a student would learn from a prompt holding it
+            reason = leaked_reference(d.gold_response, [turn.text for turn in d.turns])
+            note(role, "leaked_reference", "response", reason, d.gold_response or "")
+        if is_reply_role(role) and isinstance(out.get("response"), str):
             reply = out["response"]
             note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t), reply)
             note(role, "non_reply", "response", non_reply(reply, t), reply)
@@ -101,7 +131,7 @@ def check_replies(
     replies: Sequence[str], dialogues: Sequence[Dialogue], thresholds: Optional[QualityThresholds] = None
 ) -> QualityReport:
     """The ers checks that need no prompt (loop, echo, non_reply, near_duplicate) on bare replies, one per
-    dialogue: a reply's finding is keyed by its dialogue's id."""
+    dialogue, and leaked_reference on each dialogue: a reply's finding is keyed by its dialogue's id."""
     if len(replies) != len(dialogues):
         raise ValueError(f"check_replies: {len(replies)} replies for {len(dialogues)} dialogues")
     t = thresholds or QualityThresholds()
@@ -115,6 +145,8 @@ def check_replies(
         ):
             if reason:
                 report.findings.append(Finding(d.id, d.id, "ers", check, "response", reason, reply))
+        if reason := leaked_reference(d.gold_response, [turn.text for turn in d.turns]):
+            report.findings.append(Finding(d.id, d.id, "ers", "leaked_reference", "response", reason, d.gold_response))
     ids = [d.id for d in dialogues]
     for reply, d, reason in zip(replies, dialogues, near_duplicates(replies, ids, t)):
         if reason:

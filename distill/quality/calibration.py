@@ -29,6 +29,7 @@ def human_false_positives(
 
     - loop: every gold reply, seeker turn and situation;
     - echo, non_reply, near_duplicate: the gold replies, as a run (`check_replies`);
+    - leaked_reference: each gold reply against its own dialogue's turns (`check_replies`);
     - exemplar_copy: each gold reply against the situation and reply of the two other dialogues whose
       situations share the most words with its own (a lexical stand-in for the embedding retrieval);
     - ungrounded_trigger: each seeker sentence as a trigger (a check that the normalisation holds on real text);
@@ -45,6 +46,7 @@ def human_false_positives(
     replies = check_replies(gold, dialogues, t).counts()["ers"]
     for check in ("echo", "non_reply", "near_duplicate"):
         found[check] = ("gold replies", len(gold), replies[check])
+    found["leaked_reference"] = ("gold replies vs their own dialogues", len(gold), replies["leaked_reference"])
     neighbours = _lexical_neighbours([d.situation for d in dialogues], k=2)
     copies = (
         exemplar_copy(d.gold_response or "", [x for j in near for x in _exemplar(dialogues[j])], t)

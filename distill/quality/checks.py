@@ -5,7 +5,8 @@ These are the rules alone, with no knowledge of traces: distill.quality.audit de
 to which check, and near_duplicate (a run-level check) lives in distill.quality.duplicates. The word rules read
 text through `words`, so "stress_relief_relief" and "Stress relief, relief" are the same three words; `loop`'s
 identifier, character and compression rules read the raw text, `non_reply`'s placeholder and refusal rules the
-lower-cased text, and `ungrounded_trigger` its span matcher's own normalisation.
+lower-cased text, and `ungrounded_trigger` its span matcher's own normalisation. `role_checks` says which checks a
+role's outputs are counted under, a declared role's included.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, STRATEGIES
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.declared import REPLY_FIELD
 from distill.roles.roles import ROLES
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case identifier reads as its parts
@@ -127,8 +129,31 @@ CHECKS: dict[str, Check] = {
               "AI boilerplate, or a label or field name in its place (\"emotion: anger\", \"ER\")"),
         Check("near_duplicate", ("ers",), "response",
               "the same reply, or nearly the same, given to many different dialogues (run-level)"),
+        Check("leaked_reference", ("ers",), "response (the dialogue's turns against its reference reply)",
+              "the dialogue already holds its reference reply as a turn: a reply role trained on it learns to copy "
+              "the reply out of its own prompt, and one scored on it is scored on a copy"),
     )
 }  # fmt: skip
+# What audit runs on a declared role (distill.roles.declared): `loop` on every text field, and on the role that
+# writes the reply the reply checks that need no built-in role's prompt.
+_DECLARED_CHECKS = ("loop",)
+_DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked_reference")
+
+
+def is_reply_role(role: str) -> bool:
+    """Does the role write the reply: ers, or a declared role with a `response` answer field."""
+    spec = ROLES.get(role)
+    return role == "ers" or (spec is not None and spec.pipeline is not None and REPLY_FIELD in spec.schema.model_fields)
+
+
+def role_checks(role: str) -> tuple[str, ...]:
+    """The checks a role's outputs are counted under, in report order: a built-in role's are those naming it, a
+    declared role's those audit runs on it (a report lists every check a role was read by, at 0 where none fired)."""
+    spec = ROLES.get(role)
+    if spec is None or spec.pipeline is None:
+        return tuple(name for name, c in CHECKS.items() if role in c.roles)
+    declared = _DECLARED_REPLY_CHECKS if is_reply_role(role) else _DECLARED_CHECKS
+    return tuple(name for name in CHECKS if name in declared)
 
 
 def words(text: str) -> list[str]:
@@ -284,6 +309,19 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
     share = sum(copied(ws, [seeker], _COPY_NGRAM)) / len(ws)
     if share >= t.echo_share:
         return f"{share:.0%} of the reply's words repeat the seeker's last turn"
+    return None
+
+
+def leaked_reference(reference: Optional[str], turns: Sequence[str]) -> Optional[str]:
+    """The dialogue already holds its reference reply as one of its turns (compared as `words`: case, white space
+    and punctuation aside), as when a data file's dialogue runs on into the reply it is the prompt for. No ED
+    dialogue and no row of ESD-CoT's four files does (ED's rate: `distill.quality.calibration`)."""
+    reference_words = words(reference or "")
+    if not reference_words:
+        return None
+    for number, turn in enumerate(turns, start=1):
+        if words(turn) == reference_words:
+            return f"the reference reply is already turn {number} of the dialogue's {len(turns)}"
     return None
 
 

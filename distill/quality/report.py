@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from distill.quality.checks import CHECKS
+from distill.quality.checks import CHECKS, role_checks
 from distill.quality.thresholds import QualityThresholds
 from distill.version import __version__
 
@@ -60,10 +60,7 @@ class QualityReport:
         seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for f in self.findings:
             seen[f.role][f.check].add(f.key)
-        return {
-            role: {check: len(seen[role][check]) for check, c in CHECKS.items() if role in c.roles}
-            for role in self.checked
-        }
+        return {role: {check: len(seen[role][check]) for check in role_checks(role)} for role in self.checked}
 
     def rates(self) -> dict[str, dict[str, float]]:
         """role -> check -> share of that role's checked outputs that failed it."""

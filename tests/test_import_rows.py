@@ -1,0 +1,114 @@
+"""`distill import`'s checks on each row's dialogue: an id that is a string or an integer, one dialogue per id, a
+seeker turn to answer, and a reference reply that is not already in the dialogue it answers (a failed trace,
+counted, and the `leaked_reference` quality check, which `distill inspect` reports for an imported run as for a
+generated one).
+
+The fixtures are test_import's small ESD-CoT-like files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_import import CHAINS, FULL_CHAIN, REPO, run_import, write_full_chain
+
+from distill.__main__ import main as distill
+from distill.pipeline.store import TraceStore
+
+
+@pytest.fixture(autouse=True)
+def _at_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # the shipped mappings name the pipeline as configs/pipelines/escot.yaml
+
+
+def _rows(tmp_path: Path, change) -> Path:
+    """test_import's full-chain rows, changed by `change(rows)`, as a new file."""
+    path = write_full_chain(tmp_path / "d.json")
+    rows = json.loads(path.read_text())
+    change(rows)
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("python -m distill import: error: "), err
+    return err.splitlines()[-1]
+
+
+def test_an_id_that_names_a_record_is_refused(tmp_path, capsys):
+    """`id: original_data` names a dict: every row fails, and the import is refused naming the field."""
+    mapping = yaml.safe_load(FULL_CHAIN.read_text())
+    mapping["id"] = "original_data"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(mapping))
+    out = tmp_path / "run"
+    assert run_import(write_full_chain(tmp_path / "d.json"), tmp_path / "m.yaml", out) == 2
+    assert "id field 'original_data' holds a dict, not a string or an integer" in _error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("bad_id", [{"n": 1}, [1], True, None], ids=["dict", "list", "bool", "null"])
+def test_a_row_whose_id_is_not_a_string_or_an_integer_is_counted_and_left_out(tmp_path, capsys, bad_id):
+    data = _rows(tmp_path, lambda rows: rows[1].update(id=bad_id))
+    out = tmp_path / "run"
+    assert run_import(data, FULL_CHAIN, out, "--max-failed-share", "0.25") == 0
+    err = capsys.readouterr().err
+    assert "failed 1: dialogue: " in err and "(e.g. row 2)" in err
+    assert sorted(t.dialogue.id for t in TraceStore(out).read()[0]) == ["0", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda rows: rows[2].update(id=0), "rows 1 and 3 share the id '0' with different dialogues"),
+        (lambda rows: rows.append(rows[1]), "rows 2 and 5 share the id '1' with the same content (a repeated row)"),
+        (
+            lambda rows: rows.append({**rows[1], "cot_data": {**rows[1]["cot_data"], "emotion": "Fear."}}),
+            "rows 2 and 5 share the id '1' with different chains",
+        ),
+    ],
+    ids=["other-dialogue", "repeated-row", "other-chain"],
+)
+def test_one_id_given_to_two_rows_is_refused_naming_both(tmp_path, capsys, change, words):
+    out = tmp_path / "run"
+    assert run_import(_rows(tmp_path, change), FULL_CHAIN, out, "--max-failed-share", "1") == 2
+    assert words in _error(capsys)
+    assert not out.exists()
+
+
+def test_a_dialogue_without_a_seeker_turn_is_counted_and_left_out(tmp_path, capsys):
+    def supporter_only(rows):
+        rows[3]["original_data"]["dialog"] = [{"speaker": "supporter", "content": "Hi, how are you today?"}]
+
+    out = tmp_path / "run"
+    assert run_import(_rows(tmp_path, supporter_only), FULL_CHAIN, out, "--max-failed-share", "0.25") == 0
+    err = capsys.readouterr().err
+    assert "failed 1: dialogue: no seeker turn (nothing for the reply to answer) (e.g. row 4)" in err
+    assert sorted(t.dialogue.id for t in TraceStore(out).read()[0]) == ["0", "1", "2"]
+
+
+def test_a_reference_reply_already_in_its_dialogue_is_a_failed_trace_that_inspect_reports(tmp_path, capsys):
+    """Row 2's dialogue runs on into its own reply (the supporter's last turn, in other case and spacing)."""
+
+    def leak(rows):
+        reply = rows[1]["original_data"]["response"]
+        rows[1]["original_data"]["dialog"].append({"speaker": "supporter", "content": f"  {reply.upper()} "})
+
+    out = tmp_path / "run"
+    assert run_import(_rows(tmp_path, leak), FULL_CHAIN, out, "--max-failed-share", "0.25") == 0
+    captured = capsys.readouterr()
+    assert "failed 1: dialogue: reference reply leaked into the dialogue (e.g. id 1)" in captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert (summary["ok"], summary["failed"], summary["written"]) == (3, 1, 4)
+    leaked = next(t for t in TraceStore(out).read()[0] if t.dialogue.id == "1")
+    assert leaked.status == "failed" and leaked.failure.startswith("dialogue: reference reply leaked")
+    assert leaked.outputs["re"]["response"] == CHAINS[1][5]  # its answers stored: inspect reads them
+
+    assert distill(["inspect", str(out)]) == 0
+    quality = json.loads((out / "quality.json").read_text())
+    check = quality["roles"]["re"]["checks"]["leaked_reference"]
+    assert check["count"] == 1 and check["example"]["dialogue_id"] == "1"
+    assert "re leaked_reference 1/4" in capsys.readouterr().out
