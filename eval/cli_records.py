@@ -13,16 +13,19 @@ import argparse
 import json
 from pathlib import Path
 
-from eval.records import RECORDS, RecordError, git_commit, machine_line, record_from_curve
-from eval.records_blocks import doc_files, render_blocks, stale_blocks
-from eval.records_compare import CompareRecordError, read_stages, record_from_compares
-
-USER_ERRORS = (
-    RecordError,
+from data_prep.commands import not_a_directory
+from eval.records import RECORDS, RecordError, git_commit, machine_line, read_curve, record_from_curve
+from eval.records_blocks import RECORD_NAME, doc_files, rendered_docs, stale_blocks
+from eval.records_compare import (
     CompareRecordError,
-    FileNotFoundError,
-    json.JSONDecodeError,
-)  # one line, exit 2 (data_prep.commands)
+    RecordFileError,
+    read_compare_reports,
+    read_stages,
+    record_from_compares,
+)
+
+# one line, exit 2 (data_prep.commands); OSError: a write the disk refuses, its path in the message
+USER_ERRORS = (RecordError, CompareRecordError, RecordFileError, OSError)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,34 +48,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "write":
-        commit, machine = args.commit or git_commit(), args.machine or machine_line()
-        if args.curve:
-            curve = json.loads(Path(args.curve).read_text(encoding="utf-8"))
-            record = record_from_curve(curve, args.name, args.command, commit, machine)
-        else:
-            reports = dict(_point_report(item) for item in args.compare)
-            stages = read_stages(Path(args.stages) if args.stages else None)
-            record = record_from_compares(reports, stages, args.name, args.command, commit, machine)
-        path = Path(args.out) / f"{args.name}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"wrote {path}")
-        return 0
+        return _write(args)
     if args.check:
-        stale = stale_blocks(doc_files())
+        stale = stale_blocks(doc_files(), RECORDS)
         print("\n".join(stale) or "every record block matches its record")
         return 1 if stale else 0
-    for path in doc_files():
-        text = path.read_text(encoding="utf-8")
-        rendered = render_blocks(text, where=str(path))
+    for path, (text, rendered) in rendered_docs(doc_files(), RECORDS).items():  # all rendered before any is written
         if rendered != text:
             path.write_text(rendered, encoding="utf-8")
             print(f"rendered {path}")
     return 0
 
 
-def _point_report(item: str) -> tuple[str, dict]:
-    point, sep, path = item.partition("=")
-    if not sep or not point:
-        raise CompareRecordError(f"--compare {item}: give POINT=REPORT (e.g. 150=runs/escot/150/compare/report.json)")
-    return point, json.loads(Path(path).read_text(encoding="utf-8"))
+def _write(args: argparse.Namespace) -> int:
+    """Every input read and checked, and the record made, before anything is written."""
+    if not RECORD_NAME.fullmatch(args.name) or args.name in (".", ".."):
+        raise RecordError(
+            f"--name {args.name!r}: a record's name is a plain file name of a-z, 0-9, '.', '_' and '-' "
+            "(written as <out>/NAME.json; a docs block names it `<!-- record: NAME -->`)"
+        )
+    why = not_a_directory(args.out)
+    if why:
+        raise RecordError(f"--out {args.out}: {why}, not the records folder")
+    commit, machine = args.commit or git_commit(), args.machine or machine_line()
+    if args.curve:
+        if args.stages:
+            raise RecordError("--stages goes with --compare: a curve.json keeps no stage records")
+        record = record_from_curve(read_curve(Path(args.curve)), args.name, args.command, commit, machine)
+    else:
+        reports = read_compare_reports(args.compare)
+        stages = read_stages(Path(args.stages) if args.stages else None)
+        record = record_from_compares(reports, stages, args.name, args.command, commit, machine)
+    path = Path(args.out) / f"{args.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {path}")
+    return 0

@@ -23,12 +23,19 @@ from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figu
 from eval.curve.target import GUARDS, stat_value, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
 from eval.metrics.registry import METRICS, Figure
-from eval.records_compare import render_compare_record
+from eval.records_compare import read_json_object, render_compare_record, require_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "records"
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
+CURVE = "an `eval curve` run's curve.json"
+# what the record reads from a curve.json (`eval.curve.curve_report` writes it), and what rendering reads from a record
+CURVE_FIELDS = {"test.dialogues": "text", "test.split": "text", "test.n": "number", "against_paper.n": "number",
+                "against_paper.systems[].name": "text"}  # fmt: skip
+RECORD_FILE_FIELDS = {**dict.fromkeys(RECORD_FIELDS, "any"), "test.n": "number", "test.train_conversations": "number",
+                      "systems[].name": "text", "systems[].figures": "object", "systems[].learns": "object",
+                      "systems[].decoding": "object"}  # fmt: skip
 
 
 class RecordError(ValueError):
@@ -64,6 +71,16 @@ def record_from_curve(curve: dict[str, Any], name: str, command: str, commit: st
         # the curve's questions at that point (each lever against the student it is made like, ...), paired
         "paired": [{k: p[k] for k in PAIRED_FIELDS} for p in curve.get("paired", []) if p["n"] == against["n"]],
     }
+
+
+def read_curve(path: Path) -> dict[str, Any]:
+    """A curve.json with what `record_from_curve` reads, or one line naming the file and what it lacks."""
+    curve = read_json_object(path, CURVE)
+    paired = {f"paired[].{k}": "any" for k in (*PAIRED_FIELDS, "n")} if "paired" in curve else {}
+    require_fields(curve, path, CURVE, CURVE_FIELDS | paired)
+    if not curve["against_paper"]["systems"]:
+        raise RecordError(f"{path}: the curve has no systems at its largest point")
+    return curve
 
 
 def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], variant: Optional[dict]) -> dict[str, Any]:

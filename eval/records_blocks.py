@@ -11,69 +11,111 @@ differs, so no figure is typed by hand where a record exists.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eval.records import RECORDS, ROOT, RecordError, render_record
-from eval.records_compare import render_compare_summary
+from eval.records import RECORD_FILE_FIELDS, RECORDS, ROOT, RecordError, render_record
+from eval.records_compare import (
+    COMPARE_RECORD_FIELDS,
+    CompareRecordError,
+    RecordFileError,
+    read_json_object,
+    read_utf8,
+    render_compare_summary,
+    require_fields,
+)
 
+RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
 # `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
 # `<!-- record: NAME summary -->` for a compare record's differences in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
-    r"(<!-- record: (?P<name>[a-z0-9_.-]+)(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)? -->[ \t]*"
-    r"(?P<eol>\r?\n))"
+    rf"(<!-- record: (?P<name>{RECORD_NAME.pattern})(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)?"
+    r" -->[ \t]*(?P<eol>\r?\n))"
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
 MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
+CLOSER = re.compile(r"^[ \t]*<!-- /record -->", re.M)  # a closing line, which must end a block
 
 
 def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
+    """The record `folder/NAME.json`, checked for what its rendering reads (a curve run's, or `kind: compare`)."""
     path = folder / f"{name}.json"
     if not path.is_file():
         raise RecordError(f"{path}: no such record (the docs name it in a `<!-- record: {name} -->` block)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    record = read_json_object(path, "a record")
+    fields = COMPARE_RECORD_FIELDS if record.get("kind") == "compare" else RECORD_FILE_FIELDS
+    require_fields(record, path, "a record", fields)
+    return record
 
 
 def render_blocks(text: str, folder: Path = RECORDS, where: str = "text") -> str:
     """`text` with every record block's body rendered from its record, in the marker line's line ending; a
-    `<!-- record:` line that opens no block (`where` names the file) is an error."""
-    blocks = list(BLOCK.finditer(text))
-    starts = {m.start() for m in blocks}
-    for at in (m.end() - len("<!-- record:") for m in MARKER.finditer(text)):
-        if at not in starts:
-            line = text.count("\n", 0, at) + 1
-            raise RecordError(
-                f"{where}:{line}: a record marker that opens no block (expected `<!-- record: NAME -->` on its own "
-                "line, then `<!-- /record -->`)"
-            )
+    `<!-- record:` line that opens no block, a `<!-- /record -->` line that closes none, and a block its record
+    cannot render are errors naming `where` (the file) and the line."""
+    _check_markers(text, list(BLOCK.finditer(text)), where)
 
     def body(match: re.Match) -> str:
-        only = match["systems"].split(",") if match["systems"] else None
-        record = load_record(match["name"], folder)
-        if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
-            rendered = render_compare_summary(record)
-        else:
-            rendered = render_record(record, only)
+        try:
+            rendered = _render_block(match, folder)
+        except (RecordError, RecordFileError, CompareRecordError) as err:
+            raise RecordError(f"{where}:{_line(text, match.start())}: {err}") from None
         return match.group(1) + match["eol"].join(rendered) + match["eol"] + match["end"]
 
     return BLOCK.sub(body, text)
+
+
+def _render_block(match: re.Match, folder: Path) -> list[str]:
+    record = load_record(match["name"], folder)
+    compare = record.get("kind") == "compare"
+    if match["summary"] and (match["systems"] or not compare):
+        raise RecordError(f"record '{match['name']}': `summary` renders a compare record's paired differences alone")
+    if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
+        return render_compare_summary(record)
+    if match["systems"] and compare:
+        raise RecordError(f"record '{match['name']}' is a compare record: it renders every point, not `systems=`")
+    return render_record(record, match["systems"].split(",") if match["systems"] else None)
+
+
+def _check_markers(text: str, blocks: list[re.Match], where: str) -> None:
+    """Every marker line opens a block and every closing line ends one: a block whose marker was deleted would
+    otherwise keep its old text unchecked."""
+    starts, ends = {m.start() for m in blocks}, {m.start("end") for m in blocks}
+    for at in (m.end() - len("<!-- record:") for m in MARKER.finditer(text)):
+        if at not in starts:
+            raise RecordError(
+                f"{where}:{_line(text, at)}: a record marker that opens no block (expected `<!-- record: NAME -->` on "
+                "its own line, then `<!-- /record -->`)"
+            )
+    for at in (m.end() - len("<!-- /record -->") for m in CLOSER.finditer(text)):
+        if at not in ends:
+            raise RecordError(
+                f"{where}:{_line(text, at)}: a `<!-- /record -->` that closes no block (its `<!-- record: NAME -->` "
+                "line is missing)"
+            )
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
+def rendered_docs(files: Iterable[Path], folder: Path = RECORDS) -> dict[Path, tuple[str, str]]:
+    """Each file's text and its text with every block rendered: all of them, before anything is written."""
+    texts = {path: read_utf8(path, "a UTF-8 doc") for path in files}
+    return {path: (text, render_blocks(text, folder, str(path))) for path, text in texts.items()}
+
+
 def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
     """Each file whose record blocks differ from their records' rendering, with the first differing line."""
     stale = []
-    for path in files:
-        text = path.read_text(encoding="utf-8")
-        rendered = render_blocks(text, folder, str(path))
+    for path, (text, rendered) in rendered_docs(files, folder).items():
         if rendered != text:
             old, new = text.splitlines(), rendered.splitlines()
             line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))

@@ -4,7 +4,8 @@ The record (`docs/records/<name>.json`, `kind: compare`) keeps, per point, each 
 CIs and what it learned from whom (the config's `about`), the paired differences the docs state (first − second
 on the same test dialogues, as each pair was asked: `PAIRS`), and what each stage of the run cost (seconds and
 peak RSS, from the runner's stage records). `eval.records_blocks` renders it into the docs' record blocks like any
-record.
+record. Every file a record is made or rendered from is read here (`read_json_object`, `require_fields`): this is
+the module the other records modules all import, and a bad file is one line naming it (`RecordFileError`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,137 @@ SUMMARY_METRICS = ("bertscore_f1", "label_accuracy")  # what the README's line s
 
 class CompareRecordError(ValueError):
     """A report the record cannot be made from; the message names the file."""
+
+
+class RecordFileError(ValueError):
+    """A file a record is made or rendered from (a report, a curve, a stage record, a record, a doc) that is missing,
+    unreadable, not UTF-8 or not what it should be; the message names the file. It lives here, the module every
+    records module imports, so that one reader serves them all."""
+
+
+# what each kind of value must be where a file must hold it ("any": present, whatever it holds)
+KINDS = {
+    "object": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+    "text": lambda v: isinstance(v, str),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "any": lambda v: True,
+}
+KIND_NAMES = {"object": "an object", "list": "a list", "text": "text", "number": "a number"}
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "true or false", type(None): "null"}  # fmt: skip
+
+
+def read_utf8(path: Path, what: str) -> str:
+    """The text of `path`, or one line naming it and why it cannot be read (missing, a folder, not UTF-8)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordFileError(f"{path}: {'a folder' if path.is_dir() else 'no such file'}, not {what}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise RecordFileError(f"{path}: not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start})") from None
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object `path` holds, or one line naming it: not JSON (truncated, say), or JSON but not an object."""
+    text = read_utf8(path, what)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RecordFileError(f"{path}: not valid JSON ({err}), so not {what}") from None
+    if not isinstance(data, dict):
+        raise RecordFileError(f"{path}: holds {JSON_TYPES.get(type(data), 'a JSON value')}, not {what} (a JSON object)")
+    return data
+
+
+def require_fields(data: dict[str, Any], path: Path, what: str, fields: dict[str, str]) -> None:
+    """Refuse `data` (read from `path`) unless it holds each field, a dotted path (`systems[].name`: every row's
+    name) to a value of its `KINDS`; the first that does not is named, before anything reads it."""
+    for field, kind in fields.items():
+        if not _holds(data, field.split("."), KINDS[kind]):
+            said = "is missing" if kind == "any" else f"is missing or not {KIND_NAMES[kind]}"
+            raise RecordFileError(f"{path}: not {what}: `{field}` {said}")
+
+
+def _holds(node: Any, parts: list[str], is_kind: Any) -> bool:
+    if not parts:
+        return is_kind(node)
+    part, rest = parts[0], parts[1:]
+    if not isinstance(node, dict) or part.removesuffix("[]") not in node:
+        return False
+    value = node[part.removesuffix("[]")]
+    if part.endswith("[]"):
+        return isinstance(value, list) and all(_holds(item, rest, is_kind) for item in value)
+    return _holds(value, rest, is_kind)
+
+
+# --- writing a record from compare reports ---------------------------------------------------------
+
+# what the record reads from a report (`eval.compare.compare` writes it)
+REPORT = "an `eval compare` report"
+REPORT_FIELDS = {"test.dialogues": "text", "test.split": "text", "test.n": "number",
+                 "settings.reference_system": "text", "config.systems[].name": "text", "systems[].name": "text",
+                 "paired[].pair": "list", "paired[].metric": "text", "paired[].diff": "any", "paired[].ci_low": "any",
+                 "paired[].ci_high": "any", "paired[].n": "any"}  # fmt: skip
+STAGE_FIELDS = {"stage": "text", "seconds": "number", "peak_rss_mb": "any", "finished": "number"}
+# what rendering reads from a compare record
+COMPARE_RECORD_FIELDS = {"name": "text", "commit": "text", "date": "text", "machine": "text", "command": "text",
+                         "test.n": "number", "test.split": "text", "points[].point": "text",
+                         "points[].majority_class": "any", "points[].systems[].name": "text",
+                         "points[].systems[].figures": "object", "points[].systems[].seconds_per_dialogue": "any",
+                         "points[].systems[].tokens_per_dialogue": "any", "points[].paired[].pair": "list",
+                         "points[].paired[].metric": "text", "points[].paired[].diff": "any",
+                         "points[].paired[].ci_low": "any", "points[].paired[].ci_high": "any",
+                         "points[].paired[].n": "any", "points[].paired[].p_holm": "any", "stages[].stage": "text",
+                         "stages[].seconds": "number", "stages[].peak_rss_mb": "any"}  # fmt: skip
+
+
+def read_compare_reports(items: list[str]) -> dict[str, dict[str, Any]]:
+    """point -> report from `--compare POINT=REPORT` items, each checked for what the record reads: one report per
+    point, every one scored on one test set against one reference system (the record states one of each)."""
+    reports: dict[str, dict[str, Any]] = {}
+    paths: dict[str, Path] = {}
+    for item in items:
+        point, sep, path = item.partition("=")
+        if not sep or not point or not path:
+            example = "150=runs/escot/150/compare/report.json"
+            raise CompareRecordError(f"--compare {item}: give POINT=REPORT (e.g. {example})")
+        if point in paths:
+            also = f"also {paths[point]}"
+            raise CompareRecordError(f"--compare {item}: point {point} is given twice ({also}); one report per point")
+        reports[point], paths[point] = read_json_object(Path(path), REPORT), Path(path)
+        require_fields(reports[point], paths[point], REPORT, REPORT_FIELDS)
+    _one_test_set(reports, paths)
+    return reports
+
+
+def _one_test_set(reports: dict[str, dict[str, Any]], paths: dict[str, Path]) -> None:
+    """Refuse points scored on test sets or against reference systems other than the first point's, naming both."""
+    first = next(iter(reports), None)
+    for point, report in reports.items():
+        base = reports[first]
+        ours, theirs = _test_set(report["test"]), _test_set(base["test"])
+        if ours == theirs and not _same_ids(report["test"], base["test"]):
+            ours += " with other dialogue ids"
+        if ours != theirs:
+            raise CompareRecordError(f"{paths[point]} was scored on {ours}, {paths[first]} on {theirs}: every point "
+                                     "of a record is scored on one test set")  # fmt: skip
+        ours, theirs = report["settings"]["reference_system"], base["settings"]["reference_system"]
+        if ours != theirs:
+            raise CompareRecordError(f"{paths[point]}'s reference system is {ours}, {paths[first]}'s {theirs}: a "
+                                     "record's Dist/EAD shares are of one reference's replies")  # fmt: skip
+
+
+def _test_set(test: dict[str, Any]) -> str:
+    return f"{test['dialogues']} ({test['split']}, {test['n']} dialogues)"
+
+
+def _same_ids(test: dict[str, Any], base: dict[str, Any]) -> bool:
+    """The same dialogues, where both reports list them (a report made before `ids` was kept does not)."""
+    if not (isinstance(test.get("ids"), list) and isinstance(base.get("ids"), list)):
+        return True
+    return sorted(map(str, test["ids"])) == sorted(map(str, base["ids"]))
 
 
 def record_from_compares(
@@ -184,8 +316,15 @@ def _stages_lines(stages: list[dict[str, Any]]) -> list[str]:
 
 
 def read_stages(folder: Optional[Path]) -> list[dict[str, Any]]:
-    """The runner's stage records (<out>/stages/*.json), in the order they ran."""
+    """The runner's stage records (<out>/stages/*.json), in the order they ran; a folder that is not there is an
+    error, never a record without its costs."""
     if folder is None:
         return []
-    records = [json.loads(p.read_text(encoding="utf-8")) for p in Path(folder).glob("*.json")]
+    if not Path(folder).is_dir():
+        raise RecordFileError(f"--stages {folder}: {'a file' if Path(folder).exists() else 'no such folder'}, not the "
+                              "runner's stage records folder (<out>/stages)")  # fmt: skip
+    records = []
+    for path in sorted(Path(folder).glob("*.json")):
+        records.append(read_json_object(path, "a stage record"))
+        require_fields(records[-1], path, "a stage record", STAGE_FIELDS)
     return sorted(records, key=lambda r: r["finished"])

@@ -26,6 +26,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from data_prep.commands import not_a_directory, user_error
+
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = "required"  # an Entry's default for a key or flag that must be given
 REFERENCE = ROOT / "docs" / "reference"
@@ -353,11 +355,24 @@ def commands_page() -> str:
 PAGES: dict[str, Callable[[], str]] = {"config-files.md": config_page, "commands.md": commands_page}
 
 
+class PageError(ValueError):
+    """A reference folder or page that cannot be read or written; the message names it."""
+
+
 def stale_pages(folder: Path | None = None) -> list[str]:
     """The pages in `folder` (docs/reference/) that differ from what the code writes now."""
     folder = folder or REFERENCE
-    return [name for name, page in PAGES.items() if not (folder / name).is_file()
-            or (folder / name).read_text(encoding="utf-8") != page()]  # fmt: skip
+    return [name for name, page in PAGES.items() if _page_text(folder / name) != page()]
+
+
+def _page_text(path: Path) -> str | None:
+    """A page as written (None where there is none); one that is not UTF-8 was not written by this module."""
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise PageError(f"{path}: not UTF-8 (byte {err.object[err.start]:#04x} at offset {err.start})") from None
 
 
 def undescribed() -> list[str]:
@@ -388,17 +403,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=("write",), help="write the reference pages from the code")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page is stale")
     args = parser.parse_args(argv)
+    try:
+        return _run(args.check)
+    except (PageError, OSError) as err:  # bad input: one line, exit 2, as every command reports it
+        return user_error(parser.prog, err)
+
+
+def _run(check: bool) -> int:
     missing = undescribed()
     if missing:
         print(f"no description: {', '.join(missing)}")
         return 1
-    if args.check:
+    why = not_a_directory(REFERENCE)
+    if why:
+        raise PageError(f"{REFERENCE}: {why}, not the folder the reference pages are written into")
+    if check:
         stale = stale_pages()
         print("\n".join(f"{REFERENCE / name} differs from the code" for name in stale) or "the reference is current")
         return 1 if stale else 0
+    pages = {name: page() for name, page in PAGES.items()}  # every page made before any is written
     REFERENCE.mkdir(parents=True, exist_ok=True)
-    for name, page in PAGES.items():
-        (REFERENCE / name).write_text(page(), encoding="utf-8")
+    for name, text in pages.items():
+        (REFERENCE / name).write_text(text, encoding="utf-8")
         print(f"wrote {REFERENCE / name}")
     return 0
 
