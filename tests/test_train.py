@@ -23,7 +23,7 @@ from distill import __version__
 from distill.adapters.adapters import METADATA_FILE, read_metadata
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.adapter_save import check_loaded_adapter
-from train.config import config_from_dict
+from train.config import ConfigError, config_from_dict
 from train.sft import train_roles
 
 REPO = Path(__file__).resolve().parents[1]
@@ -336,7 +336,6 @@ def test_trains_from_a_hub_dataset_payload(role_datasets, tmp_path):
 
 
 def test_unknown_hub_dataset_is_one_line(tmp_path, monkeypatch):
-    from train.config import ConfigError
     from train.sft import load_role_dataset
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -502,6 +501,63 @@ def test_a_config_that_names_epochs_and_no_budget_trains_exactly_those_epochs(ro
     assert meta["global_step"] == -(-rows // 4)  # ceil(rows / batch 4): one pass
     plan = f"asi: plan: {rows:,} rows, {-(-rows // 4)} steps, 1 epochs, ~{meta['tokens']['tokens']:,} tokens"
     assert plan in capsys.readouterr().out
+
+
+def _validation_with_wrong_answers(root: Path, dialogues) -> Path:
+    """asi rows whose validation answers are another emotion than the train rows': the more the role learns its
+    train answers, the higher its validation loss climbs after the first epochs."""
+    from datasets import load_from_disk
+
+    build_role_datasets(root, dialogues, roles=("asi",))
+    data = load_from_disk(str(root / "asi"))
+    swap = {"sadness": "joy", "joy": "anger", "anger": "fear"}
+    rows = [
+        {
+            **r,
+            "completion": [
+                {
+                    "role": "assistant",
+                    "content": json.dumps(
+                        {"emotion": swap.get(json.loads(r["completion"][0]["content"])["emotion"], "sadness")},
+                        separators=(",", ":"),
+                    ),
+                }
+            ],
+        }
+        for r in data["train"]
+    ]
+    data["validation"] = type(data["train"]).from_list(rows)
+    data.save_to_disk(str(root / "wrong" / "asi"))
+    return root / "wrong"
+
+
+@pytest.mark.slow
+def test_early_stopping_stops_on_the_validation_loss_and_keeps_the_best_epoch(tmp_path, tiny_dialogues):
+    """Patience 1, validation answers the train rows contradict: the role stops after the epoch that did not
+    improve, and the adapter kept is the best epoch's, whose validation loss the final evaluation finds again."""
+    datasets = _validation_with_wrong_answers(tmp_path / "datasets", tiny_dialogues)
+    cfg = tiny_config(datasets, tmp_path / "out", max_steps=-1, num_train_epochs=8, early_stopping_patience=1)
+    (meta,) = train_roles(cfg)
+    run = meta["convergence"]
+    losses = dict(run["eval_loss_by_epoch"])
+    assert len(losses) == round(run["stopped_at_epoch"]) < 8 and run["stopped_early"], run
+    assert run["best_epoch"] == min(losses, key=losses.get) < run["stopped_at_epoch"]
+    assert meta["eval_loss"] == pytest.approx(run["best_eval_loss"], rel=1e-4)  # the best epoch's adapter was saved
+    assert meta["train_config"]["early_stopping_patience"] == 1  # part of what the adapter's key reads
+
+
+def test_early_stopping_without_a_validation_split_is_one_line(tmp_path, tiny_dialogues):
+    from datasets import load_from_disk
+
+    root = build_role_datasets(tmp_path / "datasets", tiny_dialogues, roles=("asi",))
+    train_only = load_from_disk(str(root / "asi"))
+    del train_only["validation"]
+    train_only.save_to_disk(str(tmp_path / "train-only" / "asi"))
+    cfg = tiny_config(tmp_path / "train-only", tmp_path / "out", early_stopping_patience=2)
+    with pytest.raises(
+        ConfigError, match=r"^early_stopping_patience: role 'asi' has no validation split in .*--eval-fraction"
+    ):
+        train_roles(cfg)
 
 
 def assert_rank0_saved_what_it_trained(adapters: Path, base_path: str, distributed_type: str) -> None:

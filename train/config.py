@@ -81,6 +81,14 @@ class DistillArguments:
         default=False,
         metadata={"help": "Resume each role from its last checkpoint in <output_dir>/<role>/checkpoints/."},
     )
+    early_stopping_patience: int = field(
+        default=0,
+        metadata={
+            "help": "If > 0, train to convergence: evaluate and save every epoch, stop when the validation loss has "
+            "not improved for this many epochs, and keep the best epoch's adapter (num_train_epochs is the most). "
+            "Needs a validation split (distill datasets --eval-fraction)."
+        },
+    )
     card_example: bool = field(
         default=True,
         metadata={

@@ -29,6 +29,7 @@ from distill.adapters.adapters import point_config_at_hub, push_adapter, role_re
 from distill.backends.attention import use_cpu_attention
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
 from distill.version import __version__
+from train import convergence
 from train.adapter_card import card_example
 from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
@@ -191,8 +192,7 @@ def trainer_class(cfg: TrainConfig):
 def role_args(cfg: TrainConfig, role: str, checkpoints: Path, has_eval: bool):
     """The run's SFTConfig, made specific to one role: its checkpoints, run name and eval split."""
     sft = cfg.sft
-    return dataclasses.replace(
-        sft,
+    settings = dict(
         output_dir=str(checkpoints),
         run_name=f"{sft.run_name or Path(sft.output_dir).resolve().name}-{role}",
         # padding-free without packing cannot enforce max_length in TRL; we truncate ourselves instead.
@@ -204,6 +204,7 @@ def role_args(cfg: TrainConfig, role: str, checkpoints: Path, has_eval: bool):
         do_eval=has_eval,
         ddp_find_unused_parameters=False if sft.ddp_find_unused_parameters is None else sft.ddp_find_unused_parameters,
     )
+    return dataclasses.replace(sft, **{**settings, **convergence.argument_overrides(cfg)})
 
 
 def truncate_dataset(dataset, max_length: int):
@@ -318,7 +319,7 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
         train_dataset=data["train"],
         eval_dataset=data["validation"] if has_validation else None,
         processing_class=tokenizer,
-        callbacks=list(callbacks or []),
+        callbacks=[*(callbacks or []), *convergence.callbacks(cfg)],
     )
     if cfg.sft.padding_free and not cfg.sft.packing:
         trainer.train_dataset = truncate_dataset(trainer.train_dataset, cfg.sft.max_length)
@@ -375,10 +376,14 @@ def train_role(
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume_from)
     seconds = time.perf_counter() - start
+    converged = convergence.record(cfg, trainer.state)  # before the final evaluate adds to the log
     metrics = dict(result.metrics)
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
+    if converged:
+        meta["convergence"] = converged
+        log(f"{role}: stopped at epoch {converged['stopped_at_epoch']:g}, kept epoch {converged['best_epoch']}")
     meta["lora_fingerprint"] = save_adapter(trainer, out)
     if trainer.is_world_process_zero():
         # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
@@ -400,7 +405,7 @@ def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict
     if cfg.distill.num_threads > 0:
         torch.set_num_threads(cfg.distill.num_threads)
     for role in roles:  # fail on a missing dataset or a bad option before spending time on the model
-        load_role_dataset(cfg.distill.dataset_name, role)
+        convergence.check_validation(cfg, role, load_role_dataset(cfg.distill.dataset_name, role))
     check_base_model(cfg)
     check_launch(cfg)
     base, tokenizer, base_path = load_base(cfg)
