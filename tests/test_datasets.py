@@ -460,3 +460,16 @@ def test_caef_role_runs_when_switched_on_and_gets_its_own_dataset(tiny_dialogues
     assert "From the Consistency-Aware Emotion Forecaster:\n- forecast: sadness" in teacher[1]["content"]
     audit = ROLES["gra"].schema_for("teacher", config.stages()).model_json_schema()
     assert "caef" in json.dumps(audit["$defs"])
+
+
+def test_a_declared_roles_card_lists_the_checks_its_rows_were_read_by():
+    """A declared pipeline's reply role is read by the reply checks (`role_checks`): its card lists them, at 0
+    where none fired, as a built-in role's card lists its own."""
+    from distill.datasets.dataset_card import quality_section
+    from distill.quality.checks import role_checks
+    from distill.roles.declared import load_pipeline, register
+
+    register(load_pipeline(Path(__file__).resolve().parents[1] / "configs" / "pipelines" / "escot.yaml"))
+    section = quality_section("re", {"mode": "filter", "failed": {"leaked_reference": 2}})
+    assert role_checks("re") and "| `leaked_reference` | 2 |" in section
+    assert all(f"| `{name}` |" in section for name in role_checks("re"))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from distill.pipeline.stage_key import KEY_FILE
 from distill.pipeline.store import RunInfo, StoreError, TraceStore
 from distill.pipeline.trace import Trace
-from distill.quality.checks import CHECKS
+from distill.quality.checks import role_checks
 from distill.quality.report import QUALITY_FILE
 from distill.quality.thresholds import QualityThresholds
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
@@ -170,7 +170,7 @@ def quality_section(role: str, quality: dict[str, Any]) -> str:
             "meant to be dropped, but filtering left no rows to train on, so all were kept "
             "(`--keep-unfiltered-when-empty`)"
         )
-    rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name, c in CHECKS.items() if role in c.roles)
+    rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name in role_checks(role))
     return f"""Mode `{mode}`: rows whose own `{role}` output failed a check were {done}. A row can fail more than \
 one check.
 
