@@ -15,6 +15,18 @@ from typing import Any, Optional, Protocol, runtime_checkable
 from pydantic import BaseModel
 
 
+@dataclass(frozen=True)
+class LabelRanking:
+    """Decode the answer's label field `field` by ranking every label of its set after the prompt
+    (distill.backends.label_rank) instead of generating it. Only a backend with `ranks_labels` scores text."""
+
+    field: str
+    # Contextual calibration (Zhao et al. 2021): subtract each label's score after `content_free`, the same
+    # prompt with its content replaced by "N/A".
+    calibrated: bool = False
+    content_free: Optional[list[dict[str, str]]] = None
+
+
 @dataclass
 class GenerationRequest:
     messages: list[dict[str, str]]
@@ -30,8 +42,13 @@ class GenerationRequest:
     # End the answer as a failed attempt as soon as it loops (the `loop` quality check on what is written
     # so far) rather than at max_new_tokens. Backends that stream tokens honour it; an API backend cannot.
     stop_loops: bool = False
+    label_ranking: Optional[LabelRanking] = None  # rank a label field of `schema` rather than generate it
 
     def __post_init__(self) -> None:
+        if self.label_ranking is not None and self.schema is None:
+            raise ValueError(f"label_ranking ({self.label_ranking.field}) needs the answer's schema")
+        if self.label_ranking is not None and self.label_ranking.calibrated and not self.label_ranking.content_free:
+            raise ValueError("label_ranking: calibration needs the content-free messages")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p} (1 = no nucleus truncation)")
         if not 0 <= self.min_p < 1:

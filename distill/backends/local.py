@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from functools import cached_property
 from typing import Annotated, Any, Literal, Optional
 
 import torch
@@ -43,6 +44,7 @@ class LocalBackend:
 
     name = "local"
     typical_sampling = True  # the pipeline refuses typical_p for a backend without it
+    ranks_labels = True  # and label_decoding (requests with a `LabelRanking`: distill.backends.label_rank)
 
     @validate_call  # a YAML value of the wrong type is named here, before any model loads
     def __init__(
@@ -174,9 +176,17 @@ class LocalBackend:
 
     # --- generation ----------------------------------------------------------------------------
 
+    @cached_property
+    def label_ranker(self) -> Any:
+        from distill.backends.label_rank import LabelRanker
+
+        return LabelRanker(self)  # built once: it caches content-free scores
+
     def generate(
         self, requests: Sequence[GenerationRequest], progress: Optional[ProgressFn] = None
     ) -> list[GenerationResult]:
+        if any(req.label_ranking is not None for req in requests):
+            return self.label_ranker.generate(requests, progress)  # it generates the rest through here
         for req in requests:
             if req.adapter is not None:
                 self._adapters.check_loaded(req.adapter)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, create_model,
 
 from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
+from distill.pipeline.label_decoding import LabelDecodingMode, check_option
 from distill.pipeline.reflection import FinalSelection
 from distill.roles.declared import DeclaredPipeline, load_pipeline, register
 from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER
@@ -25,7 +26,7 @@ GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself ho
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
-    "typical_p", "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by", "pipeline", "skip",
+    "typical_p", "reuse", "reuse_from", "stop_loops", "consensus", "consensus_by", "pipeline", "skip", "label_decoding",
 )  # fmt: skip
 # Retired fields, at the value every run had: runs without reflection, whose outputs never read them, keep
 # them in their key so traces made before the retirement still resume. (With reflection on, MERG's final pick
@@ -132,6 +133,13 @@ class _PipelineSettings(BaseModel):
         description="what `consensus` calls alike: chrF (characters; favours the longest sample) or the cosine of "
         "MiniLM sentence embeddings (meaning)",
     )
+    label_decoding: dict[str, LabelDecodingMode] = Field(
+        default_factory=dict,
+        description="per-role label ranking, `{role: rank}` (or `{role.field: rank}` where the answer has several "
+        "label fields): score every label of the field's set after the prompt and the answer so far, keep the most "
+        "likely; rank-calibrated first subtracts each label's score under a content-free prompt (Zhao et al. "
+        "2021); the local backend only (distill.backends.label_rank); unset = generated like any text",
+    )
     seed: int = Field(0, description="the sampling seed: each request draws from its own stream derived from it")
 
     @field_validator("pipeline", mode="before")
@@ -201,6 +209,18 @@ class _PipelineSettings(BaseModel):
             if not 2 <= samples <= 16:
                 raise ValueError(f"{role}: {samples} samples; consensus takes 2 to 16")
         return values
+
+    @field_validator("label_decoding")
+    @classmethod
+    def _label_fields(cls, values: dict[str, str]) -> dict[str, str]:
+        return check_option(values)
+
+    @model_validator(mode="after")
+    def _ranked_or_voted(self) -> _PipelineSettings:
+        # consensus votes among sampled answers; a ranked label is not sampled
+        if both := sorted({key.partition(".")[0] for key in self.label_decoding} & set(self.consensus)):
+            raise ValueError(f"label_decoding and consensus both set for {', '.join(both)}: choose one")
+        return self
 
     @field_validator("reflection_backend")
     @classmethod

@@ -27,6 +27,7 @@ from data_prep.retrieval import Exemplar
 from distill.backends.base import TRUNCATED_EVENT, Backend, GenerationRequest, GenerationResult
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.consensus import ConsensusBackend
+from distill.pipeline.label_decoding import LabelDecoding
 from distill.pipeline.oracle import Oracle
 from distill.pipeline.reflection import OutputRejected, choose_final, parse_output, restart_stage, trigger_warnings
 from distill.pipeline.reuse import StoredStages
@@ -73,10 +74,11 @@ class Pipeline:
             raise ValueError(
                 f"typical_p ({', '.join(typical)}): the {backend.name} backend cannot sample it; the local one can"
             )
+        self.stages = config.stages()
+        self.labels = LabelDecoding(config.label_decoding, backend, config.prompt_style, self.stages, config.direct)
         self.config = config
         self.backend = backend
         self.index = index  # data_prep.retrieval.ExemplarIndex, or None for no exemplars
-        self.stages = config.stages()
         self._teacher = config.prompt_style == "teacher"
         self.oracle = Oracle(config.oracle, config.oracle_traces)
         self.reused = StoredStages(config.reuse_from, tuple(config.reuse)) if config.reuse else None
@@ -272,6 +274,7 @@ class Pipeline:
             min_p=self.config.min_p.get(spec.name, 0.0) if sampling else 0.0,
             typical_p=self.config.typical_p.get(spec.name, 1.0) if sampling else 1.0,
             stop_loops=self.config.stop_loops,
+            label_ranking=self.labels.ranking(spec),
         )
 
     def _generate(

@@ -46,6 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-input-tokens", type=int, default=2048, help="longer prompts get a 400")
     parser.add_argument("--max-new-tokens", type=int, default=1024, help="largest max_tokens accepted")
     parser.add_argument("--dtype", default="auto", help="auto, bfloat16 or float32")
+    parser.add_argument(
+        "--label-decoding",
+        choices=("generate", "rank", "rank-calibrated"),
+        default="generate",
+        help="how a json_schema request with one label (enum) field gets that label when it does not say "
+        "(its `label_decoding`): generated, or ranked by log-likelihood over every value (calibrated: less each "
+        "value's score with the user's text replaced by N/A)",
+    )
 
 
 USER_ERRORS = (ValueError,)  # reported as one line by data_prep.commands
@@ -87,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         api_key=api_key,
         request_timeout_s=args.request_timeout,
+        label_decoding=args.label_decoding,
     )
     print(
         f"[distill serve] {args.model} with adapters {list(getattr(backend, 'adapter_names', []) or [])} "

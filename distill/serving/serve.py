@@ -6,7 +6,10 @@
 (`asi`, `cae`, …) or the base model (its alias, path or id), as vLLM multi-LoRA does, so the
 `openai` backend with `model_per_role: true` runs the student pipeline against it.
 `response_format: json_schema` goes through the same llguidance constrained decoding as the local
-backend, and `temperature`, `top_p`, `min_p` (vLLM's extension) and `typical_p` through its sampler. `GET /v1/models`
+backend, and `temperature`, `top_p`, `min_p` (vLLM's extension) and `typical_p` through its sampler. This server's
+extension `label_decoding: rank | rank-calibrated` (with `label_field` where the schema has several enum fields)
+picks that label by ranking every value (distill.backends.label_rank); `--label-decoding` sets it for every
+json_schema request with one label field. `GET /v1/models`
 lists the base and each adapter, `GET /health` says it is up, and `GET /metrics` counts calls per model
 and per prompt (tests use it to prove a resumed run repeats nothing). Bad requests get a 4xx with an
 OpenAI-style error body, never a 500.
@@ -24,7 +27,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from distill.backends.base import GenerationRequest
+from distill.backends.base import GenerationRequest, LabelRanking
+from distill.backends.label_rank import CONTENT_FREE, label_slot
 from distill.serving.serve_batcher import RequestBatcher
 from distill.serving.serve_guard import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT_S, ServeGuard
 
@@ -68,6 +72,10 @@ class ChatRequest(BaseModel):
     n: int = Field(1, ge=1, le=1, description="one choice per request")
     stream: Literal[False] = False
     response_format: Optional[dict[str, Any]] = None
+    label_decoding: Optional[Literal["generate", "rank", "rank-calibrated"]] = Field(
+        None, description="rank: the json_schema's label (enum) field by ranking its values; null = the server's"
+    )
+    label_field: Optional[str] = Field(None, description="the enum field label_decoding ranks; null = the one there is")
 
     @model_validator(mode="before")
     @classmethod
@@ -139,8 +147,16 @@ def _json_schema(response_format: Optional[dict[str, Any]]) -> Optional[tuple[st
 class ServeState:
     """What the handlers need: the backend, its model names and the input-size limit."""
 
-    def __init__(self, backend: Any, base_names: list[str], max_input_tokens: int, max_new_tokens_cap: int):
+    def __init__(
+        self,
+        backend: Any,
+        base_names: list[str],
+        max_input_tokens: int,
+        max_new_tokens_cap: int,
+        label_decoding: str = "generate",
+    ):
         self.backend = backend
+        self.label_decoding = label_decoding  # what a json_schema request with one label field gets by default
         self.base_names = [n for n in dict.fromkeys(base_names) if n]
         self.adapters = list(getattr(backend, "adapter_names", []) or [])
         self.max_input_tokens = max_input_tokens
@@ -179,7 +195,7 @@ class ServeState:
                 400, f"max_tokens {max_new} is over this server's limit {self.max_new_tokens_cap}", "max_tokens"
             )
         schema = _json_schema(body.response_format)
-        request = GenerationRequest(
+        return GenerationRequest(
             messages=messages,
             temperature=body.temperature,
             max_new_tokens=max_new,
@@ -188,10 +204,35 @@ class ServeState:
             top_p=1.0 if body.top_p is None else body.top_p,
             min_p=0.0 if body.min_p is None else body.min_p,
             typical_p=1.0 if body.typical_p is None else body.typical_p,
+            schema=schema_model(*schema) if schema else None,
+            label_ranking=self.label_ranking(body, schema, messages),
         )
-        if schema:
-            request.schema = schema_model(*schema)
-        return request
+
+    def label_ranking(
+        self, body: ChatRequest, schema: Optional[tuple[str, dict[str, Any]]], messages: list[dict[str, str]]
+    ) -> Optional[LabelRanking]:
+        """The request's label ranking: its own `label_decoding`, else the server's where the schema has one label
+        field. A request that asks for ranking it cannot have gets a 400; the server's default just does not apply."""
+        mode = body.label_decoding or self.label_decoding
+        if mode == "generate":
+            return None
+        asked = body.label_decoding is not None
+        if schema is None:
+            if asked:
+                raise BadRequest(400, "label_decoding needs response_format json_schema with a label (enum) field")
+            return None
+        try:
+            field = label_slot(schema[1], body.label_field).field
+        except ValueError as exc:
+            if asked:
+                raise BadRequest(400, str(exc), "label_field" if body.label_field else "label_decoding") from None
+            return None
+        if not getattr(self.backend, "ranks_labels", False):
+            raise BadRequest(400, "label_decoding: this server's backend cannot rank labels", "label_decoding")
+        # Zhao et al.'s content-free input: the same messages, what the user says replaced by "N/A"
+        free = [{**m, "content": CONTENT_FREE} if m["role"] == "user" else m for m in messages]
+        calibrated = mode == "rank-calibrated"
+        return LabelRanking(field, calibrated=calibrated, content_free=free if calibrated else None)
 
 
 def create_app(
@@ -204,14 +245,16 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     api_key: Optional[str] = None,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    label_decoding: str = "generate",
 ):
     """The FastAPI app; `backend` is a LocalBackend (or anything with generate/tokenizer/adapter_names).
 
-    With `api_key`, every route but /health needs `Authorization: Bearer <api_key>`."""
+    With `api_key`, every route but /health needs `Authorization: Bearer <api_key>`. `label_decoding` (generate,
+    rank, rank-calibrated) is what a json_schema request with one label field gets when it does not say."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
-    state = ServeState(backend, base_names, max_input_tokens, max_new_tokens_cap)
+    state = ServeState(backend, base_names, max_input_tokens, max_new_tokens_cap, label_decoding)
     batcher = RequestBatcher(backend, max_batch=max_batch, window_s=batch_window_ms / 1000)
     counters = {"bad_requests": 0}
 
