@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_import import CHAINS, FULL_CHAIN, REPO, run_import, write_full_chain
+from test_import import CHAINS, FULL_CHAIN, INSTRUCTION, REPO, run_import, write_full_chain, write_instruction
 
 from distill.__main__ import main as distill
 from distill.pipeline.store import TraceStore
@@ -112,3 +112,24 @@ def test_a_reference_reply_already_in_its_dialogue_is_a_failed_trace_that_inspec
     check = quality["roles"]["re"]["checks"]["leaked_reference"]
     assert check["count"] == 1 and check["example"]["dialogue_id"] == "1"
     assert "re leaked_reference 1/4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("teacher: chatgpt-esdcot", "teacher: '  '"), "field 'teacher': String should have at least 1 character"),
+        (("id: dialog_id", "id: ''"), "field 'id': String should have at least 1 character"),
+    ],
+)
+def test_a_blank_teacher_or_id_in_the_mapping_is_refused(tmp_path, capsys, edit, message):
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(INSTRUCTION.read_text(encoding="utf-8").replace(*edit), encoding="utf-8")
+    data = write_instruction(tmp_path / "train.json")
+    assert run_import(data, mapping, tmp_path / "run", "--split", "train") == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_a_blank_split_is_refused(tmp_path, capsys):
+    data = write_instruction(tmp_path / "train.json")
+    assert run_import(data, INSTRUCTION, tmp_path / "run", "--split", " ") == 2
+    assert "--split: blank" in capsys.readouterr().err and not (tmp_path / "run").exists()

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from distill.imports.mapping import load_mapping
     from distill.pipeline.store import TraceStore
 
+    if args.split is not None and not args.split.strip():
+        raise ValueError(
+            "--split: blank; name the dialogue split these rows are (train, validation, test) or leave it out"
+        )
     if not 0 <= args.max_failed_share <= 1:
         raise ValueError(f"--max-failed-share must be in [0, 1], got {args.max_failed_share}")
     if problem := not_a_directory(args.out):

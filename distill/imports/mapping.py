@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from data_prep.config_file import load_config
 from data_prep.dialogues import Speaker, Turn
@@ -73,12 +73,16 @@ class Sections(_Strict):
     headers: list[str] = Field(min_length=1, description="the `Header:` lines that open each section")
 
 
+# A name the traces carry or a field the rows are read by: whitespace alone would name nothing (or everyone).
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
 class ImportMapping(_Strict):
-    pipeline: str = Field(description="the declared pipeline's YAML (configs/pipelines/...)")
+    pipeline: Name = Field(description="the declared pipeline's YAML (configs/pipelines/...)")
     skip: list[str] = Field(default_factory=list, description="the pipeline's roles this data has no link for")
-    teacher: str = Field(min_length=1, description="who wrote the chains: the traces' model")
+    teacher: Name = Field(description="who wrote the chains: the traces' model")
     format: Optional[str] = Field(None, description="a `datasets` loader (json, csv, parquet); null: by extension")
-    id: str
+    id: Name
     dialogue: DialogueSource
     reference: Optional[Source] = Field(None, description="the reference reply (the dialogue's gold response)")
     labels: dict[str, Source] = Field(
