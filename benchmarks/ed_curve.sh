@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does distillation pay? The real-data learning curves (docs/distillation-pays.md), every step:
+# Does distillation pay? The real-data learning curves (docs/guides/curves.md; runs: docs/history.md), every step:
 # the shared ED file split 80/20 by conversation (seed 0), the exemplar index over the train part,
 # gold-guided teacher traces for the first N_TRACES train conversations (the embedded model, resumable,
 # into the curve config's `traces:` folder), then `eval curve` with CONFIG, which reads RUN's folders.

@@ -2,11 +2,15 @@
 
     python benchmarks/reflection_audit.py --n 24 --out runs/bench/reflection_audit.json
     python benchmarks/reflection_audit.py --n 24 --reviewer-temperature 1.0 --out runs/bench/reflection_t1.json
+    python benchmarks/reflection_audit.py --n 12 --reviewer-temperature 1.0 --dtype fp32 --out runs/bench/t1_fp32.json
 
 Runs the teacher pipeline (TRACE's four roles plus MERG's forecast and plan, reflection on, no exemplars)
 with the embedded model on the first `--n` dialogues of the shared ED file, the audit on its own backend
 (`reflection_backend`) decoding at `--reviewer-temperature` (0: greedy, the registry's), and writes the
-figures `eval compare` reports (`eval.compare.run_figures`) with the blamed stage of every audit.
+figures `eval compare` reports (`eval.compare.run_figures`) with the blamed stage of every audit. What a sampled
+135M audit flags depends on the dtype it runs in and the CPU's kernels, so both are set or recorded here: an
+AVX2-only CPU resolves `auto` to fp32 (`--dtype fp32` runs so anywhere). This was a test once; a test whose verdict
+depends on what a sampled model says on one CPU class is a benchmark.
 """
 
 from __future__ import annotations
@@ -26,8 +30,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="the pipeline's and the reviewer's model")
     parser.add_argument("--reviewer-temperature", type=float, default=0.0)
     parser.add_argument("--max-refinements", type=int, default=1)
+    parser.add_argument(
+        "--dtype", default="auto", help="the model's dtype for pipeline and reviewer (auto, fp32, bf16)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+
+    from machine import cpu_flags, cpu_model  # the script directory is on sys.path
 
     from data_prep.loaders import load_dialogues
     from distill.backends.local import LocalBackend
@@ -42,11 +51,12 @@ def main() -> None:
         reflection=True,
         rag=False,
         max_refinements=args.max_refinements,
-        reflection_backend={"type": "local", "model": args.model, "batch_size": 16},
+        reflection_backend={"type": "local", "model": args.model, "batch_size": 16, "dtype": args.dtype},
         temperatures={"gra": args.reviewer_temperature},
     )
     start = time.perf_counter()
-    traces = Pipeline(config, LocalBackend(args.model, batch_size=16)).run(dialogues, progress=False)
+    backend = LocalBackend(args.model, batch_size=16, dtype=args.dtype)
+    traces = Pipeline(config, backend).run(dialogues, progress=False)
     figures = reflection_figures(traces)
     result = {
         "data": args.data,
@@ -55,6 +65,8 @@ def main() -> None:
         "model": args.model,
         "reviewer_temperature": args.reviewer_temperature,
         "max_refinements": args.max_refinements,
+        "dtype": str(backend.torch_dtype).removeprefix("torch."),
+        "machine": {"cpu": cpu_model(), "flags": cpu_flags()},
         "wall_s": round(time.perf_counter() - start, 1),
         "reflection": figures,
         "final_iterations": [t.final_iteration for t in traces],

@@ -1,8 +1,10 @@
 """The README's three workflows, run as written: every command of their bash blocks, in order, on the shipped sample.
 
-The commands run in a scratch folder that sees the repository's `data_prep/` and a copy of its `configs/`, so
-every `runs/...` path is made by an earlier command of the README or the test fails: nothing is edited by hand
-but the sizes named below.
+The commands run in a scratch folder that sees the repository's `data_prep/`, a copy of its `configs/` and the
+venv the suite runs in as `.venv`, so every `runs/...` path is made by an earlier command of the README or the
+test fails: nothing is edited by hand but the sizes named below. Each command that runs is started as a reader
+starts it: in a new bash whose PATH does not hold the venv, after the README's own activation line, by the
+program it names (`python`, `trace-distill`).
 A command that needs an API key, a GPU or a server left running is not run: its `--help` is, and every
 input path it names (and, for an eval config, every path in that YAML) must already exist, or be the
 output of an earlier command that was treated the same way.
@@ -46,6 +48,7 @@ EVAL_LIMIT = "4"
 SMALLER_IN_CONFIGS = {"eval/sample.yaml": ("\nlimit: null", f"\nlimit: {EVAL_LIMIT}")}
 # ... so a `generate` with no --limit (the teacher's test traces) traces only those.
 GENERATE = ["python", "-m", "distill", "generate"]
+ACTIVATE = [".", ".venv/bin/activate"]  # the README's line: what makes `python` and `trace-distill` the venv's
 INPUT_FLAGS = ("--config", "--config_file", "--dialogues", "--index", "--traces", "--adapters", "--dataset_name")
 OUTPUT_FLAGS = ("--out", "--output_dir")
 
@@ -77,6 +80,24 @@ def _python_argv(argv: list[str]) -> list[str]:
     raise AssertionError(f"README workflow command with an unknown program: {shlex.join(argv)}")
 
 
+def _fresh_shell(tmp_path: Path) -> dict[str, str]:
+    """The environment of a new shell: the suite's venv linked as the scratch folder's `.venv`, and a PATH
+    without it (as `make test` and an activated shell have it), so a command finds the venv only by activating."""
+    venv = Path(sys.prefix)
+    if not (venv / "bin" / "activate").is_file():
+        pytest.skip(f"{venv} is no virtualenv: the README's commands run in make's .venv (`make setup-dev`)")
+    (tmp_path / ".venv").symlink_to(venv)
+    bins = {str(venv / "bin"), str(Path(sys.executable).parent)}
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p not in bins)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    return {**env, "PATH": path, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))}
+
+
+def _in_shell(argv: list[str], activated: bool) -> list[str]:
+    """The command as a reader types it in a new shell, after the README's activation line where it had one."""
+    return ["bash", "-c", " && ".join([shlex.join(ACTIVATE)] * activated + [shlex.join(argv)])]
+
+
 def _outputs_of(argv: list[str], cwd: Path) -> set[str]:
     outs = {v for f in OUTPUT_FLAGS if (v := _flag(argv, f))}
     config = _flag(argv, "--config")
@@ -105,12 +126,15 @@ def test_readme_workflow_commands_connect(tmp_path):
         path = tmp_path / "configs" / name
         assert size in path.read_text(encoding="utf-8"), f"{name} no longer has {size.strip()!r}"
         path.write_text(path.read_text(encoding="utf-8").replace(size, smaller), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = _fresh_shell(tmp_path)
     commands = workflow_commands()
-    ran, helped, virtual = [], [], set()
+    ran, helped, virtual, activated = [], [], set(), False
     start = time.monotonic()
     for argv in commands:
         line = shlex.join(argv)
+        if argv == ACTIVATE:
+            activated = True
+            continue
         reason = next((why for key, why in NOT_RUN.items() if key in line), None)
         if reason is None and argv[:3] == ["python", "-m", "distill"] and argv[3] == "batch":
             reason = "needs an OpenAI API key"
@@ -124,7 +148,7 @@ def test_readme_workflow_commands_connect(tmp_path):
         else:
             cmd = [SMALLER.get(prev, arg) for prev, arg in zip(["", *argv], argv)]
             cmd += ["--limit", EVAL_LIMIT] if argv[:4] == GENERATE and "--limit" not in argv else []
-            cmd = _python_argv(cmd)
+            cmd = _in_shell(cmd, activated)
             ran.append(line)
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
         shown = f"{line} --help" if reason else line
@@ -138,13 +162,15 @@ def test_readme_workflow_commands_connect(tmp_path):
     assert (tmp_path / "runs/export/serve_vllm.sh").is_file()
     assert (tmp_path / "runs/sample/score.json").is_file()
     assert len(ran) >= 9 and len(helped) >= 6, (ran, helped)
+    assert activated  # the README says how a new shell finds the venv before its first command
 
 
 def test_every_workflow_command_is_run_or_shown_its_help():
     """Fast: the README's workflow blocks parse, and each command is one this test knows how to run."""
     commands = workflow_commands()
     assert len(commands) >= 15
-    for argv in commands:
+    assert commands[0] == ACTIVATE  # a new shell activates the venv before the first command
+    for argv in commands[1:]:
         if argv[0] != "sh":
             assert _python_argv(argv)
     ran = [a for a in commands if not any(k in shlex.join(a) for k in NOT_RUN) and "batch" not in a]

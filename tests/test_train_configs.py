@@ -236,3 +236,14 @@ def test_two_datasets_under_one_budget_train_the_same_tokens():
 def test_max_steps_still_caps_a_budget_and_no_budget_means_max_steps():
     assert steps_for_budget(_budget_config(max_steps=5), n_train=13, mean_tokens=150.0, world_size=1) == 5
     assert steps_for_budget(_budget_config(max_tokens_budget=0, max_steps=7), 13, 150.0, 1) == 7
+
+
+def test_the_gpu_recipes_train_and_eval_configs_agree_on_their_folders():
+    """The GPU eval config reads the adapters the GPU train config writes, and that config trains its epochs."""
+    train = read_yaml(CONFIGS / "train" / "qwen0.5b-gpu.yaml")
+    evaluate = yaml.safe_load((CONFIGS / "eval" / "qwen0.5b-gpu.yaml").read_text(encoding="utf-8"))
+    [student] = [s for s in evaluate["systems"] if s["name"] == "student"]
+    assert student["backend"]["adapters"] == train["output_dir"]
+    assert Path(train["dataset_name"]).parent == Path(train["output_dir"]).parent == Path(evaluate["dialogues"]).parent
+    assert "max_tokens_budget" not in train
+    assert config_from_dict({**train, "bf16": False, "use_cpu": True}).distill.max_tokens_budget == 0  # no GPU here

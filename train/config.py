@@ -73,8 +73,8 @@ class DistillArguments:
         default="auto",
         metadata={
             "help": "auto, true or false: run the LM head only on completion tokens (under autocast) instead of "
-            "TRL's fp32 head over every position. Same loss; faster on CPU, slower than TRL's Triton head on a "
-            "GPU (docs/performance.md), so auto = on for CPU training only."
+            "TRL's fp32 head over every position. Same loss; faster on CPU; on a GPU unsettled (faster in one H200 "
+            "run, slower in another and on an H100: docs/performance.md#on-a-gpu), so auto = on for CPU training only."
         },
     )
     resume: bool = field(
@@ -124,7 +124,7 @@ def _our_defaults() -> dict[str, Any]:
         "output_dir": "runs/adapters",  # adapters land in <output_dir>/<role>/
         "use_peft": True,  # every role is a LoRA adapter; the pipeline swaps them on one base
         "lora_target_modules": "all-linear",
-        "lora_dropout": 0.0,  # TRL's 0.05 copies every LoRA input, which costs CPU time (docs/performance.md)
+        "lora_dropout": 0.0,  # TRL's 0.05 copies every LoRA input, which costs CPU time (docs/history.md)
         "learning_rate": 2e-4,  # TRL's 2e-5 is a full fine-tuning rate; LoRA wants ~10x
         "bf16": "auto",  # TRL's default (on) is slower than fp32 on a CPU without native bf16
         "use_cpu": not torch.cuda.is_available(),  # bf16 on a CPU needs it (TrainingArguments checks)
