@@ -3,6 +3,7 @@
     python -m eval score --responses <file.csv|file.jsonl> --column <name> [...]
     python -m eval compare --config configs/eval/<name>.yaml --out <dir>
     python -m eval curve --config configs/eval/curve.yaml --out <dir>
+    python -m eval students --config configs/eval/escot-students.yaml --out <dir> [--n N] [--seeds 42 43 44]
     python -m eval records render [--check]
 
 Each command lives in its own module; `data_prep.commands.dispatch` runs it.
@@ -26,6 +27,10 @@ COMMANDS = {
     "curve": (
         "eval.curve.cli_curve",
         "learning curves: distilled, direct and rationale-task students at N train conversations, paired",
+    ),
+    "students": (
+        "eval.students.cli_students",
+        "per-role, direct and joint students trained to convergence on one teacher's chains, then one compare",
     ),
     "records": (
         "eval.cli_records",

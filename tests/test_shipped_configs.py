@@ -58,6 +58,11 @@ def test_eval_configs_parse(path):
         config = load_curve_config(str(path))
         assert config.points and config.ordered_students()
         return
+    if "students" in yaml.safe_load(path.read_text(encoding="utf-8")):  # `eval students`
+        from eval.students.config import load_students_config
+
+        assert load_students_config(str(path)).chosen()
+        return
     config = load_config(str(path))
     assert config.systems and config.reference_system() in {s.name for s in config.systems}
     for system in config.systems:  # a generated system's blocks are checked as the pipeline will read them

@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from distill.datasets.sft_data import SPLITS, BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
+from distill.datasets.sft_data import (
+    SPLITS,
+    BuildReport,
+    DatasetOptions,
+    build_role_datasets,
+    save_role_datasets,
+    with_validation_run,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--eval-fraction", type=float, default=0.1, help="share of conversations held out as validation"
+    )
+    parser.add_argument(
+        "--validation-traces",
+        default=None,
+        help="a trace run whose rows are every role's validation split (e.g. an import of the data's own validation "
+        "file); every --traces row then trains, and --eval-fraction is not used",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the conversation-level split")
     parser.add_argument("--split", default=None, help="use only traces of this dialogue split (if the run records one)")
@@ -61,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         require_gold_emotion=args.require_gold_emotion,
         ers_target=args.ers_target,
         dedup=not args.no_dedup,
-        eval_fraction=args.eval_fraction,
+        eval_fraction=0.0 if args.validation_traces else args.eval_fraction,
         seed=args.seed,
         split=args.split,
         balance_emotions=args.balance_emotions,
@@ -74,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     )
     report = BuildReport(problems=list(problems))
     built = build_role_datasets(traces, roles, options, report, info)
+    if args.validation_traces and built:
+        held_traces, held_info, _ = read_run(Path(args.validation_traces))
+        held = build_role_datasets(held_traces, list(built), replace(options, split=None), BuildReport(), held_info)
+        built = with_validation_run(built, held, report, args.validation_traces)
     for line in report.lines():
         print(line, file=sys.stderr)
     if report.emptied:  # before anything is saved: no role of this build sits beside an older build's

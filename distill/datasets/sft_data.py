@@ -412,3 +412,21 @@ def save_role_datasets(
         saved = load_from_disk(str(out / role))
         record = build_record(role, saved, traces, run, options, report.counts[role], traces_dir)
         write_card(out / role, saved, record)
+
+
+def with_validation_run(
+    built: dict[str, DatasetDict], held: dict[str, DatasetDict], report: BuildReport, where: str
+) -> dict[str, DatasetDict]:
+    """Each role's train split from `built` and its validation split from a separate trace run's rows (`held`,
+    built with eval_fraction 0, so every row sits in its train split): a validation set the data ships, such as
+    ESD-CoT's val.json, instead of conversations held out of the train run. A role the validation run gives no
+    rows is refused in one line naming `where`, since early stopping would have nothing to read."""
+    from datasets import DatasetDict
+
+    if missing := [role for role in built if role not in held or len(held[role]["train"]) == 0]:
+        raise ValueError(f"{where}: the validation run gives role {missing[0]} no rows")
+    result = {}
+    for role, dd in built.items():
+        result[role] = DatasetDict({"train": dd["train"], "validation": held[role]["train"]})
+        report.counts[role].rows = {split: len(result[role][split]) for split in SPLITS}
+    return result

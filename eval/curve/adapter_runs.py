@@ -42,13 +42,17 @@ def adapter_inputs(dataset: Path, options: Mapping[str, Any], config: Path | str
 
     settings = training_settings(options, config)
     base = {"model": settings.get("model_name_or_path", "smollm2-135m"), "device": "cpu"}
-    return {
-        "dataset": load_from_disk(str(dataset))["train"]._fingerprint,
+    splits = load_from_disk(str(dataset))
+    inputs = {
+        "dataset": splits["train"]._fingerprint,
         "training settings": settings,
         "student prompt version": STUDENT_PROMPT_VERSION,
         "student prompts": prompt_fingerprint("student"),
         "base model": model_fingerprint(base if settings.get("use_cpu") else {**base, "device": "cuda"}),
     }
+    if settings.get("early_stopping_patience"):  # the validation loss picks the epoch kept: it is an input too
+        inputs["validation"] = splits["validation"]._fingerprint if "validation" in splits else None
+    return inputs
 
 
 def stale_reason(

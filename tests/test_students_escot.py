@@ -1,17 +1,18 @@
-"""ESCoT's students (benchmarks/escot_curve.py): the direct and joint pipelines, the answers they are scored on, and
-the runner itself, on a tiny fixture in ESD-CoT's formats that the tests write (never ESD's text).
+"""ESCoT's students (`eval students`, configs/eval/escot-students.yaml): the direct and joint pipelines, their
+mappings, and the answers they are scored on, on a tiny fixture in ESD-CoT's formats that the tests write (never
+ESD's text). The command itself: tests/test_students.py.
 
 - `direct` (configs/pipelines/escot-direct.yaml: the dialogue to the reply) and `joint` (escot-joint.yaml: the whole
   chain as one answer) import from the instruction format, build their datasets, train a step and run;
+- each student's validation mapping (the full-chain format of val.json) gives the rows its train mapping gives
+  (the same prompts and targets), and `distill datasets --validation-traces` makes them the validation split;
 - a compare reads its test dialogues, with their gold strategy, from an imported test run, and scores a strategy
-  that one system answers in `sr` and another in `chain` (`answers.label` as a list of paths);
-- the runner runs a tiny point from nothing with a random 2-layer model, and a rerun reuses every stage.
+  that one system answers in `sr` and another in `chain` (`answers.label` as a list of paths).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from test_import import (
     CHAINS,
     ESCOT,
     FULL_CHAIN,
+    INSTRUCTION,
     REPO,
     one_step_argv,
     run_import,
@@ -66,6 +68,49 @@ def test_direct_and_joint_import_from_the_instruction_format(tmp_path, capsys):
         assert rows.num_rows == 4 and rows[0]["prompt"][0]["content"] == f"[{role}]"
     chain = json.loads(load_from_disk(str(tmp_path / "ds-joint" / "chain"))["train"][0]["completion"][0]["content"])
     assert list(chain) == ["emotion", "reason", "strategy", "response"]  # ESCoT's order: the reply comes last
+
+
+@pytest.mark.parametrize(
+    "train, validation",
+    [
+        (INSTRUCTION, "esdcot-full-chain-em-sr-re.yaml"),
+        (MAPPINGS / "esdcot-direct.yaml", "esdcot-full-chain-direct.yaml"),
+        (MAPPINGS / "esdcot-joint.yaml", "esdcot-full-chain-joint.yaml"),
+    ],
+)
+def test_a_validation_mapping_gives_the_rows_its_train_mapping_gives(tmp_path, capsys, train, validation):
+    """val.json comes in the full-chain format: the same chains imported through a student's validation mapping
+    must render the prompts and targets its train mapping renders, or early stopping reads another task's loss.
+    `distill datasets --validation-traces` makes that run every role's validation split."""
+    from datasets import load_from_disk
+
+    assert run_import(write_instruction(tmp_path / "train.json"), train, tmp_path / "train", "--split", "train") == 0
+    held = write_full_chain(tmp_path / "val.json")
+    assert run_import(held, MAPPINGS / validation, tmp_path / "val", "--split", "validation") == 0
+    for run in ("train", "val"):
+        argv = [
+            "datasets",
+            "--traces",
+            str(tmp_path / run),
+            "--out",
+            str(tmp_path / f"ds-{run}"),
+            "--eval-fraction",
+            "0",
+        ]
+        assert distill(argv) == 0
+    out = tmp_path / "ds"
+    argv = ["datasets", "--traces", str(tmp_path / "train"), "--validation-traces", str(tmp_path / "val"), "--out",
+            str(out)]  # fmt: skip
+    assert distill(argv) == 0
+    roles = sorted(p.name for p in (tmp_path / "ds-train").iterdir() if p.is_dir())
+    assert roles == sorted(p.name for p in out.iterdir() if p.is_dir() and p.name != "hub") and roles
+    for role in roles:
+        trained = load_from_disk(str(tmp_path / "ds-train" / role))["train"]
+        validated = load_from_disk(str(tmp_path / "ds-val" / role))["train"]
+        assert [(r["prompt"], r["completion"]) for r in trained] == [(r["prompt"], r["completion"]) for r in validated]
+        both = load_from_disk(str(out / role))
+        assert both["train"].num_rows == both["validation"].num_rows == 4
+        assert set(both["validation"]["dialogue_id"]) == set(validated["dialogue_id"])
 
 
 def test_the_import_fills_the_gold_strategy_that_compare_reads(tmp_path, capsys):
@@ -167,54 +212,3 @@ def test_a_one_adapter_student_trains_and_runs(tmp_path, tiny_model_dir, capsys,
     if name == "joint":
         assert all(t.outputs["chain"]["strategy"] in yaml.safe_load(ESCOT.read_text())["labels"]["strategy"]
                    for t in traces)  # fmt: skip
-
-
-# --- the runner ---------------------------------------------------------------------------------------------
-
-
-def esd_cot_fixture(folder: Path) -> Path:
-    """ESD-CoT's four files in its formats, from the invented chains (ids 100.. in the instruction format, as the
-    fixture writes them; the full-chain 200 file holds the same dialogues under those ids)."""
-    folder.mkdir()
-    write_instruction(folder / "train_em_sr_re.json")
-    full = json.loads(write_full_chain(folder / "train_full_chain_200.json").read_text())
-    for n, row in enumerate(full):
-        row["id"] = 100 + n
-    (folder / "train_full_chain_200.json").write_text(json.dumps(full))
-    write_full_chain(folder / "test.json")
-    return folder
-
-
-@pytest.mark.slow
-def test_the_runner_runs_a_point_from_nothing_and_reuses_it(tmp_path, tiny_model_dir, capsys):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import escot_curve
-
-    data = esd_cot_fixture(tmp_path / "esd-cot")
-    argv = ["--data", str(data), "--out", str(tmp_path / "out"), "--model", tiny_model_dir, "--tokens-per-dialogue",
-            "30", "--batch-size", "4", "3", "--full-chain"]  # fmt: skip
-    assert escot_curve.main(argv) == 0
-    out = tmp_path / "out"
-    report = json.loads((out / "3" / "compare" / "report.json").read_text())
-    assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "traces", "direct", "joint"]
-    assert report["test"]["n"] == 4 and report["settings"]["reference_system"] == "chatgpt"
-    by_name = {s["name"]: s for s in report["systems"]}
-    assert by_name["chatgpt"]["label_accuracy"]["accuracy"]["value"] == 1.0
-    assert by_name["direct"]["label_accuracy"] is None  # the direct student answers no strategy
-    # the random model's constrained JSON may not close: a system scores the strategy unless every sr failed
-    for name in ("traces", "joint"):
-        assert by_name[name]["label_accuracy"] is not None or by_name[name]["failed_traces"] == 4
-    fc = json.loads((out / "fc200" / "compare" / "report.json").read_text())
-    assert [s["name"] for s in fc["systems"]] == ["chatgpt", "prompted", "traces", "full-chain"]
-    assert len(TraceStore(out / "fc200" / "imports" / "traces").read()[0]) == 4  # the 200's ids, in this fixture 4
-    # equal training tokens: the budget (30 a dialogue) is split over a student's roles (traces 3, full-chain 5)
-    commands = {p.stem: json.loads(p.read_text())["command"] for p in (out / "stages").glob("*.json")}
-    budget = {name: int(cmd[cmd.index("--max_tokens_budget") + 1]) for name, cmd in commands.items()
-              if name.endswith("-train")}  # fmt: skip
-    assert budget == {"3-traces-train": 30, "3-direct-train": 90, "3-joint-train": 90,
-                      "fc200-traces-train": 40, "fc200-full-chain-train": 24}  # fmt: skip
-    records = [json.loads(p.read_text()) for p in (out / "stages").glob("*.json")]
-    assert all(r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in records)
-    capsys.readouterr()
-    assert escot_curve.main(argv) == 0  # a rerun reuses every stage
-    assert capsys.readouterr().out.count(": reused (") == len(records)

@@ -1,0 +1,210 @@
+"""`configs/eval/escot-students.yaml`: which students `eval students` trains on one teacher's chains, and how it
+scores them.
+
+One YAML names the data files per split (what `distill import` reads), the students (each a declared pipeline and
+the mapping that turns the train file into its trace run), the reference (the teacher's own chains on the test
+split), the training (a train YAML, the most epochs, the early-stopping patience: no token budget) and the compare
+settings. Everything is checked when the file loads, so a bad key, a missing file or a pipeline without a reply
+role is one line before anything is written.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from data_prep.config_file import first_error
+from data_prep.config_file import load_config as load_config_file
+from eval.compare.answers import AnswersSpec
+from eval.compare.systems import BertScoreSpec, CompareError, PplSpec, RelevanceSpec, loadable_model
+
+# flags the recipe sets itself: training to convergence, one seed per run, no token budget
+RECIPE_FLAGS = ("num_train_epochs", "early_stopping_patience", "seed", "max_tokens_budget", "output_dir",
+                "dataset_name", "roles", "model_name_or_path")  # fmt: skip
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataFiles(_Strict):
+    """The files `distill import` reads, one per split."""
+
+    train: str = Field(description="the train chains (e.g. ESD-CoT's train_em_sr_re.json)")
+    validation: Optional[str] = Field(
+        None, description="the validation chains early stopping reads; null = hold out `eval_fraction` of train"
+    )
+    test: str = Field(description="the test chains: the dialogues every system is scored on, and the reference")
+
+    def missing(self) -> Optional[str]:
+        """One line naming the first split whose file is not there (checked when the run starts)."""
+        for split in ("train", "validation", "test"):
+            path = getattr(self, split)
+            if path is not None and not Path(path).exists():
+                hint = (
+                    "; name another, or set `validation: null` and eval_fraction (--eval-fraction 0.1) to hold "
+                    "out that share of the train conversations"
+                    if split == "validation"
+                    else ""
+                )
+                return f"data.{split}: no such file {path}{hint}"
+        return None
+
+
+class StudentSpec(_Strict):
+    """One student: a declared pipeline and the mapping that makes the train file its trace run."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="the student's name in the report")
+    pipeline: str = Field(description="the declared pipeline it runs (configs/pipelines/...)")
+    mapping: str = Field(description="the import mapping of the train file (its `pipeline` is this one)")
+    validation_mapping: Optional[str] = Field(
+        None, description="the import mapping of the validation file, where its format differs; null = `mapping`"
+    )
+    learns: str = Field("", description="what its adapters learn, from whom (report.md shows it)")
+
+    @cached_property
+    def roles(self) -> list[str]:
+        """The roles it trains: its pipeline's stages less those its mapping skips."""
+        from distill.imports.chains import pipeline_config
+        from distill.imports.mapping import load_mapping
+
+        return pipeline_config(load_mapping(self.mapping), self.mapping).stages()
+
+    @cached_property
+    def skip(self) -> list[str]:
+        from distill.imports.mapping import load_mapping
+
+        return list(load_mapping(self.mapping).skip)
+
+    @cached_property
+    def reply_role(self) -> Optional[str]:
+        """The role whose answer has a `response` field: the pipeline's reply."""
+        from distill.pipeline.config import PipelineConfig
+        from distill.roles.declared import REPLY_FIELD
+        from distill.roles.roles import ROLES
+
+        config = PipelineConfig(pipeline=self.pipeline, skip=self.skip)
+        return next((r for r in config.stages() if REPLY_FIELD in ROLES[r].schema.model_fields), None)
+
+    def check(self) -> None:
+        """The mappings read, name this student's pipeline, and it has a reply role: one line otherwise."""
+        from distill.imports.mapping import load_mapping
+
+        for key in ("mapping", "validation_mapping"):
+            path = getattr(self, key)
+            if path is None:
+                continue
+            mapping = load_mapping(path)  # one line naming the file and the field
+            if Path(mapping.pipeline).resolve() != Path(self.pipeline).resolve():
+                raise ValueError(f"{key} {path} imports pipeline {mapping.pipeline}, not {self.pipeline}")
+        if self.reply_role is None:
+            raise ValueError(f"pipeline {self.pipeline} has no reply role (no role answers a `response` field)")
+
+
+class ReferenceSpec(_Strict):
+    """The teacher's own chains on the test split: the reference system and the test dialogues."""
+
+    name: str = Field("teacher", description="its name in the report")
+    mapping: str = Field(description="the import mapping of the test file (every link, the gold labels)")
+    priced_as: Optional[str] = Field(None, description="the API model its chains are costed at (eval compare)")
+    about: str = Field("the teacher's chains on the test split: the reference", description="report.md's line")
+
+
+class BackendSpec(_Strict):
+    """The local backend every student, the prompted base and the oracle run on."""
+
+    type: Literal["local"] = "local"
+    model: str = Field("smollm2-135m", description="the base model (an alias, a folder or a hub id)")
+    device: Literal["cpu", "cuda"] = Field("cpu", description="where training and decoding run")
+    dtype: str = Field("auto", description="auto, float32 or bfloat16")
+    batch_size: int = Field(16, ge=1, description="prompts decoded together")
+
+    @field_validator("model")
+    @classmethod
+    def _runnable(cls, model: str) -> str:
+        return loadable_model(model)
+
+
+class CompareSettings(_Strict):
+    """What the one compare scores besides the reply (eval compare's own keys)."""
+
+    answers: Optional[AnswersSpec] = Field(None, description="label and text answers to score (eval compare)")
+    ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = none")
+    bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec, description="null = no BERTScore")
+    relevance: Optional[RelevanceSpec] = Field(default_factory=RelevanceSpec, description="null = no relevance")
+    test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
+    max_attempts: int = Field(2, ge=1, description="generations per step before it is recorded as failed")
+
+
+class StudentsConfig(_Strict):
+    """Train each student to convergence on the same dialogues, then score them all in one compare."""
+
+    data: DataFiles
+    eval_fraction: Optional[float] = Field(
+        None, gt=0, lt=1, description="with no validation file: the share of train conversations held out for it"
+    )
+    students: list[StudentSpec] = Field(min_length=1, description="the students, each trained per seed")
+    student: Optional[list[str]] = Field(None, description="train only these of `students`; null = all")
+    reference: ReferenceSpec
+    n: Optional[int] = Field(None, ge=1, description="the first N rows of the train file; null = all")
+    train_config: str = Field("configs/train/smollm2-cpu.yaml", description="the train YAML every student uses")
+    num_train_epochs: float = Field(5, gt=0, description="the most epochs a role trains")
+    early_stopping_patience: int = Field(1, ge=1, description="stop after this many epochs without a better loss")
+    train_flags: dict[str, Any] = Field(default_factory=dict, description="other train flags over the train YAML")
+    seeds: list[int] = Field(default_factory=lambda: [42], min_length=1, description="one training run per seed")
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+    compare: CompareSettings = Field(default_factory=CompareSettings)
+    prompted: bool = Field(True, description="also score the untuned base with the teacher prompts")
+    oracle: bool = Field(True, description="also score the per-role student's reply given the teacher's upstream")
+    per_role_student: str = Field(
+        "traces",
+        description="the student whose pipeline the prompted base runs and whose reply role the oracle row runs",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudentsConfig:
+        names = [s.name for s in self.students]
+        if dupes := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"students: name {dupes[0]} given twice")
+        if unknown := [n for n in self.student or [] if n not in names]:
+            raise ValueError(f"student: unknown student '{unknown[0]}' (students: {', '.join(names)})")
+        if self.data.validation is None and self.eval_fraction is None:
+            raise ValueError("data.validation: none given; name a validation file, or set eval_fraction (e.g. 0.1) "
+                             "to hold out that share of the train conversations")  # fmt: skip
+        if set(self.train_flags) & set(RECIPE_FLAGS):
+            taken = sorted(set(self.train_flags) & set(RECIPE_FLAGS))
+            raise ValueError(f"train_flags: {taken[0]} is set by the recipe (its own key, or --seeds, --n)")
+        if not Path(self.train_config).is_file():
+            raise ValueError(f"train_config: no such file {self.train_config}")
+        for spec in self.students:
+            try:
+                spec.check()
+            except ValueError as err:  # a pipeline or mapping refused: its first error, in one line
+                why = first_error(err) if isinstance(err, ValidationError) else str(err)
+                raise ValueError(f"students ({spec.name}): {why}") from None
+        if (self.oracle or self.prompted) and self.per_role_student not in [s.name for s in self.students]:
+            raise ValueError(f"per_role_student: '{self.per_role_student}' is not a student; "
+                             "name one, or set oracle and prompted to false")  # fmt: skip
+        if self.oracle and self.per_role_student not in [s.name for s in self.chosen()]:
+            raise ValueError(f"oracle: the oracle row runs {self.per_role_student}'s adapters, and `student` leaves "
+                             "it out; add it, or set oracle: false")  # fmt: skip
+        return self
+
+    def chosen(self) -> list[StudentSpec]:
+        return [s for s in self.students if self.student is None or s.name in self.student]
+
+    def by_name(self, name: str) -> StudentSpec:
+        return next(s for s in self.students if s.name == name)
+
+
+def load_students_config(path: str, **overrides: Any) -> StudentsConfig:
+    """The YAML, with the CLI's overrides (n, seeds, student, compare.test_limit) on top; one line naming the key."""
+    compare_limit = overrides.pop("test_limit", None)
+    config = load_config_file(path, StudentsConfig, {k: v for k, v in overrides.items() if v is not None},
+                              error=CompareError)  # fmt: skip
+    if compare_limit is not None:
+        config.compare.test_limit = compare_limit
+    return config

@@ -1,0 +1,182 @@
+"""The recipe of `eval students`: per student, import, datasets and training to convergence; then one compare.
+
+Every stage goes through the project's reuse rule (`distill.pipeline.stage_key`): it is reused exactly when its
+inputs are unchanged, and otherwise made again with one line saying which input changed.
+
+- **import** (`distill import`, in process): the first N train rows (written to `<out>/data/train-N.json`), the
+  validation file and the test file, each keyed by the data's content, the mapping, the split and the pipeline.
+- **datasets**: the student's role datasets, its train import as `train` and its validation import as
+  `validation` (or `eval_fraction` of the train conversations held out), keyed by both runs' traces, the options,
+  the roles and the student prompts (`eval.curve.curve.dataset_inputs`).
+- **train** (`eval.curve.adapter_runs.train_stale`, one `python -m train` per student and seed): every epoch up to
+  `num_train_epochs`, stopped by the validation loss, the best epoch kept; keyed by the dataset (both splits),
+  every training setting (the seed, the patience, the epochs), the prompts and the base model.
+- **compare** (`eval.curve.curve.run_compare`): every student and seed, the reference, the prompted base and the
+  oracle row on the test split, keyed by its config, the test dialogues, each system's inputs and its adapters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Optional
+
+from distill.pipeline.stage_key import digest, read_key, regenerating, stale, write_key
+from eval.compare.systems import CompareError
+from eval.students.config import StudentsConfig, StudentSpec
+from eval.students.stages import StageLog
+
+
+def read_rows(path: str) -> list[Any]:
+    """The rows of a JSON list or JSONL file, as written (a subset is written back exactly)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".jsonl"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    rows = json.loads(text)
+    if not isinstance(rows, list):
+        raise CompareError(f"data.train: {path} is not a JSON list of rows")
+    return rows
+
+
+def train_subset(config: StudentsConfig, out: Path) -> tuple[Path, int]:
+    """The train file the students import: the first N rows, written once (a rerun finds it unchanged)."""
+    if why := config.data.missing():
+        raise CompareError(why)
+    rows = read_rows(config.data.train)
+    n = config.n or len(rows)
+    if n > len(rows):
+        raise CompareError(f"n: {n} train rows asked, {config.data.train} has {len(rows)}")
+    if n == len(rows):
+        return Path(config.data.train), n
+    path = out / "data" / f"train-{n}.json"
+    text = json.dumps(rows[:n], ensure_ascii=False)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return path, n
+
+
+def import_run(log: StageLog, stage: str, data: Path | str, mapping: str, run: Path, split: str) -> Path:
+    """`distill import`, in process: reused when its key (data, mapping, split, pipeline) holds."""
+    from distill.__main__ import main as distill
+
+    before = read_key(run)
+    with log.stage(stage) as status, contextlib.redirect_stdout(sys.stderr):
+        argv = ["import", "--data", str(data), "--mapping", mapping, "--split", split, "--out", str(run)]
+        if distill(argv):
+            raise CompareError(f"{stage}: distill import of {data} with {mapping} failed (its error is above)")
+        status["ran"] = before is None or read_key(run) != before
+    if not status["ran"]:
+        print(f"reusing {run}", flush=True)
+    return run
+
+
+def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation: Optional[Path], out: Path,
+                   config: StudentsConfig) -> Path:  # fmt: skip
+    """The student's role datasets: train rows from its train import, validation rows from its validation import
+    (or `eval_fraction` of the train conversations), rebuilt only when their inputs changed."""
+    from distill.datasets.dataset_card import read_run
+    from distill.datasets.sft_data import (
+        BuildReport,
+        DatasetOptions,
+        build_role_datasets,
+        save_role_datasets,
+        with_validation_run,
+    )
+    from eval.curve.curve import dataset_inputs
+
+    traces, info, _ = read_run(train)
+    held = read_run(validation)[0] if validation else None
+    options = DatasetOptions(eval_fraction=0.0 if validation else config.eval_fraction)
+    inputs = dataset_inputs(traces, asdict(options), student.roles, info)
+    inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
+    with log.stage(f"{student.name}: datasets") as status:
+        why = stale(out, inputs)
+        status["ran"] = why is not None
+        if why is None:
+            print(f"reusing {out}", flush=True)
+            return out
+        if out.exists():
+            regenerating(str(out), why)
+        report = BuildReport()
+        built = build_role_datasets(traces, student.roles, options, report, info)
+        if held is not None:
+            where = f"{validation} (the validation import of student {student.name})"
+            built = with_validation_run(built, build_role_datasets(held, student.roles, options), report, where)
+        for line in report.lines():
+            print(line, file=sys.stderr)
+        if missing := [r for r in student.roles if r not in built or not len(built[r]["validation"])]:
+            raise CompareError(f"student {student.name}: role {missing[0]} has no train or validation rows "
+                               f"({'; '.join(report.lines())})")  # fmt: skip
+        save_role_datasets(built, out, traces, info, options, report, train)
+        write_key(out, inputs)
+    return out
+
+
+def train_flags(student: StudentSpec, seed: int, config: StudentsConfig) -> dict[str, Any]:
+    """The flags over the train YAML: to convergence (epochs, patience, no token budget), this seed, this base."""
+    return {
+        "model_name_or_path": config.backend.model,
+        "pipeline": student.pipeline,
+        "num_train_epochs": config.num_train_epochs,
+        "early_stopping_patience": config.early_stopping_patience,
+        "max_tokens_budget": 0,
+        "seed": seed,
+        "use_cpu": config.backend.device == "cpu",
+        **config.train_flags,
+    }
+
+
+def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters: Path, seed: int,
+                   config: StudentsConfig) -> Path:  # fmt: skip
+    """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed."""
+    from eval.curve.adapter_runs import train_stale
+
+    flags = train_flags(student, seed, config)
+    with log.stage(f"{student.name} seed {seed}: train") as status:
+        trained = train_stale(datasets, adapters, dict.fromkeys(student.roles, flags), Path(config.train_config),
+                              card_example=False)  # fmt: skip
+        status["ran"] = bool(trained)
+        if not trained:
+            print(f"reusing {adapters} ({', '.join(student.roles)})", flush=True)
+    return adapters
+
+
+def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Every stage in turn; returns the compare's report.json and what `students.json` needs to be written."""
+    from eval.students.systems import compare_config
+
+    train_file, n = train_subset(config, out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = StageLog(out)
+    reference = import_run(log, "reference: import test", config.data.test, config.reference.mapping,
+                           out / "imports" / "test", "test")  # fmt: skip
+    trained: dict[str, dict[int, Path]] = {}
+    for student in config.chosen():
+        runs = out / "imports" / student.name
+        train = import_run(log, f"{student.name}: import train", train_file, student.mapping, runs / "train", "train")
+        validation = None
+        if config.data.validation:
+            mapping = student.validation_mapping or student.mapping
+            validation = import_run(log, f"{student.name}: import validation", config.data.validation, mapping,
+                                    runs / "validation", "validation")  # fmt: skip
+        datasets = build_datasets(log, student, train, validation, out / "datasets" / student.name, config)
+        trained[student.name] = {
+            seed: train_adapters(log, student, datasets, out / "adapters" / student.name / f"seed-{seed}", seed, config)
+            for seed in config.seeds
+        }
+    from eval.curve.curve import run_compare
+
+    compare = compare_config(config, reference, trained, n)
+    with log.stage("compare") as status:
+        before = _mtime(out / "eval" / "report.json")
+        report = run_compare(out, compare)
+        status["ran"] = _mtime(report) != before
+    return report, {"n": n, "adapters": trained, "stages": log.records, "compare": compare}
+
+
+def _mtime(path: Path) -> Optional[int]:
+    return path.stat().st_mtime_ns if path.is_file() else None

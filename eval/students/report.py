@@ -1,0 +1,112 @@
+"""`students.json` and `students.md`, beside the compare's report: how each student trained, and what it cost.
+
+Per student and seed: each role's convergence as its adapter's metadata records it (the epoch it stopped at, its
+steps, the epoch it kept and that epoch's validation loss), its rows and training seconds; the seconds and peak
+RSS of every stage; each student's headline figures from the compare (`eval.records_compare.FIGURES`, seconds and
+tokens per dialogue) and, with several seeds, their spread (max − min) across the seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from eval.compare.markdown import fmt, markdown_table
+from eval.records_compare import FIGURES
+from eval.students.config import StudentsConfig
+from eval.students.systems import system_name
+
+STUDENTS_JSON, STUDENTS_MD = "students.json", "students.md"
+
+
+def role_convergence(adapter: Path) -> dict[str, Any]:
+    """What the adapter's metadata says about its training: where it stopped and what it kept."""
+    from distill.adapters.adapters import read_metadata
+
+    meta = read_metadata(adapter)
+    converged = meta.get("convergence") or {}
+    keep = ("stopped_at_epoch", "stopped_at_step", "stopped_early", "best_epoch", "best_eval_loss", "max_epochs",
+            "eval_loss_by_epoch")  # fmt: skip
+    return {
+        **{k: converged.get(k) for k in keep},
+        "steps": meta.get("global_step"),
+        "train_rows": (meta.get("tokens") or {}).get("examples"),
+        "tokens_seen": meta.get("tokens_seen"),
+        "train_seconds": meta.get("train_seconds"),
+    }
+
+
+def headline(row: dict[str, Any]) -> dict[str, Optional[float]]:
+    """A system's headline figures in a report row: each statistic's value, seconds and tokens per dialogue."""
+    figures = {}
+    for figure in FIGURES:
+        value = figure.read(row)
+        figures[figure.path] = value.get("value") if isinstance(value, dict) else value
+    cost = row.get("cost") or {}
+    figures["seconds_per_dialogue"] = (cost.get("latency_s") or {}).get("value")
+    tokens = (cost.get("prompt_tokens_per_dialogue") or 0) + (cost.get("completion_tokens_per_dialogue") or 0)
+    figures["tokens_per_dialogue"] = tokens or None
+    return figures
+
+
+def spread(values: list[Optional[float]]) -> Optional[float]:
+    """max − min of the seeds' values; None unless every seed has one."""
+    if len(values) < 2 or any(v is None for v in values):
+        return None
+    return round(max(values) - min(values), 4)
+
+
+def students_record(config: StudentsConfig, report: dict[str, Any], ran: dict[str, Any]) -> dict[str, Any]:
+    rows = {row["name"]: row for row in report["systems"]}
+    stages = ran["stages"]
+    students = []
+    for student in config.chosen():
+        seeds = []
+        for seed, adapters in ran["adapters"][student.name].items():
+            name = system_name(student.name, seed, config)
+            train = stages.get(f"{student.name} seed {seed}: train", {})
+            seeds.append({
+                "seed": seed,
+                "system": name,
+                "roles": {role: role_convergence(adapters / role) for role in student.roles},
+                "train_stage": {k: train.get(k) for k in ("seconds", "peak_rss_mb", "reused")},
+                "figures": headline(rows[name]) if name in rows else None,
+            })  # fmt: skip
+        by_figure = [s["figures"] or {} for s in seeds]
+        spreads = {key: spread([f.get(key) for f in by_figure]) for key in (by_figure[0] if by_figure else {})}
+        students.append({"name": student.name, "learns": student.learns, "roles": student.roles, "seeds": seeds,
+                         "spread": spreads if len(seeds) > 1 else None})  # fmt: skip
+    return {"n": ran["n"], "seeds": config.seeds, "students": students, "stages": stages}
+
+
+def write_students(out: Path, config: StudentsConfig, report_path: Path, ran: dict[str, Any]) -> Path:
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    record = students_record(config, report, ran)
+    (out / STUDENTS_JSON).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (out / STUDENTS_MD).write_text(students_markdown(record, report_path), encoding="utf-8")
+    return out / STUDENTS_JSON
+
+
+def students_markdown(record: dict[str, Any], report_path: Path) -> str:
+    seeds = ", ".join(map(str, record["seeds"]))
+    lines = [f"# Students at convergence: N = {record['n']}, seeds {seeds}", ""]
+    lines.append(f"Each system's figures, with paired 95% CIs: [report.md]({report_path.parent.name}/report.md).")
+    header = ["student", "seed", "role", "stopped at epoch", "steps", "best epoch", "best val. loss", "train s"]
+    table = [
+        [student["name"], str(seed["seed"]), role, fmt(c["stopped_at_epoch"]), fmt(c["steps"]), fmt(c["best_epoch"]),
+         fmt(c["best_eval_loss"], 4), fmt(c["train_seconds"], 1)]
+        for student in record["students"] for seed in student["seeds"] for role, c in seed["roles"].items()
+    ]  # fmt: skip
+    lines += ["", "## Where each role stopped", "", *markdown_table(header, table)]
+    spreads = [s for s in record["students"] if s["spread"]]
+    if spreads:
+        keys = list(spreads[0]["spread"])
+        rows = [[s["name"], *(fmt(s["spread"][k], 4) for k in keys)] for s in spreads]
+        lines += ["", "## Spread across seeds (max − min)", "", *markdown_table(["student", *keys], rows)]
+    stages = [
+        [name, fmt(r["seconds"], 1), fmt(r["peak_rss_mb"]), "yes" if r.get("reused") else "no"]
+        for name, r in record["stages"].items()
+    ]
+    lines += ["", "## Stages", "", *markdown_table(["stage", "seconds", "peak RSS MiB", "reused"], stages)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,94 @@
+"""The systems of `eval students`' one compare, all on the imported test split.
+
+- the reference: the teacher's own chains on the test dialogues (the test import), costed at its API price;
+- each student at each seed: its pipeline with the student prompts and its adapters;
+- `prompted`: the untuned base with the teacher prompts of the per-role student's pipeline;
+- `oracle`: the per-role student's reply role given the teacher's own upstream answers on the test dialogues
+  (`oracle: {role: teacher}` for every stage before the reply, read from the test import), its adapters those of
+  the first seed: how good its replies are when every upstream answer is right, a diagnostic, not a student.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eval.students.config import StudentsConfig, StudentSpec
+
+ORACLE, PROMPTED = "oracle", "prompted"
+
+
+def system_name(student: str, seed: int, config: StudentsConfig) -> str:
+    """`traces` with one seed, `traces-s42` with several."""
+    return student if len(config.seeds) == 1 else f"{student}-s{seed}"
+
+
+def _backend(config: StudentsConfig, adapters: Path | None = None) -> dict[str, Any]:
+    backend = config.backend.model_dump()
+    return {**backend, "adapters": str(adapters)} if adapters is not None else backend
+
+
+def _pipeline(student: StudentSpec, config: StudentsConfig, style: str) -> dict[str, Any]:
+    return {
+        "pipeline": student.pipeline,
+        "skip": student.skip,
+        "prompt_style": style,
+        "use_adapters": style == "student",
+        "max_attempts": config.compare.max_attempts,
+    }
+
+
+def student_system(student: StudentSpec, seed: int, adapters: Path, n: int, config: StudentsConfig) -> dict:
+    return {
+        "name": system_name(student.name, seed, config),
+        "about": f"{student.learns}; {n} train dialogues, to convergence, seed {seed}".lstrip("; "),
+        "backend": _backend(config, adapters),
+        "pipeline": _pipeline(student, config, "student"),
+    }
+
+
+def oracle_system(student: StudentSpec, adapters: Path, reference: Path, config: StudentsConfig) -> dict:
+    upstream = [r for r in student.roles if r != student.reply_role]
+    pipeline = {**_pipeline(student, config, "student"), "oracle": dict.fromkeys(upstream, "teacher"),
+                "oracle_traces": str(reference)}  # fmt: skip
+    return {
+        "name": ORACLE,
+        "about": f"{student.name}'s {student.reply_role} adapter given the teacher's own {', '.join(upstream)} "
+        "answers on the test dialogues: a diagnostic, not a student",
+        "backend": _backend(config, adapters),
+        "pipeline": pipeline,
+    }
+
+
+def prompted_system(student: StudentSpec, config: StudentsConfig) -> dict:
+    return {
+        "name": PROMPTED,
+        "about": f"the untuned base with the teacher prompts of {Path(student.pipeline).name}: the prompted pipeline",
+        "backend": _backend(config),
+        "pipeline": _pipeline(student, config, "teacher"),
+    }
+
+
+def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, dict[int, Path]], n: int) -> dict:
+    """The `eval compare` config: the reference first (every agreement figure is against it)."""
+    ref = config.reference
+    systems = [{"name": ref.name, "traces": str(reference), "priced_as": ref.priced_as, "about": ref.about}]
+    if config.prompted:
+        systems.append(prompted_system(config.by_name(config.per_role_student), config))
+    for name, seeds in trained.items():
+        systems += [student_system(config.by_name(name), seed, path, n, config) for seed, path in seeds.items()]
+    if config.oracle:
+        per_role = config.by_name(config.per_role_student)
+        systems.append(oracle_system(per_role, trained[per_role.name][config.seeds[0]], reference, config))
+    settings = config.compare
+    return {
+        "dialogues": str(reference),
+        "split": "test",
+        "limit": settings.test_limit,
+        "reference": ref.name,
+        "systems": systems,
+        "answers": settings.answers.model_dump(exclude_none=True) if settings.answers else None,
+        "ppl": settings.ppl.model_dump() if settings.ppl else None,
+        "bertscore": settings.bertscore.model_dump() if settings.bertscore else None,
+        "relevance": settings.relevance.model_dump() if settings.relevance else None,
+    }

@@ -1,0 +1,209 @@
+"""`eval students` on a tiny fixture in ESD-CoT's formats (the chains test_import writes, never ESD's text), with the
+random 2-layer model: it runs from nothing to a report and students.json with each role's convergence; a rerun
+reuses every stage; an edited mapping retrains only the student that reads it; bad input is one line, nothing
+written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_import import REPO, write_full_chain, write_instruction
+
+from eval.__main__ import main as evaluate
+
+PIPELINES, MAPPINGS = REPO / "configs" / "pipelines", REPO / "configs" / "import"
+SHIPPED = REPO / "configs" / "eval" / "escot-students.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _at_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # the shipped configs name their files relative to the repository
+
+
+def esd_cot(folder: Path) -> Path:
+    """ESD-CoT's train (instruction format), val and test (full-chain format) files, from the invented chains."""
+    folder.mkdir()
+    write_instruction(folder / "train_em_sr_re.json")
+    val = json.loads(write_full_chain(folder / "val.json").read_text())
+    for n, row in enumerate(val):
+        row["id"] = 200 + n
+    (folder / "val.json").write_text(json.dumps(val))
+    write_full_chain(folder / "test.json")
+    return folder
+
+
+def compact(pipeline: Path, path: Path) -> Path:
+    """A shipped pipeline with short answers, so a random model's JSON closes (or stops) in time."""
+    data = yaml.safe_load(pipeline.read_text())
+    for role in data["roles"]:
+        role["max_new_tokens"] = 48
+        for answer in role["answer"].values():
+            if "text" in answer:
+                answer["text"] = 40
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
+    """The shipped config over the fixture, its pipelines compacted and its mappings pointing at them, the tiny
+    model, two epochs at most, no model-based metrics."""
+    config = yaml.safe_load(SHIPPED.read_text())
+    data = esd_cot(tmp_path / "esd-cot")
+    config["data"] = {split: str(data / f"{name}.json") for split, name in
+                      (("train", "train_em_sr_re"), ("validation", "val"), ("test", "test"))}  # fmt: skip
+    (tmp_path / "maps").mkdir()
+    for student in [*config["students"], config["reference"]]:
+        for key in ("mapping", "validation_mapping"):
+            if key in student:
+                student[key] = str(local_mapping(Path(student[key]), tmp_path))
+        if "pipeline" in student:
+            student["pipeline"] = str(tmp_path / "maps" / Path(student["pipeline"]).name)
+    config.update(num_train_epochs=2, seeds=[42], backend={"model": model, "dtype": "float32", "batch_size": 4})
+    config["train_flags"] = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
+    config["compare"].update(ppl=None, bertscore=None, relevance=None, max_attempts=1)
+    config.update(changes)
+    path = tmp_path / "students.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def local_mapping(mapping: Path, tmp_path: Path) -> Path:
+    """A copy of a shipped mapping whose pipeline is the compacted copy of its own."""
+    data = yaml.safe_load((REPO / mapping).read_text())
+    pipeline = tmp_path / "maps" / Path(data["pipeline"]).name
+    if not pipeline.is_file():
+        compact(REPO / data["pipeline"], pipeline)
+    data["pipeline"] = str(pipeline)
+    out = tmp_path / "maps" / mapping.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def adapter_times(out: Path) -> dict[str, int]:
+    return {
+        str(p.relative_to(out)): p.stat().st_mtime_ns for p in sorted(out.glob("adapters/*/seed-*/*/*.safetensors"))
+    }
+
+
+def students(config: Path, out: Path, *extra: str) -> int:
+    return evaluate(["students", "--config", str(config), "--out", str(out), "--limit", "2", *extra])
+
+
+def test_the_shipped_config_loads_with_three_students():
+    from eval.students.config import load_students_config
+
+    config = load_students_config(str(SHIPPED))
+    expected = [("traces", ["em", "sr", "re"], "re"), ("direct", ["reply"], "reply"), ("joint", ["chain"], "chain")]
+    assert [(s.name, s.roles, s.reply_role) for s in config.students] == expected
+    assert config.train_config.endswith("smollm2-cpu.yaml") and config.early_stopping_patience == 1
+
+
+@pytest.mark.slow
+def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_changes(
+    tmp_path, tiny_model_dir, capsys
+):
+    config, out = tiny_config(tmp_path, tiny_model_dir), tmp_path / "out"
+    assert students(config, out) == 0
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "traces", "direct", "joint", "oracle"]
+    assert report["test"]["n"] == 2 and report["settings"]["reference_system"] == "chatgpt"
+    record = json.loads((out / "students.json").read_text())
+    for student in record["students"]:  # every role trained to the validation loss, its stop recorded
+        for role, c in student["seeds"][0]["roles"].items():
+            assert c["best_epoch"] in (1, 2) and c["stopped_at_epoch"] <= 2 and c["steps"] >= 2, (role, c)
+            assert len(c["eval_loss_by_epoch"]) >= 1
+    assert {r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in record["stages"].values()} == {True}
+    assert "Where each role stopped" in (out / "students.md").read_text()
+    oracle = [json.loads(line) for line in (out / "eval" / "systems" / "oracle" / "traces.jsonl").open()]
+    assert all(t["outputs"]["em"] == t2["outputs"]["em"] for t, t2 in zip(oracle, chains(out)))  # the teacher's em
+    trained = adapter_times(out)
+    assert len(trained) == 5  # em, sr, re; reply; chain
+    capsys.readouterr()
+
+    assert students(config, out) == 0  # a rerun: every stage reused, nothing trained
+    lines = capsys.readouterr().out.splitlines()
+    stages = [line for line in lines if line.startswith("[stage] ")]
+    assert stages and all(": reused (" in line for line in stages), stages
+    assert adapter_times(out) == trained
+
+    mapping = Path(yaml.safe_load(config.read_text())["students"][1]["mapping"])  # direct's: its reply's source
+    edited = yaml.safe_load(mapping.read_text())
+    edited["answers"]["reply"]["response"] = {"section": "Emotion"}
+    mapping.write_text(yaml.safe_dump(edited))
+    assert students(config, out) == 0
+    log = capsys.readouterr().out
+    assert "regenerating" in log and "direct: import train: ran" in log.replace("[stage] ", "")
+    now = adapter_times(out)
+    changed = {k for k in now if now[k] != trained[k]}
+    assert changed == {"adapters/direct/seed-42/reply/adapter_model.safetensors"}
+
+    assert students(config, out, "--seeds", "42", "43") == 0  # a second seed: seed 42's adapters are kept
+    record = json.loads((out / "students.json").read_text())
+    assert all(now[k] == v for k, v in adapter_times(out).items() if k in now) and len(adapter_times(out)) == 10
+    for student in record["students"]:
+        assert [s["system"] for s in student["seeds"]] == [f"{student['name']}-s42", f"{student['name']}-s43"]
+        assert student["spread"]["tokens_per_dialogue"] is not None and student["spread"]["tokens_per_dialogue"] >= 0
+
+
+def chains(out: Path) -> list[dict]:
+    """The imported test chains, in the compare's order (its first dialogues)."""
+    return [json.loads(line) for line in (out / "imports" / "test" / "traces.jsonl").open()][:2]
+
+
+# --- bad input: one line each, nothing written --------------------------------------------------------------------
+
+
+def _refused(capsys, code: int, out: Path, *words: str) -> None:
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert all(w in err for w in words), err
+    assert not out.exists()
+
+
+def test_a_missing_validation_file_is_one_line_offering_eval_fraction(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    data["data"]["validation"] = str(tmp_path / "nowhere.json")
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "data.validation", "nowhere.json",
+             "eval_fraction")  # fmt: skip
+
+
+def test_no_validation_split_is_one_line_offering_eval_fraction(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    data["data"]["validation"] = None
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "data.validation", "eval_fraction")
+
+
+def test_n_larger_than_the_train_file_is_one_line(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    _refused(capsys, students(config, tmp_path / "out", "--n", "9"), tmp_path / "out", "n: 9", "has 4")
+
+
+def test_an_unknown_student_is_one_line(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    code = students(config, tmp_path / "out", "--student", "traces", "nobody")
+    _refused(capsys, code, tmp_path / "out", "unknown student 'nobody'", "traces, direct, joint")
+
+
+def test_a_pipeline_without_a_reply_role_is_one_line(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    pipeline = yaml.safe_load(Path(data["students"][0]["pipeline"]).read_text())
+    pipeline["name"] = "escot_no_reply"
+    pipeline["roles"] = [r for r in pipeline["roles"] if r["name"] != "re"]
+    (tmp_path / "no-reply.yaml").write_text(yaml.safe_dump(pipeline))
+    mapping = yaml.safe_load(Path(data["students"][0]["mapping"]).read_text())
+    mapping.update(pipeline=str(tmp_path / "no-reply.yaml"))
+    del mapping["answers"]["re"]
+    (tmp_path / "no-reply-map.yaml").write_text(yaml.safe_dump(mapping))
+    data["students"][0].update(pipeline=str(tmp_path / "no-reply.yaml"), mapping=str(tmp_path / "no-reply-map.yaml"))
+    del data["students"][0]["validation_mapping"]
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (traces)", "no reply role")
