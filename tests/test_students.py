@@ -149,6 +149,22 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
         assert student["spread"]["tokens_per_dialogue"] is not None and student["spread"]["tokens_per_dialogue"] >= 0
 
 
+@pytest.mark.slow
+def test_with_no_validation_file_eval_fraction_holds_out_train_conversations(tmp_path, tiny_model_dir, capsys):
+    """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train."""
+    from datasets import load_from_disk
+
+    config, out = tiny_config(tmp_path, tiny_model_dir), tmp_path / "out"
+    assert students(config, out, "--student", "direct", "--eval-fraction", "0.5") == 0
+    reply = load_from_disk(str(out / "datasets" / "direct" / "reply"))
+    assert reply["train"].num_rows == reply["validation"].num_rows == 2
+    assert not (out / "imports" / "direct" / "validation").exists()
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "direct"]  # no traces: no oracle row
+    roles = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]
+    assert roles["reply"]["best_epoch"] in (1, 2)
+
+
 def chains(out: Path) -> list[dict]:
     """The imported test chains, in the compare's order (its first dialogues)."""
     return [json.loads(line) for line in (out / "imports" / "test" / "traces.jsonl").open()][:2]

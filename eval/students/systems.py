@@ -77,8 +77,8 @@ def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, d
         systems.append(prompted_system(config.by_name(config.per_role_student), config))
     for name, seeds in trained.items():
         systems += [student_system(config.by_name(name), seed, path, n, config) for seed, path in seeds.items()]
-    if config.oracle:
-        per_role = config.by_name(config.per_role_student)
+    per_role = config.by_name(config.per_role_student) if config.oracle else None
+    if per_role is not None and per_role.name in trained:  # its adapters: a run of other students has no oracle row
         systems.append(oracle_system(per_role, trained[per_role.name][config.seeds[0]], reference, config))
     settings = config.compare
     return {
