@@ -265,17 +265,46 @@ def render_compare_summary(record: dict[str, Any]) -> list[str]:
     parts = []
     for point in _summary_points(record["points"]):
         said = [f"{p['pair'][0]} − {p['pair'][1]} {PAIRED_METRICS[p['metric']]} "
-                f"{interval(p['diff'], p['ci_low'], p['ci_high'])}"
+                f"{interval(p['diff'], p['ci_low'], p['ci_high'])} ({_verdict(p)})"
                 for p in point["paired"] if p["metric"] in SUMMARY_METRICS]  # fmt: skip
         if said:
             parts.append(f"{_point_title(point['point'])}: {'; '.join(said)}")
-    return wrap_paragraph(". ".join(parts) + f" (95% CIs; record `docs/records/{record['name']}.json`).")
+    largest = _largest(record["points"])
+    labels = _labels_in_words(largest, record["reference"]) if largest else ""
+    return wrap_paragraph(". ".join(parts) + f"{labels} (95% CIs; record `docs/records/{record['name']}.json`).")
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    """Who won a paired difference, in words: by its whole CI, and whether that holds after Holm."""
+    first, second = row["pair"]
+    if row["ci_low"] <= 0 <= row["ci_high"]:
+        return "no winner: CI spans 0"
+    winner = first if row["diff"] > 0 else second
+    return f"{winner} ahead, " + ("holds after Holm" if row.get("survives_holm") else "not after Holm")
+
+
+def _labels_in_words(point: dict[str, Any], reference: str) -> str:
+    """Each system's label accuracy (the reference's own aside) beside always answering the majority class, and
+    whether any beats it by its whole CI."""
+    majority = point.get("majority_class")
+    found = {s["name"]: s["figures"].get("label_accuracy.accuracy") for s in point["systems"] if s["name"] != reference}
+    scored = {name: f for name, f in found.items() if f}
+    if majority is None or not scored:
+        return ""
+    above = [name for name, f in scored.items() if f["ci_low"] > majority]
+    listed = ", ".join(f"{name} {fmt(f['value'], 3)}" for name, f in scored.items())
+    beats = f"{', '.join(above)} above it by the whole CI" if above else "none above it"
+    return f". Strategy accuracy at {point['point']}: {listed}; the majority class {fmt(majority, 3)}: {beats}"
 
 
 def _summary_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    sized = [p for p in points if p["point"].isdigit()]
-    largest = max(sized, key=lambda p: int(p["point"]), default=None)
+    largest = _largest(points)
     return [p for p in points if p is largest or not p["point"].isdigit()]
+
+
+def _largest(points: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The point with the most train dialogues (a named point, such as the full-chain one, is not sized)."""
+    return max((p for p in points if p["point"].isdigit()), key=lambda p: int(p["point"]), default=None)
 
 
 def _point_title(point: str) -> str:
