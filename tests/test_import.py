@@ -257,15 +257,16 @@ def test_a_bad_declaration_is_refused_in_one_line(tmp_path, capsys, change, word
 # --- train one step per role, run the students --------------------------------------------------------------
 
 
-def compact_escot(path: Path) -> Path:
-    """escot.yaml with answers capped at 40 characters, so a random 2-layer model's constrained JSON closes in time."""
-    pipeline = yaml.safe_load(ESCOT.read_text())
-    for role in pipeline["roles"]:
-        role["max_new_tokens"] = 96
+def compact_pipeline(pipeline: Path, path: Path, max_new_tokens: int = 96) -> Path:
+    """A shipped pipeline with answers capped at 40 characters, so a random 2-layer model's constrained JSON closes
+    (or stops) in time."""
+    data = yaml.safe_load(pipeline.read_text())
+    for role in data["roles"]:
+        role["max_new_tokens"] = max_new_tokens
         for answer in role["answer"].values():
             if "text" in answer:
                 answer["text"] = 40
-    path.write_text(yaml.safe_dump(pipeline))
+    path.write_text(yaml.safe_dump(data))
     return path
 
 
@@ -285,7 +286,7 @@ def test_imported_chain_trains_a_student_per_role_that_the_pipeline_runs(tmp_pat
     from distill.pipeline.pipeline import Pipeline
     from train.__main__ import main as train
 
-    pipeline = compact_escot(tmp_path / "escot-compact.yaml")
+    pipeline = compact_pipeline(ESCOT, tmp_path / "escot-compact.yaml")
     mapping = _mapping(tmp_path, FULL_CHAIN, lambda m: m.update(pipeline=str(pipeline)))
     assert run_import(write_full_chain(tmp_path / "train.json"), mapping, tmp_path / "run", "--split", "train") == 0
     datasets, adapters = tmp_path / "datasets", tmp_path / "adapters"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_import import REPO, write_full_chain, write_instruction
+from test_import import REPO, compact_pipeline, write_full_chain, write_instruction
 
 from eval.__main__ import main as evaluate
 
@@ -34,18 +34,6 @@ def esd_cot(folder: Path) -> Path:
     (folder / "val.json").write_text(json.dumps(val))
     write_full_chain(folder / "test.json")
     return folder
-
-
-def compact(pipeline: Path, path: Path) -> Path:
-    """A shipped pipeline with short answers, so a random model's JSON closes (or stops) in time."""
-    data = yaml.safe_load(pipeline.read_text())
-    for role in data["roles"]:
-        role["max_new_tokens"] = 48
-        for answer in role["answer"].values():
-            if "text" in answer:
-                answer["text"] = 40
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
@@ -76,7 +64,7 @@ def local_mapping(mapping: Path, tmp_path: Path) -> Path:
     data = yaml.safe_load((REPO / mapping).read_text())
     pipeline = tmp_path / "maps" / Path(data["pipeline"]).name
     if not pipeline.is_file():
-        compact(REPO / data["pipeline"], pipeline)
+        compact_pipeline(REPO / data["pipeline"], pipeline, max_new_tokens=48)
     data["pipeline"] = str(pipeline)
     out = tmp_path / "maps" / mapping.name
     out.write_text(yaml.safe_dump(data, sort_keys=False))
