@@ -34,6 +34,7 @@ from train.adapter_card import card_example
 from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
 from train.config import ConfigError, DistillArguments, TrainConfig
+from train.plan import plan_line, training_plan
 from train.preflight import check_base_model, check_launch
 from train.resume import RecordCheckpoint, last_checkpoint, tokens_at
 
@@ -332,25 +333,6 @@ def make_trainer(model, tokenizer, cfg: TrainConfig, role: str, data: DatasetDic
     return trainer, counts
 
 
-def training_plan(cfg: TrainConfig, counts: dict, world_size: int, max_steps: int) -> dict:
-    """What a role will train on, before it trains: rows, optimizer steps, epochs (a fraction under a budget or
-    a step cap) and the tokens those steps see."""
-    per_batch = cfg.sft.per_device_train_batch_size * cfg.sft.gradient_accumulation_steps * world_size
-    epoch_steps = max(1, math.ceil(counts["examples"] / per_batch))
-    steps = max_steps if max_steps > 0 else math.ceil(epoch_steps * cfg.sft.num_train_epochs)
-    epochs = steps / epoch_steps
-    return {
-        "rows": counts["examples"],
-        "steps": steps,
-        "epochs": round(epochs, 2),
-        "tokens": round(epochs * counts["tokens"]),
-    }
-
-
-def plan_line(plan: dict) -> str:
-    return f"{plan['rows']:,} rows, {plan['steps']:,} steps, {plan['epochs']:g} epochs, ~{plan['tokens']:,} tokens"
-
-
 def train_role(
     base, tokenizer, base_path: str, cfg: TrainConfig, role: str, callbacks: Optional[list] = None
 ) -> tuple[object, dict]:
@@ -383,7 +365,9 @@ def train_role(
     meta = adapter_metadata(cfg, role, base_path, data, trainer, counts, seconds, metrics, resume_from)
     if converged:
         meta["convergence"] = converged
-        log(f"{role}: stopped at epoch {converged['stopped_at_epoch']:g}, kept epoch {converged['best_epoch']}")
+        how = "stopped early at" if converged["stopped_early"] else "trained all"
+        kept = "?" if converged["best_epoch"] is None else f"{converged['best_epoch']:g}"
+        log(f"{role}: {how} {converged['stopped_at_epoch']:g} epochs, kept epoch {kept}")
     meta["lora_fingerprint"] = save_adapter(trainer, out)
     if trainer.is_world_process_zero():
         # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
