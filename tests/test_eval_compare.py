@@ -621,3 +621,23 @@ def test_a_generated_systems_key_holds_its_index_base_weights_and_resolved_dtype
     assert stale_after(
         lambda: monkeypatch.setattr(models, "resolve_dtype", lambda d, device: other[str(dtype(d, device))])
     ) == ("regenerating system 'base': its base model changed")  # `auto` resolves otherwise on another machine
+
+
+@pytest.mark.parametrize(
+    "primary, message",
+    [
+        ({"pair": ["student", "nobody"], "metric": "i_acc"}, "primary.pair.1: no system named 'nobody'"),
+        ({"pair": ["student", "student"], "metric": "i_acc"}, "primary.pair: two different systems are compared"),
+        ({"pair": ["student", "teacher"], "metric": "accuracy"}, "metric 'accuracy' is no paired row's metric"),
+    ],
+)
+def test_a_primary_comparison_names_two_systems_and_a_paired_metric(tmp_path, primary, message):
+    from eval.compare.compare import load_config
+    from eval.compare.systems import CompareError
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/eval/sample.yaml").read_text())
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump({**config, "primary": primary}))
+    with pytest.raises(CompareError) as err:
+        load_config(str(path))
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
+from pathlib import Path
 
 import pytest
+import yaml
 
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason
 from eval.quickstart import headline, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 # No card examples: each decodes to its role's token cap on these barely trained adapters, and the README
 # workflow test and test_train cover them
@@ -207,6 +212,42 @@ def test_headline_says_what_holms_adjustment_makes_of_an_interval_that_excludes_
         json.dumps({"paired": [{**i_acc, "p_value": 0.002, "p_holm": 0.006, "survives_holm": True}, *others]})
     )
     assert "gives p 0.006: the difference holds at a family-wise error rate of 0.05." in headline(path)
+
+
+def test_headline_of_a_pre_declared_primary_comparison_tests_it_alone(tmp_path):
+    """The quickstart's config declares its result's comparison primary: the line reads its own p, and says that
+    Holm covers the report's other rows."""
+    path = tmp_path / "report.json"
+    i_acc = {"metric": "i_acc", "pair": ["student", "teacher"], "diff": 0.17, "ci_low": 0.04, "ci_high": 0.29, "n": 48}
+    others = [{"metric": m, "pair": ["student", "teacher"], "p_value": 0.5, "p_holm": 1.0} for m in ("dist1", "ead1")]
+    row = {**i_acc, "p_value": 0.012, "p_holm": 0.012, "survives_holm": True, "primary": True}
+    path.write_text(json.dumps({"paired": [row, *others]}))
+    line = headline(path)
+    assert "the report's one primary comparison, declared before the run and tested alone: p 0.012" in line
+    assert "so it holds at 0.05 (Holm's adjustment covers the other 2 rows)" in line
+    shipped = yaml.safe_load((REPO / "configs" / "eval" / "sample.yaml").read_text(encoding="utf-8"))
+    assert shipped["primary"] == {"pair": ["student", "teacher"], "metric": "i_acc"}
+
+
+def test_a_primary_comparison_is_tested_alone_and_left_out_of_holms_family():
+    from eval.compare.paired import paired_comparisons
+    from eval.metrics.stats import holm
+
+    rng = random.Random(0)
+    rates = {"student": 0.7, "teacher": 0.4, "base": 0.4}
+    systems = {
+        name: {"i_acc": [rng.random() < rate for _ in range(60)], "bertscore_f1": [rng.random() for _ in range(60)]}
+        for name, rate in rates.items()
+    }
+    plain = paired_comparisons(systems)
+    declared = paired_comparisons(systems, (("teacher", "student"), "i_acc"))
+    [first] = [r for r in declared if r.get("primary")]
+    assert set(first["pair"]) == {"student", "teacher"} and first["metric"] == "i_acc"
+    assert first["p_holm"] == first["p_value"] and first["survives_holm"] == (first["p_value"] < 0.05)
+    others = [r for r in declared if not r.get("primary")]
+    expected = holm({str(i): r["p_value"] for i, r in enumerate(others)})
+    assert [r["p_holm"] for r in others] == [expected[str(i)] for i in range(len(others))]
+    assert not any(r.get("primary") for r in plain)  # none declared: Holm over every row, as before
 
 
 def test_a_smaller_train_limit_on_a_rerun_trains_on_its_first_dialogues_alone(tmp_path):

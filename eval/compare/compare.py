@@ -288,7 +288,11 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     scored = [score_system(run, test, loaded, reference, config.answers, train) for run in runs]
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
-    paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)})
+    primary = (tuple(config.primary.pair), config.primary.metric) if config.primary else None
+    paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)}, primary)
+    if primary and not any(row.get("primary") for row in paired):  # e.g. a system that answered no emotion
+        print(f"{config_file}: primary {primary[0][0]} − {primary[0][1]} on {primary[1]}: no such paired row; "
+              "Holm covers every row", file=sys.stderr)  # fmt: skip
     human, human_items = human_gold(test, loaded)
     sizes = corpus_sizes(config.shares_by_size, len(test)) if config.shares_by_size else None
     for system, (_, items) in zip(systems, scored):
@@ -317,7 +321,11 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 **sections,
                 "registered_metrics": settings,
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
-                "paired_family": {"rows": len(paired), "correction": "holm", "alpha": ALPHA},
+                "paired_family": {
+                    "rows": sum(not r.get("primary") for r in paired),
+                    "correction": "holm",
+                    "alpha": ALPHA,
+                },
                 # the sub-corpora of `human_ratio_by_size`: the first n of one seeded permutation, in test order
                 "shares_by_size": {"sizes": sizes, "subsets": "nested", "seed": DEFAULT_SEED} if sizes else None,
             },

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import combinations
-from typing import Any
+from typing import Any, Optional
 
 from data_prep.dialogues import Dialogue
 from eval.compare.run_figures import reply_quality
@@ -30,13 +30,17 @@ def paired_resamples(family_size: int) -> int:
     return max(DEFAULT_RESAMPLES, 40 * family_size)
 
 
-def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str, Any]]:
+def paired_comparisons(
+    per_system: dict[str, dict[str, list]], primary: Optional[tuple[tuple[str, str], str]] = None
+) -> list[dict[str, Any]]:
     """One paired interval per pair of systems and metric both have (per figure, for a corpus metric with
     `paired_figures`, by half-sampling); diff = first − second.
 
     The family is every row of the table (each pair of systems × each metric or figure both have). Holm's
     adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
-    holds at a family-wise error rate of ALPHA. A CI that excludes 0 alone is not a finding.
+    holds at a family-wise error rate of ALPHA. A CI that excludes 0 alone is not a finding. A `primary`
+    ((first, second), metric), declared before the run, is tested alone at ALPHA (its ``p_holm`` is its own p,
+    ``primary`` marks it) and left out of the others' family.
     """
     rows, corpus = [], []
     for first, second in combinations(per_system, 2):
@@ -57,11 +61,19 @@ def paired_comparisons(per_system: dict[str, dict[str, list]]) -> list[dict[str,
         result = paired_bootstrap(xs, ys, statistic=METRICS[metric].paired_statistic, resamples=resamples)
         out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples})
     out += _corpus_rows(per_system, corpus, resamples)
-    adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None})
+    first = next((i for i, row in enumerate(out) if primary and _is(row, *primary)), None)
+    adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None and i != first})
     for i, row in enumerate(out):
-        row["p_holm"] = adjusted.get(str(i))
+        row["p_holm"] = row["p_value"] if i == first else adjusted.get(str(i))
         row["survives_holm"] = row["p_holm"] is not None and row["p_holm"] < ALPHA
+        if i == first:
+            row["primary"] = True
     return out
+
+
+def _is(row: dict[str, Any], pair: tuple[str, str], metric: str) -> bool:
+    """The row compares `pair` (in either order) on `metric`."""
+    return set(row["pair"]) == set(pair) and row["metric"] == metric
 
 
 def _corpus_rows(per_system: dict[str, dict[str, list]], asked: list[tuple], resamples: int) -> list[dict[str, Any]]:

@@ -97,7 +97,7 @@ def paired_table(report: dict) -> list[str]:
             fmt(p["n"]),
             p["reading"],
             fmt(p.get("p_value")),
-            fmt(p.get("p_holm")),
+            "– (primary: tested alone)" if p.get("primary") else fmt(p.get("p_holm")),
             "yes" if p.get("survives_holm") else "no",
         ]
         for p in report.get("paired") or []
@@ -267,7 +267,7 @@ def render_markdown(report: dict) -> str:
         "Each row resamples the test dialogues and takes both systems' values on the same draw, so the "
         "interval is for the difference itself; a corpus statistic (PPL) is recomputed on each draw. The family is "
         f"every row of this table ({fam.get('rows', DASH)}); Holm's adjustment holds its family-wise error rate "
-        f"at {fam.get('alpha', DASH)}, and only a row that survives it is a finding.",
+        f"at {fam.get('alpha', DASH)}, and only a row that survives it is a finding." + _primary_sentence(report),
         "",
         *paired_table(report),
         "",
@@ -312,3 +312,14 @@ def write_report_files(report_json: Path, out: Path) -> list[Path]:
     written = [md, plot_metrics(report, out / "metrics.png")]
     confusion = plot_confusions(report, out / "confusion.png")
     return written + ([confusion] if confusion else [])
+
+
+def _primary_sentence(report: dict) -> str:
+    """The row the config declared primary before the run: tested alone, out of Holm's family."""
+    row = next((p for p in report.get("paired") or [] if p.get("primary")), None)
+    if row is None:
+        return ""
+    return (
+        f" The config declared `{row['pair'][0]} − {row['pair'][1]}` on `{row['metric']}` the one primary comparison "
+        "before the run: it is tested alone, and the family is the other rows (the count above)."
+    )

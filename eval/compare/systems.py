@@ -141,6 +141,23 @@ class EadSpec(BaseModel):
     vocab_size: Optional[int] = setting("diversity", "vocab_size")
 
 
+class PrimaryComparison(BaseModel):
+    """The report's one comparison declared before the run: tested alone at ALPHA; Holm covers the others."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pair: tuple[str, str] = Field(description="the two systems, first − second")
+    metric: str = Field(description="a paired metric both have (a report's `paired` row's metric), e.g. i_acc")
+
+    @model_validator(mode="after")
+    def _paired_metric(self) -> PrimaryComparison:
+        known = {n for n, spec in METRICS.items() if spec.paired and not spec.paired_figures}
+        known |= {f for spec in METRICS.values() if spec.paired for f in spec.paired_figures or ()}
+        if self.metric not in known:
+            raise ValueError(f"metric '{self.metric}' is no paired row's metric (one of {', '.join(sorted(known))})")
+        return self
+
+
 class CompareConfig(BaseModel):
     """`configs/eval/*.yaml`: systems plus the shared test split, index, judge and metric settings."""
 
@@ -180,6 +197,11 @@ class CompareConfig(BaseModel):
     answers: Optional[AnswersSpec] = Field(
         None, description="a declared pipeline's answers to score besides the reply (eval.compare.answers)"
     )
+    primary: Optional[PrimaryComparison] = Field(
+        None,
+        description="the one comparison the run is for, declared before it: tested alone at the report's alpha, "
+        "with Holm's adjustment over every other paired row; null = Holm over all",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> CompareConfig:
@@ -187,9 +209,13 @@ class CompareConfig(BaseModel):
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"systems: duplicate name '{sorted(dupes)[0]}'")
-        for where, name in (("judge.against", self.judge and self.judge.against), ("reference", self.reference)):
+        named = [("judge.against", self.judge and self.judge.against), ("reference", self.reference)]
+        named += [(f"primary.pair.{i}", name) for i, name in enumerate(self.primary.pair if self.primary else ())]
+        for where, name in named:
             if name and name not in names:
                 raise ValueError(f"{where}: no system named '{name}' (systems: {', '.join(names)})")
+        if self.primary and self.primary.pair[0] == self.primary.pair[1]:
+            raise ValueError("primary.pair: two different systems are compared")
         return self
 
     def reference_system(self) -> str:
