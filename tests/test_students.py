@@ -190,6 +190,17 @@ def test_n_larger_than_the_train_file_is_one_line(tmp_path, capsys):
     _refused(capsys, students(config, tmp_path / "out", "--n", "9"), tmp_path / "out", "n: 9", "has 4")
 
 
+@pytest.mark.parametrize("content", [b'[{"a":', b"\xe9\xe9", b'{"rows": 1}'])
+def test_a_train_file_that_is_not_a_json_list_is_one_line_naming_it(tmp_path, capsys, content):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    data["data"]["train"] = str(bad)
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out", "--n", "2"), tmp_path / "out", "data.train", str(bad))
+
+
 def test_an_unknown_student_is_one_line(tmp_path, capsys):
     config = tiny_config(tmp_path, "smollm2-135m")
     code = students(config, tmp_path / "out", "--student", "traces", "nobody")

@@ -32,10 +32,13 @@ from eval.students.stages import StageLog
 
 def read_rows(path: str) -> list[Any]:
     """The rows of a JSON list or JSONL file, as written (a subset is written back exactly)."""
-    text = Path(path).read_text(encoding="utf-8")
-    if path.endswith(".jsonl"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    rows = json.loads(text)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        if path.endswith(".jsonl"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json.loads(text)
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON: the file named, in one line
+        raise CompareError(f"data.train: {path}: cannot read its rows ({str(err).splitlines()[0]})") from None
     if not isinstance(rows, list):
         raise CompareError(f"data.train: {path} is not a JSON list of rows")
     return rows
