@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from distill.datasets.sft_data import (
@@ -90,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
     built = build_role_datasets(traces, roles, options, report, info)
     if args.validation_traces and built:
         held_traces, held_info, _ = read_run(Path(args.validation_traces))
-        held = build_role_datasets(held_traces, list(built), replace(options, split=None), BuildReport(), held_info)
-        built = with_validation_run(built, held, report, args.validation_traces)
+        built = with_validation_run(built, held_traces, held_info, options, report, args.validation_traces)
     for line in report.lines():
         print(line, file=sys.stderr)
     if report.emptied:  # before anything is saved: no role of this build sits beside an older build's

@@ -415,14 +415,21 @@ def save_role_datasets(
 
 
 def with_validation_run(
-    built: dict[str, DatasetDict], held: dict[str, DatasetDict], report: BuildReport, where: str
+    built: dict[str, DatasetDict],
+    held_traces: Sequence[Trace],
+    held_info: Optional[RunInfo],
+    options: DatasetOptions,
+    report: BuildReport,
+    where: str,
 ) -> dict[str, DatasetDict]:
-    """Each role's train split from `built` and its validation split from a separate trace run's rows (`held`,
-    built with eval_fraction 0, so every row sits in its train split): a validation set the data ships, such as
-    ESD-CoT's val.json, instead of conversations held out of the train run. A role the validation run gives no
-    rows is refused in one line naming `where`, since early stopping would have nothing to read."""
+    """Each role's train split from `built` and its validation split from a separate trace run (`held_traces`,
+    built with the same options, every row kept: no split filter, nothing held out): a validation set the data
+    ships, such as ESD-CoT's val.json, instead of conversations held out of the train run. A role the validation
+    run gives no rows is refused in one line naming `where`, since early stopping would have nothing to read."""
     from datasets import DatasetDict
 
+    every_row = replace(options, split=None, eval_fraction=0.0)
+    held = build_role_datasets(held_traces, list(built), every_row, BuildReport(), held_info)
     if missing := [role for role in built if role not in held or len(held[role]["train"]) == 0]:
         raise ValueError(f"{where}: the validation run gives role {missing[0]} no rows")
     result = {}

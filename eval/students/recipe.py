@@ -92,7 +92,7 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
     from eval.curve.curve import dataset_inputs
 
     traces, info, _ = read_run(train)
-    held = read_run(validation)[0] if validation else None
+    held, held_info, _ = read_run(validation) if validation else (None, None, None)
     options = DatasetOptions(eval_fraction=0.0 if validation else config.eval_fraction)
     inputs = dataset_inputs(traces, asdict(options), student.roles, info)
     inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
@@ -108,7 +108,7 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
         built = build_role_datasets(traces, student.roles, options, report, info)
         if held is not None:
             where = f"{validation} (the validation import of student {student.name})"
-            built = with_validation_run(built, build_role_datasets(held, student.roles, options), report, where)
+            built = with_validation_run(built, held, held_info, options, report, where)
         for line in report.lines():
             print(line, file=sys.stderr)
         if missing := [r for r in student.roles if r not in built or not len(built[r]["validation"])]:
