@@ -81,13 +81,10 @@ class StudentSpec(_Strict):
 
     @cached_property
     def reply_role(self) -> Optional[str]:
-        """The role whose answer has a `response` field: the pipeline's reply."""
-        from distill.pipeline.config import PipelineConfig
-        from distill.roles.declared import REPLY_FIELD
-        from distill.roles.roles import ROLES
+        """The role of those it trains that writes the pipeline's reply (a `response` answer field)."""
+        from distill.quality.checks import is_reply_role
 
-        config = PipelineConfig(pipeline=self.pipeline, skip=self.skip)
-        return next((r for r in config.stages() if REPLY_FIELD in ROLES[r].schema.model_fields), None)
+        return next((r for r in self.roles if is_reply_role(r)), None)
 
     def check(self) -> None:
         """The mappings read, name this student's pipeline, and it has a reply role: one line otherwise."""
