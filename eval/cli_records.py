@@ -3,6 +3,7 @@
 python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
 python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
     --name escot-curve --command "<what ran>"
+python -m eval records write --students <out> --name escot-students --command "<what ran>"
 python -m eval records render            # rewrite README.md's and docs/*.md's record blocks
 python -m eval records render --check    # exit 1 when a block differs from its record
 """
@@ -23,6 +24,7 @@ from eval.records_compare import (
     read_stages,
     record_from_compares,
 )
+from eval.records_students import read_students_run, record_from_students
 
 # one line, exit 2 (data_prep.commands); OSError: a write the disk refuses, its path in the message
 USER_ERRORS = (RecordError, CompareRecordError, RecordFileError, OSError)
@@ -36,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--compare", nargs="+", metavar="POINT=REPORT", help="`eval compare` report.json files, one per curve point"
     )
+    source.add_argument("--students", metavar="OUT", help="an `eval students` run's --out folder (its students.json)")
     write.add_argument("--stages", default=None, help="with --compare: the runner's stage records (<out>/stages)")
     write.add_argument("--name", required=True, help="the record's name: docs/records/<name>.json")
     write.add_argument("--command", required=True, help="the command that made the run, as a reader would rerun it")
@@ -71,10 +74,14 @@ def _write(args: argparse.Namespace) -> int:
     if why:
         raise RecordError(f"--out {args.out}: {why}, not the records folder")
     commit, machine = args.commit or git_commit(), args.machine or machine_line()
+    if args.stages and not args.compare:
+        kept = "a curve.json keeps no stage records" if args.curve else "students.json keeps its stages"
+        raise RecordError(f"--stages goes with --compare: {kept}")
     if args.curve:
-        if args.stages:
-            raise RecordError("--stages goes with --compare: a curve.json keeps no stage records")
         record = record_from_curve(read_curve(Path(args.curve)), args.name, args.command, commit, machine)
+    elif args.students:
+        students, report = read_students_run(Path(args.students))
+        record = record_from_students(students, report, args.name, args.command, commit, machine)
     else:
         reports = read_compare_reports(args.compare)
         stages = read_stages(Path(args.stages) if args.stages else None)

@@ -5,8 +5,8 @@
     <!-- /record -->
 
 `python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records` renders a
-curve run's record, `eval.records_compare` a record of compare reports), and `--check` fails on a block that
-differs, so no figure is typed by hand where a record exists.
+curve run's record, `eval.records_compare` a record of compare reports, `eval.records_students` an `eval students`
+run's), and `--check` fails on a block that differs, so no figure is typed by hand where a record exists.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from eval.records_compare import (
     render_compare_summary,
     require_fields,
 )
+from eval.records_students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
 RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
 # `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
-# `<!-- record: NAME summary -->` for a compare record's differences in one paragraph
+# `<!-- record: NAME summary -->` for a compare or students record's differences in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
     rf"(<!-- record: (?P<name>{RECORD_NAME.pattern})(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)?"
@@ -37,18 +38,20 @@ BLOCK = re.compile(
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
+SUMMARIES = {"compare": render_compare_summary, "students": render_students_summary}  # the kinds with a summary
 MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 CLOSER = re.compile(r"^[ \t]*<!-- /record -->", re.M)  # a closing line, which must end a block
 
 
 def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
-    """The record `folder/NAME.json`, checked for what its rendering reads (a curve run's, or `kind: compare`)."""
+    """The record `folder/NAME.json`, checked for what its rendering reads (a curve run's, `kind: compare` or
+    `kind: students`)."""
     path = folder / f"{name}.json"
     if not path.is_file():
         raise RecordError(f"{path}: no such record (the docs name it in a `<!-- record: {name} -->` block)")
     record = read_json_object(path, "a record")
-    fields = COMPARE_RECORD_FIELDS if record.get("kind") == "compare" else RECORD_FILE_FIELDS
-    require_fields(record, path, "a record", fields)
+    fields = {"compare": COMPARE_RECORD_FIELDS, "students": STUDENTS_RECORD_FIELDS}.get(record.get("kind"))
+    require_fields(record, path, "a record", fields or RECORD_FILE_FIELDS)
     return record
 
 
@@ -70,13 +73,19 @@ def render_blocks(text: str, folder: Path = RECORDS, where: str = "text") -> str
 
 def _render_block(match: re.Match, folder: Path) -> list[str]:
     record = load_record(match["name"], folder)
-    compare = record.get("kind") == "compare"
-    if match["summary"] and (match["systems"] or not compare):
-        raise RecordError(f"record '{match['name']}': `summary` renders a compare record's paired differences alone")
-    if match["summary"]:  # a compare record's paired differences in one paragraph (the README's line)
-        return render_compare_summary(record)
-    if match["systems"] and compare:
-        raise RecordError(f"record '{match['name']}' is a compare record: it renders every point, not `systems=`")
+    summary = SUMMARIES.get(record.get("kind"))
+    if match["summary"] and (match["systems"] or not summary):
+        raise RecordError(
+            f"record '{match['name']}': `summary` renders a compare or students record's paired differences alone"
+        )
+    if match["summary"]:  # its paired differences in one paragraph (the README's line)
+        return summary(record)
+    if match["systems"] and summary:
+        raise RecordError(
+            f"record '{match['name']}' is a {record['kind']} record: it renders every system, not `systems=`"
+        )
+    if record.get("kind") == "students":
+        return render_students_record(record)
     return render_record(record, match["systems"].split(",") if match["systems"] else None)
 
 

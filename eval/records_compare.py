@@ -173,9 +173,16 @@ def _same_ids(test: dict[str, Any], base: dict[str, Any]) -> bool:
 
 
 def record_from_compares(
-    reports: dict[str, dict[str, Any]], stages: list[dict[str, Any]], name: str, command: str, commit: str, machine: str
+    reports: dict[str, dict[str, Any]],
+    stages: list[dict[str, Any]],
+    name: str,
+    command: str,
+    commit: str,
+    machine: str,
+    pairs: tuple[tuple[str, str], ...] = PAIRS,
 ) -> dict[str, Any]:
-    """The record of a run's compare reports (point -> report.json), with its stages' costs."""
+    """The record of a run's compare reports (point -> report.json), with its stages' costs; `pairs`: the paired
+    differences it states, as "first − second" (the curve's by default; `eval.records_students` asks its own)."""
     if not reports:
         raise CompareRecordError(f"record '{name}': no compare report given")
     first = next(iter(reports.values()))
@@ -188,12 +195,13 @@ def record_from_compares(
         "command": command,
         "test": {k: first["test"][k] for k in ("dialogues", "split", "n")},
         "reference": first["settings"]["reference_system"],
-        "points": [_point(point, report) for point, report in reports.items()],
-        "stages": [{k: s[k] for k in ("stage", "seconds", "peak_rss_mb")} for s in stages],
+        "points": [_point(point, report, pairs) for point, report in reports.items()],
+        # a stage an `eval students` rerun reused keeps the record of the run that made it, and says so
+        "stages": [{k: s[k] for k in ("stage", "seconds", "peak_rss_mb", "reused") if k in s} for s in stages],
     }
 
 
-def _point(point: str, report: dict[str, Any]) -> dict[str, Any]:
+def _point(point: str, report: dict[str, Any], pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     about = {s["name"]: s.get("about", "") for s in report["config"]["systems"]}
     return {
         "point": point,
@@ -201,7 +209,7 @@ def _point(point: str, report: dict[str, Any]) -> dict[str, Any]:
         "majority_class": next(
             (_at(row, "label_accuracy.majority.rate") for row in report["systems"] if row.get("label_accuracy")), None
         ),
-        "paired": [p for first, second in PAIRS for p in _paired(report["paired"], first, second)],
+        "paired": [p for first, second in pairs for p in _paired(report["paired"], first, second)],
     }
 
 
@@ -246,17 +254,21 @@ def render_compare_record(record: dict[str, Any]) -> list[str]:
     lines = []
     for point in record["points"]:
         lines += [f"**{_point_title(point['point'])}** (majority class {fmt(point['majority_class'], 3)}):", ""]
-        lines += _systems_table(point["systems"]) + [""]
+        lines += systems_table(point["systems"]) + [""]
         if point["paired"]:
-            lines += _paired_table(point["paired"]) + [""]
-    lines += _stages_lines(record["stages"])
+            lines += paired_table(point["paired"]) + [""]
+    lines += stages_lines(record["stages"])
+    return [*lines, *wrap_paragraph(run_line(record))]
+
+
+def run_line(record: dict[str, Any]) -> str:
+    """What the figures were scored on, and the run they came from."""
     test = record["test"]
-    run = (
+    return (
         f"Scored on {test['n']} test dialogues ({test['split']}); 95% CIs; Dist/EAD as shares of the reference "
         f"replies. Run at commit `{record['commit']}` on {record['date']}, {record['machine']}: `{record['command']}`"
         f" (record `docs/records/{record['name']}.json`)."
     )
-    return [*lines, *wrap_paragraph(run)]
 
 
 def render_compare_summary(record: dict[str, Any]) -> list[str]:
@@ -264,14 +276,19 @@ def render_compare_summary(record: dict[str, Any]) -> list[str]:
     full-chain dialogues; the docs page renders every point."""
     parts = []
     for point in _summary_points(record["points"]):
-        said = [f"{p['pair'][0]} − {p['pair'][1]} {PAIRED_METRICS[p['metric']]} "
-                f"{interval(p['diff'], p['ci_low'], p['ci_high'])} ({_verdict(p)})"
-                for p in point["paired"] if p["metric"] in SUMMARY_METRICS]  # fmt: skip
+        said = [paired_in_words(p) for p in point["paired"] if p["metric"] in SUMMARY_METRICS]
         if said:
             parts.append(f"{_point_title(point['point'])}: {'; '.join(said)}")
     largest = _largest(record["points"])
-    labels = _labels_in_words(largest, record["reference"]) if largest else ""
+    labels = labels_in_words(largest, record["reference"]) if largest else ""
     return wrap_paragraph(". ".join(parts) + f"{labels} (95% CIs; record `docs/records/{record['name']}.json`).")
+
+
+def paired_in_words(row: dict[str, Any]) -> str:
+    """`first − second metric difference [CI] (who won)`: a paired difference as the README's line states it."""
+    first, second = row["pair"]
+    said = interval(row["diff"], row["ci_low"], row["ci_high"])
+    return f"{first} − {second} {PAIRED_METRICS[row['metric']]} {said} ({_verdict(row)})"
 
 
 def _verdict(row: dict[str, Any]) -> str:
@@ -283,7 +300,7 @@ def _verdict(row: dict[str, Any]) -> str:
     return f"{winner} ahead, " + ("holds after Holm" if row.get("survives_holm") else "not after Holm")
 
 
-def _labels_in_words(point: dict[str, Any], reference: str) -> str:
+def labels_in_words(point: dict[str, Any], reference: str) -> str:
     """Each system's label accuracy (the reference's own aside) beside always answering the majority class, and
     whether any beats it by its whole CI."""
     majority = point.get("majority_class")
@@ -311,7 +328,7 @@ def _point_title(point: str) -> str:
     return "The 200 full-chain train dialogues" if not point.isdigit() else f"{point} train dialogues"
 
 
-def _systems_table(systems: list[dict[str, Any]]) -> list[str]:
+def systems_table(systems: list[dict[str, Any]]) -> list[str]:
     header = ["system", *(f.header for f in FIGURES), "s / dialogue", "tokens / dialogue", "API $ / 1k dialogues"]
     rows = []
     for s in systems:
@@ -326,7 +343,7 @@ def _systems_table(systems: list[dict[str, Any]]) -> list[str]:
     return markdown_table(header, rows)
 
 
-def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
+def paired_table(paired: list[dict[str, Any]]) -> list[str]:
     # Holm's p at the resampling floor prints 0.050 and still holds: say whether it holds, not only the p
     holds = {True: "yes", False: "no", None: "–"}
     rows = [[f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS[p["metric"]],
@@ -336,12 +353,16 @@ def _paired_table(paired: list[dict[str, Any]]) -> list[str]:
     return markdown_table(header, rows)
 
 
-def _stages_lines(stages: list[dict[str, Any]]) -> list[str]:
+def stages_lines(stages: list[dict[str, Any]]) -> list[str]:
+    """Each stage's seconds and peak RSS, and whether this run reused it (where the record says)."""
     if not stages:
         return []
+    header, reused = ["stage", "seconds", "peak RSS (MiB)"], any("reused" in s for s in stages)
     rows = [[s["stage"], fmt(s["seconds"], 0), fmt(s["peak_rss_mb"], 0)] for s in stages]
+    if reused:
+        header, rows = [*header, "reused"], [[*r, "yes" if s.get("reused") else "no"] for r, s in zip(rows, stages)]
     total = sum(s["seconds"] for s in stages)
-    return [*markdown_table(["stage", "seconds", "peak RSS (MiB)"], rows), "", f"All stages: {total:,.0f} s.", ""]
+    return [*markdown_table(header, rows), "", f"All stages: {total:,.0f} s.", ""]
 
 
 def read_stages(folder: Optional[Path]) -> list[dict[str, Any]]:

@@ -1,0 +1,184 @@
+"""A record made from an `eval students` run: its students.json and the compare report beside it (`eval/report.json`).
+
+The record (`docs/records/<name>.json`, `kind: students`) holds what a compare record holds for its one point (the
+systems' figures with their 95% CIs, the majority class, the paired differences: each student against `direct`,
+and the students against each other, at each seed), plus per student, seed and role where its training stopped
+(the epoch, its steps, the epoch it kept and that epoch's validation loss, its seconds) and every stage's seconds,
+peak RSS and whether the run reused it. It renders as a full block (`render_students_record`) and as the README's
+`summary` line (`render_students_summary`); reading, checking and the tables are `eval.records_compare`'s.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from eval.compare.markdown import fmt, markdown_table, wrap_paragraph
+from eval.records_compare import (
+    COMPARE_RECORD_FIELDS,
+    REPORT,
+    REPORT_FIELDS,
+    CompareRecordError,
+    RecordFileError,
+    labels_in_words,
+    paired_in_words,
+    paired_table,
+    read_json_object,
+    record_from_compares,
+    require_fields,
+    run_line,
+    stages_lines,
+    systems_table,
+)
+from eval.students.report import STUDENTS_JSON
+
+STUDENTS = "an `eval students` run's students.json"
+# what the record reads from students.json (`eval.students.report` writes it), and from each of its stages
+STUDENTS_FIELDS = {"n": "number", "seeds": "list", "students[].name": "text", "students[].seeds[].seed": "number",
+                   "students[].seeds[].system": "text", "students[].seeds[].roles": "object",
+                   "stages": "object"}  # fmt: skip
+STAGE_FIELDS = {"seconds": "number", "peak_rss_mb": "any"}
+# what rendering reads from a students record: a compare record's, plus where each role stopped
+STUDENTS_RECORD_FIELDS = {**COMPARE_RECORD_FIELDS, "students[].name": "text", "students[].seeds[].seed": "number",
+                          "students[].seeds[].system": "text", "students[].seeds[].roles": "object"}  # fmt: skip
+BASELINE = "direct"  # the student every other is asked against: the dialogue to the reply alone, fine-tuned
+REPLY_METRICS = ("bertscore_f1", "relevance")  # the paired figures of the reply the summary states
+CONVERGENCE = ("stopped_at_epoch", "max_epochs", "stopped_early", "steps", "best_epoch", "best_eval_loss",
+               "train_seconds")  # fmt: skip
+
+
+# --- reading and writing ---------------------------------------------------------------------------
+
+
+def read_students_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An `eval students` --out folder's students.json and its compare report, each checked for what the record
+    reads, or one line naming the file and what is wrong."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        said = "a file" if folder.exists() else "no such folder"
+        raise RecordFileError(f"--students {folder}: {said}, not an `eval students` run's folder (its --out)")
+    path = folder / STUDENTS_JSON
+    if not path.exists():
+        raise RecordFileError(f"{path}: no such file: --students {folder} is no finished `eval students` run")
+    students = read_json_object(path, STUDENTS)
+    require_fields(students, path, STUDENTS, STUDENTS_FIELDS)
+    for name, stage in students["stages"].items():
+        require_fields(stage if isinstance(stage, dict) else {}, path, f"{STUDENTS} (stage '{name}')", STAGE_FIELDS)
+    report_path = folder / "eval" / "report.json"
+    if not report_path.exists():
+        raise RecordFileError(f"{path}: its compare report {report_path} is missing (the run writes it first)")
+    report = read_json_object(report_path, REPORT)
+    require_fields(report, report_path, REPORT, REPORT_FIELDS)
+    scored = {row["name"] for row in report["systems"]}
+    unscored = [s["system"] for student in students["students"] for s in student["seeds"] if s["system"] not in scored]
+    if unscored:
+        raise CompareRecordError(f"{report_path} scores no {', '.join(unscored)}, which {path} trained: not its report")
+    return students, report
+
+
+def record_from_students(
+    students: dict[str, Any], report: dict[str, Any], name: str, command: str, commit: str, machine: str
+) -> dict[str, Any]:
+    """The record of one `eval students` run: its compare at N train dialogues, where each role stopped, its stages."""
+    stages = [{"stage": stage, **{k: s.get(k) for k in ("seconds", "peak_rss_mb", "reused")}}
+              for stage, s in students["stages"].items()]  # fmt: skip
+    point = {str(students["n"]): report}
+    record = record_from_compares(point, stages, name, command, commit, machine, _pairs(students["students"]))
+    return {
+        **record,
+        "kind": "students",
+        "seeds": students["seeds"],
+        "baseline": BASELINE,
+        "students": [
+            {"name": student["name"], "learns": student.get("learns"), "seeds": [
+                {"seed": s["seed"], "system": s["system"],
+                 "roles": {role: {k: (c or {}).get(k) for k in CONVERGENCE} for role, c in s["roles"].items()}}
+                for s in student["seeds"]]}
+            for student in students["students"]
+        ],
+    }  # fmt: skip
+
+
+def _pairs(students: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """At each seed: every student − `direct`, then the other students against each other (first − second in the
+    config's order)."""
+    by_seed: dict[Any, dict[str, str]] = {}
+    for student in students:
+        for s in student["seeds"]:
+            by_seed.setdefault(s["seed"], {})[student["name"]] = s["system"]
+    pairs: list[tuple[str, str]] = []
+    for systems in by_seed.values():
+        others = [system for student, system in systems.items() if student != BASELINE]
+        pairs += [(system, systems[BASELINE]) for system in others if BASELINE in systems]
+        pairs += list(combinations(others, 2))
+    return tuple(pairs)
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def render_students_record(record: dict[str, Any]) -> list[str]:
+    """The systems' figures and cost, the paired differences, where each role stopped, the stages' costs."""
+    point = record["points"][0]
+    title = (f"**{point['point']} train dialogues, each student trained to convergence** (majority class "
+             f"{fmt(point['majority_class'], 3)}):")  # fmt: skip
+    lines = [title, "", *systems_table(point["systems"]), ""]
+    if point["paired"]:
+        lines += [*paired_table(point["paired"]), ""]
+    stopped = (
+        "Where each student stopped: each role trained until its validation loss stopped improving (or its last "
+        "epoch), keeping its best epoch:"
+    )
+    lines += [*wrap_paragraph(stopped), "", *_stopped_table(record["students"]), ""]
+    return [*lines, *stages_lines(record["stages"]), *wrap_paragraph(run_line(record))]
+
+
+def _stopped_table(students: list[dict[str, Any]]) -> list[str]:
+    header = ["student", "seed", "role", "stopped at epoch", "of at most", "steps", "best epoch", "best val. loss",
+              "train s"]  # fmt: skip
+    rows = [
+        [s["system"], str(s["seed"]), role, _epoch(c.get("stopped_at_epoch")), _epoch(c.get("max_epochs")),
+         fmt(c.get("steps")), _epoch(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
+         fmt(c.get("train_seconds"), 1)]
+        for student in students for s in student["seeds"] for role, c in s["roles"].items()
+    ]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def _epoch(value: Any) -> str:
+    """An epoch as a whole number where it is one (the trainer counts them as floats)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        return str(int(value))
+    return fmt(value, 2)
+
+
+def render_students_summary(record: dict[str, Any]) -> list[str]:
+    """The README's line: each student against `direct` on the reply, each student's label accuracy beside the
+    majority class, the epoch each role stopped at, and the machine."""
+    point = record["points"][0]
+    baselines = {s["system"] for student in record["students"] if student["name"] == record["baseline"]
+                 for s in student["seeds"]}  # fmt: skip
+    against = [paired_in_words(p) for p in point["paired"]
+               if p["pair"][1] in baselines and p["metric"] in REPLY_METRICS]  # fmt: skip
+    said = f": {'; '.join(against)}" if against else f" (no paired reply figure against {record['baseline']})"
+    trained = {s["system"] for student in record["students"] for s in student["seeds"]}
+    students_only = {**point, "systems": [s for s in point["systems"] if s["name"] in trained]}
+    text = (
+        f"{point['point']} train dialogues, each student trained to convergence, against {record['baseline']} on "
+        f"the reply{said}{labels_in_words(students_only, record['reference'])}. {_stops_in_words(record['students'])}"
+        f" Run on {record['machine']} (95% CIs; record `docs/records/{record['name']}.json`)."
+    )
+    return wrap_paragraph(text)
+
+
+def _stops_in_words(students: list[dict[str, Any]]) -> str:
+    """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`"""
+    runs = [s for student in students for s in student["seeds"]]
+    most = sorted({_epoch(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
+    of = f" (of at most {' or '.join(most)})" if most else ""
+    each = [
+        f"{s['system']} " + ", ".join(f"{role} {_epoch(c.get('stopped_at_epoch'))}" for role, c in s["roles"].items())
+        for s in runs
+    ]
+    return f"Each role stopped at epoch{of}: {'; '.join(each)}."

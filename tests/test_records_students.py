@@ -1,0 +1,215 @@
+"""`eval records write --students <out>`: the record of an `eval students` run (eval/records_students.py), rendered
+into a doc's block and its README `summary` line. One real run (the tiny fixture of test_students.py, the random
+2-layer model, BERTScore and relevance on MiniLM) is recorded and rendered, its figures, stop epochs and stages
+checked against the run's own files; a hand-made run folder checks the words, and bad input is one line, exit 2,
+nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_records import _compare_report
+from test_records_bad_input import WRITE, _records, _write_refused
+from test_students import students, tiny_config
+
+from eval.__main__ import main as eval_main
+from eval.compare.markdown import interval
+from eval.records_blocks import render_blocks, stale_blocks
+from eval.records_compare import PAIRED_METRICS
+
+MACHINE = "2-core test CPU"
+BLOCKS = "<!-- record: {name} -->\n<!-- /record -->\n\nREADME:\n\n<!-- record: {name} summary -->\n<!-- /record -->\n"
+
+
+@pytest.fixture(scope="module")
+def students_run(tmp_path_factory, tiny_model_dir) -> Path:
+    """`eval students` on the tiny fixture (2 test dialogues, 2 epochs at most), scoring the reply's BERTScore and
+    relevance so that each student has a paired reply figure against `direct`."""
+    from test_import import REPO
+
+    tmp = tmp_path_factory.mktemp("students-run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)  # the shipped configs name their files relative to the repository
+        config = tiny_config(tmp, tiny_model_dir)
+        data = yaml.safe_load(config.read_text())
+        data["compare"].update(bertscore={"model": "minilm"}, relevance={"model": "minilm"})
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
+        assert students(config, tmp / "out") == 0
+    return tmp / "out"
+
+
+def _write(run: Path, rec: Path, name: str = "escot-students") -> dict:
+    argv = ["records", "write", "--students", str(run), "--name", name, "--command", "python -m eval students",
+            "--commit", "abc1234", "--machine", MACHINE, "--out", str(rec)]  # fmt: skip
+    assert eval_main(argv) == 0
+    return json.loads((rec / f"{name}.json").read_text())
+
+
+def _rendered(rec: Path, tmp_path: Path, name: str = "escot-students") -> tuple[Path, str, str]:
+    """A doc holding the record's full block and its summary block, rendered; (doc, full block, summary in one line)."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(render_blocks(BLOCKS.format(name=name), rec, str(doc)))
+    full, summary = doc.read_text().split("README:")
+    body = summary.split(" summary -->", 1)[1].split("<!-- /record -->")[0]
+    return doc, full, " ".join(body.split())
+
+
+def _verdict(p: dict) -> str:
+    if p["ci_low"] <= 0 <= p["ci_high"]:
+        return "no winner: CI spans 0"
+    return f"{p['pair'][0] if p['diff'] > 0 else p['pair'][1]} ahead"
+
+
+@pytest.mark.slow
+def test_a_students_run_is_recorded_with_its_figures_where_each_role_stopped_and_its_stages(students_run, tmp_path):
+    record = _write(students_run, tmp_path / "rec")
+    report = json.loads((students_run / "eval" / "report.json").read_text())
+    ran = json.loads((students_run / "students.json").read_text())
+    assert record["kind"] == "students" and record["points"][0]["point"] == "4" and record["machine"] == MACHINE
+    point = record["points"][0]
+    assert [s["name"] for s in point["systems"]] == [s["name"] for s in report["systems"]]
+    asked = {(tuple(p["pair"]), p["metric"]) for p in point["paired"]}
+    for pair in (("traces", "direct"), ("joint", "direct")):  # each student against direct, on the reply
+        assert {(pair, "bertscore_f1"), (pair, "relevance")} <= asked
+    assert (("traces", "joint"), "label_accuracy") in asked
+    assert {name for pair, _ in asked for name in pair} == {"traces", "direct", "joint"}  # not prompted, not oracle
+    doc, full, summary = _rendered(tmp_path / "rec", tmp_path)
+
+    rows = {row["name"]: row for row in report["systems"]}
+    for name in ("traces", "direct", "joint"):  # the report's own figures, with their CIs
+        f1 = rows[name]["bertscore"]["f1"]
+        assert f"| {name} |" in full and interval(f1["value"], f1["ci_low"], f1["ci_high"]) in full
+    for student in ran["students"]:  # where each role stopped, as its adapter recorded it
+        for role, c in student["seeds"][0]["roles"].items():
+            epoch, best = int(c["stopped_at_epoch"]), int(c["best_epoch"])
+            assert f"| {student['name']} | 42 | {role} | {epoch} | 2 | {c['steps']} | {best} | " in full
+    for stage, cost in ran["stages"].items():
+        assert f"| {stage} | {cost['seconds']:.0f} | {cost['peak_rss_mb']} | " in full
+    assert "`abc1234`" in full and MACHINE in full
+
+    for p in (p for p in point["paired"] if p["pair"][1] == "direct"):  # who won against direct, in words
+        said = f"{' − '.join(p['pair'])} {PAIRED_METRICS[p['metric']]} {interval(p['diff'], p['ci_low'], p['ci_high'])}"
+        assert f"{said} ({_verdict(p)}" in summary, summary
+    majority = rows["traces"]["label_accuracy"]["majority"]["rate"]
+    accuracy = {name: rows[name]["label_accuracy"]["accuracy"]["value"] for name in ("traces", "joint")}
+    assert (
+        f"traces {accuracy['traces']:.3f}, joint {accuracy['joint']:.3f}; the majority class {majority:.3f}" in summary
+    )
+    stops = {s["name"]: s["seeds"][0]["roles"] for s in ran["students"]}
+    epochs = {name: {role: int(c["stopped_at_epoch"]) for role, c in roles.items()} for name, roles in stops.items()}
+    t, d, j = epochs["traces"], epochs["direct"], epochs["joint"]
+    assert (f"Each role stopped at epoch (of at most 2): traces em {t['em']}, sr {t['sr']}, re {t['re']}; direct reply "
+            f"{d['reply']}; joint chain {j['chain']}. Run on {MACHINE}") in summary  # fmt: skip
+    assert "prompted 0" not in summary and "oracle" not in summary  # the students alone
+
+    assert stale_blocks([doc], tmp_path / "rec") == []  # `records render --check` knows the kind
+    doc.write_text(doc.read_text().replace("| traces | 42 | em | ", "| traces | 42 | em | 9"))
+    assert stale_blocks([doc], tmp_path / "rec")
+
+
+# --- a hand-made run folder: the words, and bad input ----------------------------------------------
+
+
+def _convergence(stopped: float, best: float, loss: float) -> dict:
+    return {"stopped_at_epoch": stopped, "stopped_at_step": 40, "stopped_early": stopped < 5, "best_epoch": best,
+            "best_eval_loss": loss, "max_epochs": 5.0, "steps": 40, "train_seconds": 310.5}  # fmt: skip
+
+
+def _run_folder(folder: Path, report: bool = True) -> Path:
+    """An `eval students` --out folder as the run leaves it: students.json, and the compare's eval/report.json (the
+    one test_records builds: traces ahead of direct on nothing, joint ahead of direct on BERTScore)."""
+
+    def student(name, **roles):
+        seed = {"seed": 42, "system": name, "roles": roles, "train_stage": {}, "figures": {}}
+        return {"name": name, "learns": ", ".join(roles), "roles": list(roles), "seeds": [seed], "spread": None}
+
+    traces = {"em": _convergence(3.0, 2.0, 1.234), "sr": _convergence(2.0, 1.0, 0.9), "re": _convergence(4.0, 3.0, 2.5)}
+    stages = {"traces seed 42: train": {"seconds": 930.4, "peak_rss_mb": 2100, "reused": True},
+              "compare": {"seconds": 1200.0, "peak_rss_mb": 3100, "reused": False}}  # fmt: skip
+    ran = {"n": 150, "seeds": [42], "stages": stages, "students": [
+        student("traces", **traces), student("direct", reply=_convergence(5.0, 5.0, 2.1)),
+        student("joint", chain=_convergence(2.0, 1.0, 1.7))]}  # fmt: skip
+    folder.mkdir()
+    (folder / "students.json").write_text(json.dumps(ran))
+    if report:
+        (folder / "eval").mkdir()
+        (folder / "eval" / "report.json").write_text(json.dumps(_compare_report(0.0)))
+    return folder
+
+
+def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tmp_path):
+    record = _write(_run_folder(tmp_path / "out"), tmp_path / "rec", "demo")
+    assert [s["stage"] for s in record["stages"]] == ["traces seed 42: train", "compare"]
+    _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
+    assert "**150 train dialogues, each student trained to convergence** (majority class 0.185):" in full
+    assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 | no |" in full  # turned round
+    assert "| traces | 42 | re | 4 | 5 | 40 | 3 | 2.5000 | 310.5 |" in full
+    assert "| traces seed 42: train | 930 | 2100 | yes |" in full and "| compare | 1200 | 3100 | no |" in full
+    assert summary.startswith(
+        "150 train dialogues, each student trained to convergence, against direct on the reply: traces − direct "
+        "BERTScore F 0.010 [-0.010, 0.020] (no winner: CI spans 0); traces − direct relevance -0.040 [-0.060, -0.030] "
+        "(direct ahead, not after Holm); joint − direct BERTScore F 0.020 [0.010, 0.040] (joint ahead, not after Holm)."
+    ), summary
+    assert (
+        "Strategy accuracy at 150: traces 0.400, joint 0.300; the majority class 0.185: traces, joint above it"
+        in summary
+    )
+    assert (
+        "Each role stopped at epoch (of at most 5): traces em 3, sr 2, re 4; direct reply 5; joint chain 2." in summary
+    )
+    assert "Run on 2-core test CPU (95% CIs; record `docs/records/demo.json`)." in summary
+    with pytest.raises(ValueError, match="renders every system, not `systems=`"):
+        render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
+
+
+def test_a_folder_without_students_json_is_one_line(tmp_path):
+    (tmp_path / "out").mkdir()
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json",))
+    assert "no such file" in line
+    line = _write_refused(tmp_path, "--students", "nowhere", "--name", "demo", *WRITE, names=("--students nowhere",))
+    assert "no such folder" in line
+
+
+def test_a_students_json_whose_report_is_missing_is_one_line(tmp_path):
+    _run_folder(tmp_path / "out", report=False)
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE,
+                          names=("out/students.json", "out/eval/report.json"))  # fmt: skip
+    assert "is missing" in line
+
+
+@pytest.mark.parametrize("which", ["students.json", "eval/report.json"])
+def test_corrupt_json_is_one_line_naming_the_file(tmp_path, which):
+    _run_folder(tmp_path / "out")
+    (tmp_path / "out" / which).write_text('{"n": 150, "students": [')
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=(f"out/{which}",))
+    assert "not valid JSON" in line
+
+
+def test_a_students_json_without_a_field_the_record_reads_is_one_line_naming_it(tmp_path):
+    _run_folder(tmp_path / "out")
+    ran = json.loads((tmp_path / "out" / "students.json").read_text())
+    del ran["students"][1]["seeds"][0]["system"]
+    (tmp_path / "out" / "students.json").write_text(json.dumps(ran))
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json",))
+    assert "`students[].seeds[].system` is missing" in line
+
+
+def test_a_report_that_scores_none_of_a_trained_student_is_not_its_report(tmp_path):
+    _run_folder(tmp_path / "out")
+    ran = json.loads((tmp_path / "out" / "students.json").read_text())
+    ran["students"][2]["seeds"][0]["system"] = "joint-s43"
+    (tmp_path / "out" / "students.json").write_text(json.dumps(ran))
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/eval/report.json",))
+    assert "scores no joint-s43" in line
+    args = ["--students", "out", "--stages", "out", "--name", "demo", *WRITE]
+    assert "students.json keeps its stages" in _write_refused(tmp_path, *args, names=("--stages",))
+
+
+def test_the_control_write_from_a_scratch_folder_works(tmp_path):
+    _run_folder(tmp_path / "out")
+    result = _records(tmp_path, "write", "--students", "out", "--name", "demo", *WRITE)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "rec" / "demo.json").read_text())["kind"] == "students"
