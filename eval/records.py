@@ -123,19 +123,25 @@ def _interval(stat: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     return {k: stat[k] for k in ("value", "ci_low", "ci_high")} if stat else None
 
 
+# the guards' metrics that joined the target after records were first written
+LATER_GUARDS = ("relevance", "dialogue_ppl")
+
+
 def _figures() -> list[Figure]:
     """The record's columns: the registry's paper figures (Dist/EAD shares of the human replies, I-ACC), then
-    BERTScore against the human reply and the reply's relevance to the seeker's last turn (the target's guards)."""
+    BERTScore against the human reply, the reply's relevance to the seeker's last turn and its PPL given the
+    dialogue (the target's guards)."""
     return [
         *(f for spec in METRICS.values() for f in spec.paper),
         *METRICS["bertscore_f1"].shown,
-        *METRICS["relevance"].shown,
+        *(f for name in LATER_GUARDS for f in METRICS[name].shown),
     ]
 
 
 def _shown_figures(systems: list[dict[str, Any]]) -> list[Figure]:
-    """The columns a record's table shows: relevance only where a system has it (records made before it have not)."""
-    later = {f.path for f in METRICS["relevance"].shown}
+    """The columns a record's table shows: relevance and PPL given the dialogue only where a system has them
+    (records made before them have not)."""
+    later = {f.path for name in LATER_GUARDS for f in METRICS[name].shown}
     return [f for f in _figures() if f.path not in later or any(s["figures"].get(f.path) for s in systems)]
 
 

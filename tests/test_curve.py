@@ -826,6 +826,43 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
     assert "Met by: student-hot." in md
 
 
+def test_the_target_is_not_met_when_only_ppl_given_the_dialogue_rises_past_its_allowance(tmp_path):
+    """A lever above the paper on every figure, holding BERTScore, whose PPL given the dialogue (lower is better)
+    rises past the allowance over its whole paired interval: curve.json's target and curve.md say not met."""
+    from eval.curve.curve import CurveConfig
+    from eval.curve.curve_report import write_curve
+    from eval.curve.target import DIALOGUE_PPL_ALLOWANCE
+    from eval.paper import load_paper_reference
+
+    config = CurveConfig(
+        traces="t", dialogues="d", points=[5], students=["traces"],
+        variants=[{"name": "hot", "like": "traces", "decoding": {"temperatures": {"ers": 1.0}}}],
+    )  # fmt: skip
+    above = {"human_ratio": {"dist1": 0.95, "dist2": 0.9, "ead1": 0.9, "ead2": 0.9},
+             "i_acc": {"ekman6": {"accuracy": {"value": 0.6}}}, "bertscore": {"f1": {"value": 0.3}}}  # fmt: skip
+    systems = [
+        {"name": "student-traces", **above, "dialogue_ppl": {"value": 25.0}},
+        {"name": "student-hot", **above, "dialogue_ppl": {"value": 25.0 + 2 * DIALOGUE_PPL_ALLOWANCE}},
+    ]
+    rise = 2 * DIALOGUE_PPL_ALLOWANCE
+    paired = [  # as eval compare writes them: first − second
+        {"pair": ["student-traces", "student-hot"], "metric": "bertscore_f1", "diff": 0.0, "ci_low": -0.004,
+         "ci_high": 0.004, "n": 4, "reading": "higher is better"},
+        {"pair": ["student-traces", "student-hot"], "metric": "dialogue_ppl", "diff": -rise, "ci_low": -rise - 0.5,
+         "ci_high": -rise + 0.5, "n": 4, "reading": "lower is better"},
+    ]  # fmt: skip
+    report = tmp_path / "n5" / "eval" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({"test": {"dialogues": "d", "split": "test", "n": 4}, "systems": systems,
+                                  "paper": load_paper_reference("trace-table1"), "paired": paired}))  # fmt: skip
+    curve = write_curve({5: report}, tmp_path, config)
+    hot = {t["system"]: t for t in curve["target"]}["student-hot"]
+    assert all(hot["beats"].values()) and hot["bertscore_held"] and hot["relevance_held"] is None
+    assert hot["dialogue_ppl_drop"] == pytest.approx(rise) and hot["dialogue_ppl_held"] is False and not hot["met"]
+    md = (tmp_path / "curve.md").read_text()
+    assert "PPL given the dialogue rise [95% CI]" in md and "Met by: student-traces." in md  # itself: no rise
+
+
 def test_the_target_is_not_met_without_a_bertscore_to_compare(tmp_path):
     """Above the paper on every figure, but no BERTScore (none computed, or none for the lender at the paper's
     decoding): the fall cannot be measured, so the target is not met."""

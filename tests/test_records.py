@@ -28,18 +28,18 @@ def _row(name, ratio, i_acc, bertscore, reply_tokens, seconds=0.8):
     }
 
 
-def _pair(metric, diff, half):
+def _pair(metric, diff, half, reading="higher is better"):
     """A paired row at the largest point: student-hot − student-traces on `metric`."""
     low, high = round(diff - half, 4), round(diff + half, 4)
     return {"n": 400, "pair": ["student-hot", "student-traces"], "metric": metric, "diff": diff, "ci_low": low,
-            "ci_high": high, "dialogues": 4, "reading": "higher is better", "meaning": "lever"}  # fmt: skip
+            "ci_high": high, "dialogues": 4, "reading": reading, "meaning": "lever"}  # fmt: skip
 
 
-def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30), half=0.01, relevance=None):
+def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30), half=0.01, relevance=None, dialogue_ppl=None):
     """Two students against TRACE's GPT-4o row (Dist/EAD shares 0.81-0.91, I-ACC 0.443): by default student-hot
     (its shares 0.97 [0.92, 1.02], BERTScore 0.01 [0, 0.02] below student-traces, paired) meets the target,
-    student-traces does not. `half`: the half-width of the paired BERTScore difference's interval; `relevance`:
-    (student-traces's, student-hot's, the half-width of their paired difference), or not measured."""
+    student-traces does not. `half`: the half-width of the paired BERTScore difference's interval; `relevance` and
+    `dialogue_ppl`: (student-traces's, student-hot's, the half-width of their paired difference), or not measured."""
     own = {"asi": {"target": "gold label"}, "ers": {"target": "human reply"}}
     lent = {role: {**source, "adapter": "student-traces's"} for role, source in own.items()}
     systems = [
@@ -51,6 +51,11 @@ def _curve(hot=(0.97, 0.29), traces=(0.6, 0.30), half=0.01, relevance=None):
         for system, value in zip(systems, relevance):
             system["relevance"] = _stat(value, 0.02)
         largest.append(_pair("relevance", round(relevance[1] - relevance[0], 4), relevance[2]))
+    if dialogue_ppl:
+        for system, value in zip(systems, dialogue_ppl):
+            system["dialogue_ppl"] = _stat(value, 2.0)
+        rise = round(dialogue_ppl[1] - dialogue_ppl[0], 4)
+        largest.append(_pair("dialogue_ppl", rise, dialogue_ppl[2], "lower is better"))
     against = {"n": 400, "systems": systems, "paper": load_paper_reference("trace-table1")}
     return {
         "test": {"dialogues": "d", "split": "test", "n": 4},
@@ -158,7 +163,8 @@ def test_the_coherence_guard_judges_a_record_that_carries_it_and_is_named_unmeas
     assert held["target_relevance_drop"] == 0.02 and {t["system"]: t["met"] for t in held["target"]}["student-hot"]
     text = " ".join(render_record(held))
     assert "relevance ↑" in text and "| 0.390 [0.370, 0.410] |" in text and "met by student-hot." in text
-    assert "BERTScore falling at most 0.02 and relevance at most 0.02 below" in text and "Not measured" not in text
+    assert "BERTScore falling at most 0.02 and relevance at most 0.02 below" in text
+    assert "Not measured in this run: PPL given the dialogue" in text and "relevance (the coherence" not in text
     falls = record_from_curve(_curve(relevance=(0.40, 0.385, 0.01)), "demo", "run", "abc", "cpu")
     hot = {t["system"]: t for t in falls["target"]}["student-hot"]
     assert hot["relevance_drop_ci"] == pytest.approx([0.005, 0.025]) and not hot["met"] and hot["bertscore_held"]
@@ -176,8 +182,40 @@ def test_the_coherence_guard_judges_a_record_that_carries_it_and_is_named_unmeas
     text = " ".join(render_record({k: v for k, v in unmeasured.items() if k != "target_relevance_drop"}))
     assert (
         "relevance ↑" not in text
-        and "met by student-hot. Not measured in this run: relevance (the coherence guard)" in text
+        and "met by student-hot. Not measured in this run: relevance (the coherence guard), PPL given the dialogue"
+        in text
     )
+
+
+def test_ppl_given_the_dialogue_is_a_guard_that_must_not_rise_past_its_allowance():
+    """The third guard, where lower is better: student-hot beats every figure and holds BERTScore and relevance,
+    but its PPL given the dialogue rises past the allowance over its whole paired interval: not met. Within the
+    allowance it is met; a record made before the guard (its rows without it) renders it as not measured."""
+    rises = record_from_curve(_curve(relevance=(0.40, 0.39, 0.005), dialogue_ppl=(25.0, 28.0, 0.5)), *"drac")
+    hot = {t["system"]: t for t in rises["target"]}["student-hot"]
+    assert hot["bertscore_held"] and hot["relevance_held"] and all(hot["beats"].values())
+    assert hot["dialogue_ppl_drop"] == pytest.approx(3.0) and hot["dialogue_ppl_drop_ci"] == pytest.approx([2.5, 3.5])
+    assert hot["dialogue_ppl_held"] is False and not hot["met"]
+    text = " ".join(" ".join(render_record(rises)).split())
+    allowance = rises["target_dialogue_ppl_drop"]
+    assert f"relevance at most 0.02 below the same student at TRACE's decoding and PPL given the dialogue rising at " \
+        f"most {allowance} above it" in text  # fmt: skip
+    assert "not met; student-hot beats every figure, but its PPL given the dialogue rises 3.00 [2.50, 3.50]." in text
+    assert "PPL given the dialogue ↓" in text and "Not measured" not in text
+    # a fall of PPL (the setting better than its lender) is a negative rise: held
+    falls = record_from_curve(_curve(relevance=(0.40, 0.39, 0.005), dialogue_ppl=(25.0, 24.0, 0.5)), *"drac")
+    hot = {t["system"]: t for t in falls["target"]}["student-hot"]
+    assert hot["dialogue_ppl_drop_ci"] == pytest.approx([-1.5, -0.5]) and hot["dialogue_ppl_held"] and hot["met"]
+    assert "met by student-hot." in " ".join(render_record(falls))
+    old = record_from_curve(_curve(relevance=(0.40, 0.39, 0.005)), *"drac")
+    for t in old["target"]:  # as a record made before the guard holds its rows and its rule
+        for key in ("dialogue_ppl_drop", "dialogue_ppl_drop_ci", "dialogue_ppl_held"):
+            del t[key]
+    del old["target_dialogue_ppl_drop"]
+    text = " ".join(" ".join(render_record(old)).split())
+    assert "PPL given the dialogue ↓" not in text and "relevance ↑" in text
+    assert "met by student-hot. Not measured in this run: PPL given the dialogue (the untuned base's coherence " \
+        "guard)." in text  # fmt: skip
 
 
 def test_a_marker_line_with_a_trailing_space_or_crlf_is_checked_and_a_stray_one_is_an_error(tmp_path):

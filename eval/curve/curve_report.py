@@ -34,9 +34,13 @@ QUESTIONS = (
     ("student-teacher-reply", "student-traces", "the teacher's replies as the reply target, against the human ones"),
     ("student-teacher-reply", "student-direct", "the teacher's replies as the target, against direct fine-tuning"),
 )
-METRICS = {"i_acc": "I-ACC (6)", "bertscore_f1": "BERTScore F", "relevance": "relevance", "ppl": "PPL"} | {
-    key: label for key, label in zip(RATIO_KEYS, ("Dist-1", "Dist-2", "EAD-1", "EAD-2"))
-}
+METRICS = {
+    "i_acc": "I-ACC (6)",
+    "bertscore_f1": "BERTScore F",
+    "relevance": "relevance",
+    "ppl": "PPL",
+    "dialogue_ppl": "PPL given the dialogue",
+} | {key: label for key, label in zip(RATIO_KEYS, ("Dist-1", "Dist-2", "EAD-1", "EAD-2"))}
 PANELS = (("i_acc", "I-ACC (6 classes)"), ("bertscore", "BERTScore F"))
 # students of one point whose tokens seen for a role differ by more than this share are flagged in curve.md
 UNEQUAL_TOKENS = 0.15

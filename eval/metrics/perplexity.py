@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
+from functools import lru_cache
 from typing import Any, Literal, Optional, Union
 
 from tqdm.auto import tqdm
@@ -158,8 +159,14 @@ def ppl_inputs(settings: dict) -> tuple[str, ...]:
 
 
 def load_ppl(settings: dict) -> dict:
-    """The reference LM, loaded once for every system of a comparison: `score_ppl`'s ``lm``."""
-    return {"lm": load_reference_lm(settings["model"])}
+    """The reference LM, loaded once for every system of a comparison: `score_ppl`'s ``lm`` (and
+    `score_dialogue_ppl`'s, which reads the same section: the last model asked for is kept, so it loads once)."""
+    return {"lm": _kept_reference_lm(settings["model"])}
+
+
+@lru_cache(maxsize=1)
+def _kept_reference_lm(model: str):
+    return load_reference_lm(model)
 
 
 def score_ppl(
@@ -174,3 +181,17 @@ def score_ppl(
     `model`, with each reply's (summed NLL, scored tokens) as ``items`` for the paired table."""
     result = perplexity(replies, lm or model, context, contexts, batch_size, keep_items=True)
     return {**result, "model": model}
+
+
+def score_dialogue_ppl(
+    replies: Sequence[str],
+    contexts: Sequence[str],
+    model: str = DEFAULT_PPL_MODEL,
+    batch_size: int = 8,
+    lm: Optional[tuple[Any, Any]] = None,
+    context: Optional[str] = None,
+) -> dict:
+    """The target's second coherence guard: `score_ppl` of each reply after its dialogue (context ``dialogue``)
+    under the untuned reference LM, with its per-reply items. It reads PPL's own settings section, so `context`,
+    the context PPL itself is scored with, is taken and not used: this figure is always given the dialogue."""
+    return score_ppl(replies, contexts, model, "dialogue", batch_size, lm)

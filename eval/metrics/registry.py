@@ -33,6 +33,7 @@ from eval.metrics.perplexity import (
     corpus_ppl,
     load_ppl,
     ppl_inputs,
+    score_dialogue_ppl,
     score_ppl,
 )
 from eval.metrics.relevance import DEFAULT_RELEVANCE_MODEL, reply_relevance
@@ -117,6 +118,7 @@ class MetricSpec:
     config: Optional[str] = None  # the compare config section of its settings (off when null); flag prefix
     opt_in: bool = False  # `eval score` runs it only when its first setting is given (it loads a model)
     options: dict[str, dict] = field(default_factory=dict)  # setting -> argparse keywords for `eval score`
+    in_score: bool = True  # False: `eval score` leaves it out, as a figure it gives another way
 
     @property
     def reading(self) -> str:
@@ -202,6 +204,18 @@ for _spec in (
             },
             "batch_size": {"type": int, "help": "replies scored per forward pass"},
         },
+    ),
+    # the target's second coherence guard (`eval.curve.target`): on with PPL and under its reference LM, as its
+    # section says; `eval score` gives it as PPL with --ppl-context dialogue
+    MetricSpec(
+        "dialogue_ppl", "PPL given the dialogue", "corpus", "lower", paired=True, human_row=True,
+        settings={"model": DEFAULT_PPL_MODEL, "batch_size": 8},
+        score=score_dialogue_ppl, inputs=("replies", "contexts"), needs=("replies", "contexts"),
+        columns=(Figure("PPL given the dialogue ↓", "dialogue_ppl"),),
+        note="PPL given the dialogue: each reply scored after its dialogue under the untuned reference LM `{model}`, "
+        "token-weighted as PPL; it rises when a reply stops answering the dialogue (human replies after their own "
+        "dialogue against the same replies shuffled across dialogues: `benchmarks/coherence_calibration_ppl.json`).",
+        paired_statistic=corpus_ppl, prepare=load_ppl, config="ppl", opt_in=True, in_score=False,
     ),
     MetricSpec(
         "diversity", "Dist / EAD", "corpus", "higher", paired=True, human_row=True,

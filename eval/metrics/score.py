@@ -186,6 +186,8 @@ def metric_settings(args: argparse.Namespace, sample: Sample) -> tuple[dict[str,
     its flags that the file cannot feed is an error, not a skip."""
     settings, lacking, off = {}, {}, []  # lacking: the column flags -> the metrics they would turn on
     for name, spec in METRICS.items():
+        if not spec.in_score:
+            continue
         given = _given(spec, args)
         first = next(iter(spec.settings), None)
         if spec.opt_in and first not in given:
@@ -206,7 +208,7 @@ def metric_settings(args: argparse.Namespace, sample: Sample) -> tuple[dict[str,
 
 def _enables(needed: str) -> str:
     """': enables <the metrics that need this input>', for a column flag's help."""
-    runs_here = (s for s in METRICS.values() if set(s.needed(s.settings)) <= {"replies", *INPUT_FLAGS})
+    runs_here = (s for s in METRICS.values() if s.in_score and set(s.needed(s.settings)) <= {"replies", *INPUT_FLAGS})
     labels = [spec.label for spec in runs_here if needed in spec.needed(spec.settings)]
     return f": enables {', '.join(labels)}" if labels else ""
 
@@ -229,7 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reference-answer-column", help="the reference answer each --answer-column value is scored against"
     )
-    for spec in METRICS.values():  # each metric's settings, as --<metric>-<setting>
+    for spec in (s for s in METRICS.values() if s.in_score):  # each metric's settings, as --<metric>-<setting>
         for setting, default in spec.settings.items():
             options = {"type": type(default) if default is not None else str, **spec.options.get(setting, {})}
             options.setdefault("help", f"{spec.label}: {setting.replace('_', ' ')} (default: {default})")

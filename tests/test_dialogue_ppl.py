@@ -1,0 +1,89 @@
+"""The target's third guard: the reply's perplexity given its dialogue under the untuned reference LM
+(eval/metrics/perplexity.py `score_dialogue_ppl`), in compare's report beside PPL, and its calibration
+(benchmarks/coherence_calibration.py --guard ppl), both on a random 2-layer model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from report_checks import unbacked_numbers
+from test_eval_compare import _dataset, _hand_trace_run, _write_config
+
+from benchmarks.coherence_calibration import deranged
+from benchmarks.coherence_calibration import main as calibrate_main
+from eval.__main__ import main
+from eval.curve.target import GAP_SHARE
+from eval.metrics.perplexity import perplexity
+
+UNRELATED = "The train to the coast leaves at nine and the tickets are cheap on Tuesdays."
+
+
+def test_compare_scores_ppl_given_the_dialogue_with_ppl_and_pairs_it_lower_is_better(
+    tmp_path, tiny_dialogues, tiny_model_dir
+):
+    test = tiny_dialogues[:4]
+    answering = [f"Oh no, {d.last_seeker_turn().lower()} That must be hard." for d in test]
+    runs = {"answers": answering, "drifts": [UNRELATED] * 4}
+    systems = [
+        {"name": name, "traces": _hand_trace_run(tmp_path / name, test, None, split="test", replies=replies)}
+        for name, replies in runs.items()
+    ]
+    ppl = {"model": tiny_model_dir, "context": "response", "batch_size": 4}
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": ppl, "bertscore": None, "relevance": None,
+           "systems": systems}  # fmt: skip
+    out = tmp_path / "out"
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    answers = report["systems"][0]
+    assert answers["ppl"]["context"] == "response"  # PPL keeps its own context; the guard is given the dialogue
+    given = perplexity(answering, tiny_model_dir, "dialogue", [d.render_context() for d in test], progress=False)
+    assert answers["dialogue_ppl"]["context"] == "dialogue"
+    assert answers["dialogue_ppl"]["value"] == pytest.approx(given["value"], rel=1e-3)
+    assert answers["dialogue_ppl"]["value"] != pytest.approx(answers["ppl"]["value"], rel=1e-3)
+    assert report["human_gold"]["dialogue_ppl"]["n"] == 4  # the human replies get the row too
+    (paired,) = [p for p in report["paired"] if p["metric"] == "dialogue_ppl"]
+    assert paired["pair"] == ["answers", "drifts"] and paired["reading"] == "lower is better"
+    markdown = (out / "report.md").read_text()
+    assert "PPL given the dialogue ↓" in markdown and "PPL given the dialogue: each reply scored after" in markdown
+    assert not unbacked_numbers(markdown, report)
+    cfg["ppl"] = None  # off with PPL: no figure, no pair
+    assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "off")]) == 0
+    off = json.loads((tmp_path / "off" / "report.json").read_text())
+    assert "dialogue_ppl" not in off["systems"][0] and not any(p["metric"] == "dialogue_ppl" for p in off["paired"])
+
+
+def test_the_shuffle_moves_every_reply_to_another_dialogue():
+    for n in (2, 3, 10, 57):
+        moved = deranged(n, seed=0)
+        assert sorted(moved) == list(range(n)) and all(j != i for i, j in enumerate(moved))
+
+
+def test_the_ppl_calibration_records_own_and_shuffled_with_their_gap_and_the_allowance_it_gives(
+    tmp_path, tiny_model_dir, shared_ed_csv, capsys
+):
+    out = tmp_path / "cal.json"
+    argv = [
+        "--guard",
+        "ppl",
+        "--model",
+        tiny_model_dir,
+        "--data",
+        str(shared_ed_csv),
+        "--limit",
+        "6",
+        "--out",
+        str(out),
+    ]
+    assert calibrate_main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["guard"] == "ppl" and record["dialogues"] == 6 and record["model"] == tiny_model_dir
+    own, shuffled, gap = record["own"], record["shuffled"], record["shuffled_minus_own"]
+    for stat in (own, shuffled):
+        assert stat["n"] == 6 and stat["tokens"] > 0 and stat["ci_low"] <= stat["value"] <= stat["ci_high"]
+    assert own["tokens"] == shuffled["tokens"]  # the same replies, each after another dialogue
+    assert gap["diff"] == pytest.approx(shuffled["value"] - own["value"]) and gap["n"] == 6
+    assert 0 <= record["shuffled_at_or_below_own"] <= 6
+    assert record["allowance_from_gap"] == pytest.approx(GAP_SHARE * gap["diff"])
+    assert record["allowance_as_share_of_gap"] == pytest.approx(record["target_allowance"] / gap["diff"])
+    assert "shuffled − own:" in capsys.readouterr().out
