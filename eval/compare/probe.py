@@ -1,9 +1,10 @@
-"""A classical anchor for the emotion role: logistic regression over sentence embeddings of the dialogue.
+"""A classical anchor for a label role: logistic regression over sentence embeddings of the dialogue.
 
-It trains in seconds on the train split's gold emotions and answers only the emotion, so it is a system
-with an I-ACC and no reply. It shows what a user could pick instead of an LLM emotion agent. The input is
-the dialogue, embedded with the exemplar index's encoder (MiniLM): the same text the LLM agents see, not
-ED's situation prompt, which often names the emotion.
+For the emotion role it trains in seconds on the train split's gold emotions and answers only the emotion, so
+it is a system with an I-ACC and no reply. It shows what a user could pick instead of an LLM emotion agent. The
+input is the dialogue, embedded with the exemplar index's encoder (MiniLM): the same text the LLM agents see,
+not ED's situation prompt, which often names the emotion. `fit_and_predict` does the same for any label set
+(ESCoT's strategies: benchmarks/label_decoding.py).
 """
 
 from __future__ import annotations
@@ -22,20 +23,30 @@ PROBE_BACKEND = "probe"
 
 
 @dataclass
-class EmotionProbe:
+class LabelProbe:
     """Multinomial logistic regression (L2, as scikit-learn's default C=1) fitted with L-BFGS in torch."""
 
     weights: np.ndarray  # (dim + 1, classes), the last row the bias
     classes: tuple[str, ...]
 
     @classmethod
-    def fit(cls, features: np.ndarray, labels: Sequence[str], c: float = 1.0, max_iter: int = 200) -> EmotionProbe:
+    def fit(
+        cls,
+        features: np.ndarray,
+        labels: Sequence[str],
+        c: float = 1.0,
+        max_iter: int = 200,
+        label_set: Sequence[str] = EKMAN,
+    ) -> LabelProbe:
+        """Fit on `labels`, each one of `label_set` (whose order the classes keep; ValueError for another)."""
         import torch
 
-        classes = tuple(label for label in EKMAN if label in set(labels))
+        if unknown := sorted(set(labels) - set(label_set)):
+            raise ValueError(f"probe: train label '{unknown[0]}' is not one of {', '.join(label_set)}")
+        classes = tuple(label for label in label_set if label in set(labels))
         if not classes:
             raise ValueError("the probe's train split has no dialogues")
-        if len(classes) == 1:  # nothing to separate: the probe answers the one emotion it has seen
+        if len(classes) == 1:  # nothing to separate: the probe answers the one label it has seen
             return cls(np.zeros((features.shape[1] + 1, 1)), classes)
         x = torch.tensor(_with_bias(features), dtype=torch.float64)
         y = torch.tensor([classes.index(label) for label in labels])
@@ -57,26 +68,49 @@ class EmotionProbe:
         return [self.classes[i] for i in scores.argmax(axis=1)]
 
 
+EmotionProbe = LabelProbe  # the probe over Ekman's six, its first use
+
+
 def _with_bias(features: np.ndarray) -> np.ndarray:
     return np.hstack([features, np.ones((len(features), 1), dtype=features.dtype)])
+
+
+def fit_and_predict(
+    train_texts: Sequence[str],
+    train_labels: Sequence[str],
+    test_texts: Sequence[str],
+    label_set: Sequence[str] = EKMAN,
+    embedder: str = "minilm",
+) -> tuple[list[str], dict]:
+    """Embed the texts, fit the probe on the train ones' labels and answer each test text; with what it was
+    (the model, train texts, fit seconds, seconds per test text, embedding included)."""
+    from data_prep.retrieval import shared_embedder
+
+    encoder = shared_embedder(embedder)
+    start = time.perf_counter()
+    probe = LabelProbe.fit(encoder.encode(list(train_texts)), train_labels, label_set=label_set)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    predicted = probe.predict(encoder.encode(list(test_texts))) if len(test_texts) else []
+    per_text = (time.perf_counter() - start) / max(1, len(test_texts))
+    model = f"logistic regression over {embedder} embeddings"
+    return predicted, {"model": model, "train_dialogues": len(train_texts), "fit_s": round(fit_s, 2),
+                       "seconds_per_dialogue": per_text}  # fmt: skip
 
 
 def probe_traces(
     train: Sequence[Dialogue], test: Sequence[Dialogue], embedder: str = "minilm"
 ) -> tuple[list[Trace], dict]:
     """Fit the probe on `train`'s gold emotions and answer `test`, one trace per test dialogue (asi only)."""
-    from data_prep.retrieval import shared_embedder
-
-    encoder = shared_embedder(embedder)
-    start = time.perf_counter()
-    probe = EmotionProbe.fit(encoder.encode([d.render_context() for d in train]), [to_ekman(d.emotion) for d in train])
-    fit_s = time.perf_counter() - start
-    start = time.perf_counter()
-    predicted = probe.predict(encoder.encode([d.render_context() for d in test]))
-    per_dialogue = (time.perf_counter() - start) / max(1, len(test))
-    model = f"logistic regression over {embedder} embeddings"
-    traces = [_trace(d, emotion, model, per_dialogue) for d, emotion in zip(test, predicted)]
-    return traces, {"model": model, "train_dialogues": len(train), "fit_s": round(fit_s, 2)}
+    predicted, info = fit_and_predict(
+        [d.render_context() for d in train],
+        [to_ekman(d.emotion) for d in train],
+        [d.render_context() for d in test],
+        embedder=embedder,
+    )
+    per_dialogue = info.pop("seconds_per_dialogue")
+    traces = [_trace(d, emotion, info["model"], per_dialogue) for d, emotion in zip(test, predicted)]
+    return traces, info
 
 
 def _trace(dialogue: Dialogue, emotion: str, model: str, latency_s: float) -> Trace:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
 from distill.pipeline.trace import Trace
-from eval.metrics.stats import mean_with_ci
+from eval.metrics.stats import bootstrap_ci, mean_with_ci
 
 INVALID = "(invalid)"  # a prediction missing or outside the label set: wrong in the strict figure
 
@@ -43,19 +43,12 @@ def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str
     if bad:
         raise ValueError(f"gold label '{bad[0]}' is not one of {', '.join(labels)}")
     correct = [float(p == g) for p, g in zip(preds, golds)]
-    present = [c for c in labels if c in set(golds) | set(preds)]
-    f1s = []
-    for c in present:
-        tp = sum(p == c and g == c for p, g in zip(preds, golds))
-        fp = sum(p == c and g != c for p, g in zip(preds, golds))
-        fn = sum(p != c and g == c for p, g in zip(preds, golds))
-        f1s.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
     columns = list(labels) + ([INVALID] if INVALID in preds else [])
     counts = Counter(zip(golds, preds))
     return {
         "accuracy": mean_with_ci(correct),
         "accuracy_invalid_dropped": mean_with_ci([c for c, p in zip(correct, preds) if p != INVALID]),
-        "macro_f1": sum(f1s) / len(f1s) if f1s else None,
+        "macro_f1": macro_f1(list(zip(preds, golds)), labels),
         "n": len(gold),
         "n_invalid": preds.count(INVALID),
         "confusion": {
@@ -64,6 +57,33 @@ def classification_report(predicted: Sequence[Optional[str]], gold: Sequence[str
             "matrix": [[counts[(g, p)] for p in columns] for g in labels],
         },
     }
+
+
+def macro_f1(pairs: Sequence[tuple[str, str]], labels: Sequence[str] = ()) -> Optional[float]:
+    """Macro-F1 of normalised (predicted, gold) pairs (`classification_report`'s): per-class F1 averaged over the
+    classes in gold or in the valid predictions (summed in `labels`' order when given); None for no pairs. One
+    pass, so a bootstrap can call it often."""
+    tp: Counter = Counter()
+    fp: Counter = Counter()
+    fn: Counter = Counter()
+    for p, g in pairs:
+        if p == g:
+            tp[g] += 1
+        else:
+            fp[p] += 1
+            fn[g] += 1
+    seen = (set(tp) | set(fp) | set(fn)) - {INVALID}
+    present = [c for c in labels if c in seen] + sorted(seen - set(labels))
+    f1s = [2 * tp[c] / (2 * tp[c] + fp[c] + fn[c]) for c in present]
+    return sum(f1s) / len(f1s) if f1s else None
+
+
+def macro_f1_with_ci(predicted: Sequence[Optional[str]], gold: Sequence[str], labels: Sequence[str]) -> dict:
+    """Macro-F1 of ``predicted`` vs ``gold`` over ``labels`` (as `classification_report` scores it) with its
+    seeded bootstrap 95% CI over the dialogues, and n."""
+    pairs = [(_normalise(p, labels), _normalise(g, labels)) for p, g in zip(predicted, gold, strict=True)]
+    low, high = bootstrap_ci(pairs, statistic=lambda drawn: macro_f1(drawn, labels))
+    return {"value": macro_f1(pairs, labels), "ci_low": low, "ci_high": high, "n": len(pairs)}
 
 
 def ekman_or_invalid(label: Optional[str]) -> Optional[str]:

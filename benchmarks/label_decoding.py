@@ -1,0 +1,523 @@
+"""The strategy link: how often the per-role student's `sr` picks ESD-CoT's gold strategy, decoded three ways.
+
+    python benchmarks/label_decoding.py --adapters runs/escot-students-200/adapters/traces/seed-42 \
+        --out benchmarks/label_decoding.json
+    python benchmarks/label_decoding.py --emotion --out benchmarks/label_decoding_emotion.json
+
+The `sr` role runs on ESD-CoT's val (172) and test (341) dialogues with ChatGPT's own `em` answer fed in
+(`oracle: {em: teacher}`, from `distill import` of that split), so only the strategy link is measured, in three
+decodings: greedy JSON, `label_decoding: {sr: rank}` and `rank-calibrated` (distill.backends.label_rank). Each
+has strategy accuracy and macro-F1 with seeded bootstrap 95% CIs and its seconds per dialogue (the ranked ones
+include the greedy pass that writes the reason before the label). Beside them: the train split's majority class
+and a probe (logistic regression on MiniLM embeddings of the dialogue text `sr` sees, eval.compare.probe) fitted
+on the train split's strategies. The decoding with the best val macro-F1 is `chosen` and its test figures are
+reported: no setting is chosen on test. `--label-only` adds the re role given ChatGPT's emotion and the gold
+strategy name alone (no reason) beside it given the full oracle, both scored against the reference reply.
+
+`--emotion` measures TRACE's emotion role `asi` instead: the untuned base with the teacher prompts on the ED dev
+file (`oracle: {ers: gold}` so no reply is generated), the same three decodings, I-ACC (Ekman's six) with CI,
+beside the majority class and the emotion probe, both cross-fitted over `--folds` conversation folds of the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+PIPELINE = REPO / "configs" / "pipelines" / "escot.yaml"
+TRAIN_MAPPING = REPO / "configs" / "import" / "esdcot-instruction.yaml"
+SPLIT_MAPPING = REPO / "configs" / "import" / "esdcot-full-chain-em-sr-re.yaml"  # em, sr, re: the student's links
+SPLITS = {"val": ("val.json", "validation"), "test": ("test.json", "test")}  # name -> (file, its import's split)
+TRAIN_FILE = "train_em_sr_re.json"
+DECODINGS = ("greedy", "rank", "rank-calibrated")
+
+
+class BenchError(ValueError):
+    """A missing input, said in one line."""
+
+
+# --- figures ------------------------------------------------------------------------------------------
+
+
+def label_figures(predicted: list[Optional[str]], gold: list[str], labels: tuple[str, ...]) -> dict:
+    """Strict accuracy and macro-F1, each with its bootstrap CI (eval.metrics), and the invalid answers."""
+    from eval.metrics.accuracy import classification_report, macro_f1_with_ci
+
+    keys = [label.lower() for label in labels]  # the metrics compare labels stripped and lowercased
+    report = classification_report(predicted, gold, keys)
+    return {
+        "accuracy": report["accuracy"],
+        "macro_f1": macro_f1_with_ci(predicted, gold, keys),
+        "n_invalid": report["n_invalid"],
+    }
+
+
+def _strict(label: Optional[str], labels: tuple[str, ...]) -> Optional[str]:
+    """`label` in the set's own spelling (the metrics compare lowercased), or None."""
+    return next((x for x in labels if x.lower() == (label or "").strip().lower()), None)
+
+
+def majority_figures(train_labels: list[str], splits: dict[str, list[str]], labels: tuple[str, ...]) -> dict:
+    from eval.metrics.accuracy import majority_class
+
+    first = next(iter(splits.values()))
+    label = _strict(majority_class(first, train_labels)["label"], labels)
+    return {
+        "label": label,
+        "from": "train labels",
+        **{name: label_figures([label] * len(gold), gold, labels) for name, gold in splits.items()},
+    }
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+
+def imported(data: Path, mapping: Path, split: str, out: Path) -> list:
+    """`distill import` in process (a rerun reuses its run), its traces; its summary line goes to stderr."""
+    from distill.__main__ import main as distill
+    from distill.pipeline.store import TraceStore
+
+    argv = ["import", "--data", str(data), "--mapping", str(mapping), "--split", split, "--out", str(out)]
+    with contextlib.redirect_stdout(sys.stderr):
+        if distill(argv):
+            raise BenchError(f"distill import of {data} with {mapping.name} failed (its error is above)")
+    return TraceStore(out).read()[0]
+
+
+def decode(backend: Any, config: Any, dialogues: list, chunk: int, what: str, keep: Optional[Path] = None):
+    """The pipeline over `dialogues`, a chunk at a time under one progress bar; its traces and wall seconds.
+    `keep`: a trace run folder to write them to (replaced), for reading the answers behind the figures."""
+    from tqdm.auto import tqdm
+
+    from distill.pipeline.pipeline import Pipeline
+
+    pipeline = Pipeline(config, backend)
+    traces, start = [], time.perf_counter()
+    with tqdm(total=len(dialogues), desc=what, unit="dialogue", file=sys.stderr) as bar:
+        for at in range(0, len(dialogues), chunk):
+            traces += pipeline.run(dialogues[at : at + chunk], progress=False)
+            bar.update(len(dialogues[at : at + chunk]))
+    seconds = time.perf_counter() - start
+    if keep is not None:
+        store = _fresh_store(keep)
+        for trace in traces:
+            store.append(trace)
+    return traces, seconds
+
+
+def _fresh_store(folder: Path) -> Any:
+    from distill.pipeline.store import TraceStore
+
+    (folder / "traces.jsonl").unlink(missing_ok=True)
+    return TraceStore(folder)
+
+
+def _answer(trace: Any, role: str, field: str) -> Optional[str]:
+    return (trace.outputs.get(role) or {}).get(field)
+
+
+def timing(seconds: float, n: int) -> dict:
+    return {"seconds": round(seconds, 2), "seconds_per_dialogue": round(seconds / max(1, n), 4)}
+
+
+def versus_greedy(traces: list, greedy: list, role: str, label: str) -> dict:
+    """How a ranked decoding differs from greedy on the same dialogues: labels changed, other fields kept."""
+    rest = [{k: v for k, v in (t.outputs.get(role) or {}).items() if k != label} for t in (*traces, *greedy)]
+    n = len(traces)
+    return {
+        "label_changed": sum(_answer(a, role, label) != _answer(b, role, label) for a, b in zip(traces, greedy)),
+        "other_fields_as_greedy": sum(rest[i] == rest[n + i] for i in range(n)),
+    }
+
+
+def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], score, args, tag: str):
+    """`slot` (role, label field) decoded greedily, ranked and ranked with calibration over `dialogues`, in that
+    order; each decoding's figures (`score` of its labels), failures, seconds and its difference from greedy."""
+    from distill.pipeline.config import PipelineConfig
+
+    role, field = slot
+    figures, greedy = {}, None
+    for mode in DECODINGS:
+        config = PipelineConfig(**settings, label_decoding={} if mode == "greedy" else {role: mode})
+        keep = args.work / "decodings" / f"{tag}-{mode}"
+        out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} {mode}", keep)
+        figures[mode] = {
+            **score([_answer(t, role, field) for t in out]),
+            "failed": sum(t.status == "failed" for t in out),
+            **timing(seconds, len(out)),
+            **({"versus_greedy": versus_greedy(out, greedy, role, field)} if greedy else {}),
+        }
+        greedy = greedy or out
+    return figures
+
+
+# --- the strategy link --------------------------------------------------------------------------------
+
+
+def strategy_record(args: argparse.Namespace) -> dict:
+    from distill.backends.local import LocalBackend
+    from distill.pipeline.config import PipelineConfig
+    from distill.roles.declared import label_set
+    from distill.roles.roles import ROLES
+
+    runs = args.work / "imports"
+    train = [t for t in imported(args.data / TRAIN_FILE, TRAIN_MAPPING, "train", runs / "train") if t.status == "ok"]
+    teacher = {
+        name: imported(args.data / file, SPLIT_MAPPING, split, runs / name)[: args.limit]
+        for name, (file, split) in SPLITS.items()
+    }
+    base = {
+        "pipeline": str(args.pipeline),
+        "skip": ["es", "ia", "re"],
+        "prompt_style": "student",
+        "use_adapters": True,
+        "max_attempts": args.max_attempts,
+        "seed": args.seed,
+    }
+    PipelineConfig(**base)  # registers the pipeline's roles: the label set and sr's context come from it
+    labels, turns = label_set(ROLES["sr"], "strategy"), ROLES["sr"].context_turns
+    gold = {name: [t.dialogue.labels["strategy"] for t in traces] for name, traces in teacher.items()}
+    train_labels = [_answer(t, "sr", "strategy") for t in train]
+
+    backend = LocalBackend(args.model, adapters=str(args.adapters), dtype=args.dtype, batch_size=args.batch_size)
+    warm = PipelineConfig(**base, oracle={"em": "teacher"}, oracle_traces=str(runs / "val"))
+    decode(backend, warm, [teacher["val"][0].dialogue], 1, "warm-up (adapters load, untimed)")
+    splits = {
+        name: run_decodings(
+            backend,
+            {**base, "oracle": {"em": "teacher"}, "oracle_traces": str(runs / name)},
+            [t.dialogue for t in traces],
+            ("sr", "strategy"),
+            lambda predicted, name=name: label_figures(predicted, gold[name], labels),
+            args,
+            name,
+        )
+        for name, traces in teacher.items()
+    }
+    probe = probe_figures([t.dialogue.render_context(turns) for t in train], train_labels, teacher, gold, labels)
+    best = max(DECODINGS, key=lambda mode: splits["val"][mode]["macro_f1"]["value"] or -1.0)  # ties: the first
+    record = {
+        "task": "strategy",
+        "dtype_resolved": str(backend.torch_dtype).removeprefix("torch."),
+        "adapters": str(args.adapters),
+        "pipeline": str(args.pipeline.relative_to(REPO) if args.pipeline.is_relative_to(REPO) else args.pipeline),
+        "mappings": {"train": str(TRAIN_MAPPING.relative_to(REPO)), "splits": str(SPLIT_MAPPING.relative_to(REPO))},
+        "oracle": {"em": "teacher"},
+        "labels": list(labels),
+        "train_dialogues": len(train),
+        "dialogues": {name: len(traces) for name, traces in teacher.items()},
+        "gold_counts": {name: dict(Counter(g).most_common()) for name, g in gold.items()},
+        "decodings": splits,
+        "majority": majority_figures(train_labels, gold, labels),
+        "probe": {**probe, "text": f"the dialogue's last {turns} turns, as sr's prompt shows them"},
+        "chosen": {
+            "decoding": best,
+            "by": "val macro-F1 (ties: the first of greedy, rank, rank-calibrated)",
+            "val": splits["val"][best],
+            "test": splits["test"][best],
+        },
+        "label_only_oracle": label_only(args, backend, base, teacher["test"], runs) if args.label_only else None,
+    }
+    return record
+
+
+def probe_figures(train_texts: list[str], train_labels: list, teacher: dict, gold: dict, labels: tuple) -> dict:
+    """The probe fitted once on the train split, each split's dialogues (as sr sees them) answered in one pass."""
+    from distill.roles.roles import ROLES
+    from eval.compare.probe import fit_and_predict
+
+    turns = ROLES["sr"].context_turns
+    texts = [t.dialogue.render_context(turns) for traces in teacher.values() for t in traces]
+    predicted, info = fit_and_predict(train_texts, train_labels, texts, label_set=labels)
+    per_dialogue, at = round(info.pop("seconds_per_dialogue"), 4), 0
+    for name, traces in teacher.items():
+        info[name] = {**label_figures(predicted[at : at + len(traces)], gold[name], labels),
+                      "seconds_per_dialogue": per_dialogue}  # fmt: skip
+        at += len(traces)
+    return info
+
+
+def _label_only_pipeline(pipeline: Path) -> dict:
+    """The declared pipeline with sr answering its strategy alone, so re's prompt has no reason line."""
+    import yaml
+
+    data = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
+    sr = next(role for role in data["roles"] if role["name"] == "sr")
+    sr["answer"] = {"strategy": sr["answer"]["strategy"]}
+    return data
+
+
+def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list, runs: Path) -> dict:
+    """re's replies on the test split given ChatGPT's em and the gold strategy alone, beside re given the full
+    oracle (em and sr with its reason), both against the reference reply: what the reason text adds."""
+    from distill.pipeline.config import PipelineConfig
+    from distill.roles.roles import ROLES
+    from eval.metrics.bertscore import bertscore
+    from eval.metrics.overlap import score_rouge_l
+    from eval.metrics.stats import paired_bootstrap
+
+    derived = runs / "test-label-only"  # the oracle's run: each trace's sr answer cut to the gold strategy
+    store = _fresh_store(derived)
+    for t in teacher:
+        store.append(t.model_copy(update={"outputs": {**t.outputs, "sr": {"strategy": t.dialogue.labels["strategy"]}}}))
+    base = {**base, "skip": ["es", "ia"]}
+    oracle = {"em": "teacher", "sr": "teacher"}
+    systems = {  # each config built just before its run: building one registers its pipeline's roles
+        "full": {**base, "oracle": oracle, "oracle_traces": str(runs / "test")},
+        "label_only": {
+            **base,
+            "pipeline": _label_only_pipeline(args.pipeline),
+            "oracle": oracle,
+            "oracle_traces": str(derived),
+        },
+    }
+    references = [t.dialogue.gold_response for t in teacher]
+    result: dict[str, Any] = {
+        "split": "test",
+        "reference": "the data's reply (ChatGPT's)",
+        "re_temperature": ROLES["re"].temperature,  # the same in both pipelines: re samples, from one seed
+        "seed": args.seed,
+    }
+    items = {}
+    for name, settings in systems.items():
+        config = PipelineConfig(**settings)
+        keep = args.work / "decodings" / f"test-re-{name}"
+        out, seconds = decode(backend, config, [t.dialogue for t in teacher], args.chunk, f"test re {name}", keep)
+        replies = [t.response or "" for t in out]
+        bert = bertscore(replies, references, model=args.bertscore_model, keep_items=True)
+        rouge = score_rouge_l(replies, references)
+        items[name] = (bert.pop("items"), rouge.pop("items"))
+        result[name] = {
+            "bertscore_f1": bert["f1"],
+            "bertscore_model": bert["model"],
+            "rouge_l": rouge,
+            "failed": sum(t.status == "failed" for t in out),
+            **timing(seconds, len(out)),
+        }
+    for i, metric in enumerate(("bertscore_f1", "rouge_l")):
+        a, b = items["label_only"][i], items["full"][i]
+        kept = [j for j in range(len(a)) if a[j] is not None and b[j] is not None]
+        result[f"label_only_minus_full_{metric}"] = paired_bootstrap([a[j] for j in kept], [b[j] for j in kept])
+    return result
+
+
+# --- the emotion link ---------------------------------------------------------------------------------
+
+
+def _folds(dialogues: list, k: int) -> list[int]:
+    """Each dialogue's fold, whole conversations together, conversations dealt round in file order."""
+    order = list(dict.fromkeys(d.conv_id for d in dialogues))
+    fold = {conv: i % k for i, conv in enumerate(order)}
+    return [fold[d.conv_id] for d in dialogues]
+
+
+def emotion_record(args: argparse.Namespace) -> dict:
+    from data_prep.loaders import load_dialogues
+    from data_prep.taxonomy import EKMAN, to_ekman
+    from distill.backends.local import LocalBackend
+    from distill.pipeline.config import PipelineConfig
+    from eval.compare.probe import fit_and_predict
+    from eval.metrics.accuracy import ekman_or_invalid, majority_class
+
+    loaded = next(iter(load_dialogues(args.emotion_data).splits.values()))
+    dialogues = [d for d in loaded if (d.gold_response or "").strip()][: args.limit]
+    gold = [to_ekman(d.emotion) for d in dialogues]
+    labels = tuple(EKMAN)
+    backend = LocalBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
+    base = {
+        "use_cae": False,
+        "use_srp": False,
+        "rag": False,
+        "oracle": {"ers": "gold"},
+        "prompt_style": "teacher",
+        "max_attempts": args.max_attempts,
+        "seed": args.seed,
+    }
+    decode(backend, PipelineConfig(**base), dialogues[:1], 1, "warm-up (untimed)")
+    decodings = run_decodings(
+        backend,
+        base,
+        dialogues,
+        ("asi", "emotion"),
+        lambda predicted: {"i_acc": label_figures([ekman_or_invalid(e) for e in predicted], gold, labels)},
+        args,
+        "emotion",
+    )
+    # no train split in the file: the majority class and the probe are each fitted on the other folds
+    folds = _folds(dialogues, args.folds)
+    majority, probe, probe_info = [None] * len(dialogues), [None] * len(dialogues), {}
+    texts = [d.render_context() for d in dialogues]
+    for k in range(args.folds):
+        fit = [i for i, f in enumerate(folds) if f != k]
+        held = [i for i, f in enumerate(folds) if f == k]
+        if not held or not fit:
+            continue
+        label = _strict(majority_class([gold[i] for i in held], [gold[i] for i in fit])["label"], labels)
+        predicted, probe_info = fit_and_predict(
+            [texts[i] for i in fit], [gold[i] for i in fit], [texts[i] for i in held], label_set=labels
+        )
+        for i, p in zip(held, predicted):
+            majority[i], probe[i] = label, p
+    probe_info.pop("seconds_per_dialogue", None)
+    return {
+        "task": "emotion",
+        "dtype_resolved": str(backend.torch_dtype).removeprefix("torch."),
+        "role": "asi",
+        "data": str(args.emotion_data),
+        "dialogues": len(dialogues),
+        "prompt_style": "teacher (untuned base, no adapters)",
+        "oracle": {"ers": "gold"},
+        "gold_counts": dict(Counter(gold).most_common()),
+        "decodings": decodings,
+        "majority": {
+            "from": f"the other {args.folds - 1} of {args.folds} conversation folds",
+            "i_acc": label_figures(majority, gold, labels),
+        },
+        "probe": {
+            **probe_info,
+            "train_dialogues": None,
+            "folds": args.folds,
+            "i_acc": label_figures(probe, gold, labels),
+        },
+    }
+
+
+# --- command ------------------------------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.emotion:
+        if not args.emotion_data.is_file():
+            raise BenchError(f"{args.emotion_data}: no such file (pass --emotion-data, an ED CSV)")
+        return
+    if args.adapters is None:
+        raise BenchError("--adapters: needed (a per-role student's adapters folder with sr/ and em/)")
+    if not args.adapters.is_dir():
+        raise BenchError(f"{args.adapters}: no such adapters folder (pass --adapters, a folder holding sr/ and em/)")
+    for role in ("sr", *(("re",) if args.label_only else ())):
+        if not (args.adapters / role / "adapter_config.json").is_file():
+            raise BenchError(f"{args.adapters}: holds no {role}/ adapter (no {role}/adapter_config.json)")
+    for file in (TRAIN_FILE, *(file for file, _ in SPLITS.values())):
+        if not (args.data / file).is_file():
+            raise BenchError(f"{args.data / file}: no such file (pass --data, the ESD-CoT folder)")
+    if not args.pipeline.is_file():
+        raise BenchError(f"{args.pipeline}: no such pipeline file")
+
+
+def _print(record: dict) -> None:
+    def ci(s: dict) -> str:
+        return "-" if s["value"] is None else f"{s['value']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
+
+    if record["task"] == "strategy":  # split -> decoding -> figures
+        rows = [(split, mode, f) for split, modes in record["decodings"].items() for mode, f in modes.items()]
+    else:  # decoding -> figures, I-ACC's apart
+        rows = [("ed", mode, {**f, **f["i_acc"]}) for mode, f in record["decodings"].items()]
+    for split, mode, f in rows:
+        print(
+            f"{split:5s} {mode:16s} acc {ci(f['accuracy'])}  macro-F1 {ci(f['macro_f1'])}  "
+            f"{f['seconds_per_dialogue']:.3f} s/dialogue"
+        )
+    if record["task"] == "strategy":
+        chosen = record["chosen"]
+        print(
+            f"chosen on val: {chosen['decoding']}; test acc {ci(chosen['test']['accuracy'])}, "
+            f"macro-F1 {ci(chosen['test']['macro_f1'])}"
+        )
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--adapters", type=Path, default=None, help="a per-role student's adapters folder (sr/, em/)")
+    p.add_argument("--data", type=Path, default=SHARED / "esd-cot", help="the ESD-CoT folder (train, val, test)")
+    p.add_argument("--pipeline", type=Path, default=PIPELINE, help="the declared pipeline the student was trained on")
+    p.add_argument("--model", default="smollm2-135m", help="the base model (alias, folder or hub id)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (bf16 where the CPU runs it natively: eval students'), "
+        "float32 or bfloat16; the record has what it resolved to",
+    )
+    p.add_argument("--batch-size", type=int, default=16, help="prompts decoded together")
+    p.add_argument("--chunk", type=int, default=64, help="dialogues per pipeline call (the progress bar's step)")
+    p.add_argument("--limit", type=int, default=None, help="the first N dialogues of each split; default all")
+    p.add_argument("--max-attempts", type=int, default=2, help="generations per step (eval students' compare: 2)")
+    p.add_argument("--seed", type=int, default=0, help="the pipeline's sampling seed (re samples at T 0.5)")
+    p.add_argument(
+        "--label-only",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run re on test given the gold strategy alone vs the full oracle",
+    )
+    p.add_argument("--bertscore-model", default="minilm", help="the label-only oracle's BERTScore encoder")
+    p.add_argument("--emotion", action="store_true", help="measure TRACE's asi on the ED dev file instead")
+    p.add_argument("--emotion-data", type=Path, default=SHARED / "ed_ekman_dev.csv", help="the --emotion ED CSV")
+    p.add_argument("--folds", type=int, default=5, help="--emotion: conversation folds for majority and probe")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "label-decoding", help="imports go here (reused)")
+    p.add_argument("--out", type=Path, default=None, help="write the record as JSON here")
+    args = p.parse_args(argv)
+    for name in ("adapters", "data", "pipeline", "emotion_data", "work", "out"):
+        if getattr(args, name) is not None:
+            setattr(args, name, getattr(args, name).resolve())
+    try:
+        _check(args)
+    except BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import torch
+
+    from eval.metrics.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    start = time.perf_counter()
+    try:
+        with contextlib.chdir(REPO):  # the shipped mappings name their pipeline relative to the repository
+            figures = emotion_record(args) if args.emotion else strategy_record(args)
+    except BenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    given = argv if argv is not None else sys.argv[1:]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    record = {
+        "command": "python " + shlex.join(["benchmarks/label_decoding.py", *given]),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "cpu_flags": cpu_flags(),
+            "torch_threads": torch.get_num_threads(),
+        },
+        "commit": commit or None,
+        "seconds": round(time.perf_counter() - start, 1),
+        "model": args.model,
+        "dtype": args.dtype,
+        "batch_size": args.batch_size,
+        "chunk": args.chunk,
+        "limit": args.limit,
+        "max_attempts": args.max_attempts,
+        "seed": args.seed,
+        "data": str(args.emotion_data if args.emotion else args.data),
+        "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level": 0.95, "method": "percentile"},
+        **figures,
+    }
+    _print(record)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""benchmarks/label_decoding.py on a tiny fixture: ESD-CoT-shaped files the tests write (test_import's invented
+chains, never ESD's text), identity LoRA adapters on conftest's random 2-layer llama, and a compact escot pipeline.
+
+The record's figures are checked against what they are computed from: each decoding's stored traces, the train
+split's majority class, the val split's choice; the label-only oracle's re prompt carries no reason. The
+`--emotion` mode runs on eight ED-shaped dialogues. Missing inputs are refused in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+import yaml
+from test_import import CHAINS, ESCOT, REPO, write_full_chain, write_instruction
+
+from data_prep.taxonomy import EKMAN
+from distill.pipeline.store import TraceStore
+
+sys.path.insert(0, str(REPO))
+from benchmarks.label_decoding import DECODINGS, main  # noqa: E402
+
+# train: Question three times of six, so the majority class is Question; val and test: the four chains, one each
+TRAIN = list(CHAINS) + [(*c[:4], "Question", c[5]) for c in CHAINS[:2]]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory, tiny_model_dir):
+    """The fixture data, adapters and pipeline, and the record of one run over them."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("label-decoding")
+    data = root / "data"
+    data.mkdir()
+    write_instruction(data / "train_em_sr_re.json", TRAIN)
+    write_full_chain(data / "val.json")
+    write_full_chain(data / "test.json")
+    torch.manual_seed(0)
+    for role in ("em", "sr", "re"):  # LoRA's B starts at zero: each adapter is the base, loaded as a student's
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(
+            root / "adapters" / role
+        )
+    pipeline = yaml.safe_load(ESCOT.read_text())
+    for role in pipeline["roles"]:  # text answers capped so a random model's JSON closes in time
+        role["max_new_tokens"] = 96
+        for answer in role["answer"].values():
+            if "text" in answer:
+                answer["text"] = 40
+    (root / "escot.yaml").write_text(yaml.safe_dump(pipeline))
+    argv = ["--adapters", str(root / "adapters"), "--data", str(data), "--pipeline", str(root / "escot.yaml"),
+            "--model", tiny_model_dir, "--dtype", "float32", "--batch-size", "4", "--chunk", "3",
+            "--work", str(root / "work"), "--out", str(root / "record.json")]  # fmt: skip
+    assert main(argv) == 0
+    return root, argv, json.loads((root / "record.json").read_text())
+
+
+def gold_share(label: str) -> float:
+    return sum(c[4] == label for c in CHAINS) / len(CHAINS)
+
+
+def test_the_record_holds_every_setting_and_each_decodings_figures(bench):
+    root, argv, record = bench
+    assert record["command"].startswith("python benchmarks/label_decoding.py --adapters")
+    for key in ("machine", "commit", "seconds", "model", "dtype", "batch_size", "limit", "max_attempts", "seed"):
+        assert key in record
+    assert record["dtype"] == "float32" and record["batch_size"] == 4 and record["oracle"] == {"em": "teacher"}
+    assert record["dialogues"] == {"val": 4, "test": 4} and record["train_dialogues"] == len(TRAIN)
+    assert set(record["decodings"]) == {"val", "test"}
+    for split, by_mode in record["decodings"].items():
+        assert list(by_mode) == list(DECODINGS)
+        for mode, figures in by_mode.items():
+            # the figures are those of the decoding's stored answers against the gold strategies
+            traces, _ = TraceStore(root / "work" / "decodings" / f"{split}-{mode}").read()
+            hits = [t.outputs["sr"]["strategy"] == t.dialogue.labels["strategy"] for t in traces]
+            assert figures["accuracy"]["value"] == pytest.approx(sum(hits) / len(hits))
+            assert figures["accuracy"]["n"] == figures["macro_f1"]["n"] == 4
+            assert figures["accuracy"]["ci_low"] <= figures["accuracy"]["value"] <= figures["accuracy"]["ci_high"]
+            assert figures["failed"] == 0 and figures["seconds_per_dialogue"] > 0
+            assert [s.role for s in traces[0].steps] == ["em", "sr"]  # em from the teacher's run, sr decoded
+            assert traces[0].steps[0].events == ["oracle: teacher answer"]
+            ranked = [e for s in traces[0].steps for e in s.events if e.startswith("label ranked")]
+            assert bool(ranked) == (mode != "greedy") and all(f"({mode})" in e for e in ranked)
+            if mode != "greedy":  # the reason comes from the same greedy pass; only the label is ranked
+                assert figures["versus_greedy"]["other_fields_as_greedy"] == 4
+
+
+def test_majority_probe_and_the_choice_on_val(bench):
+    _, _, record = bench
+    majority = record["majority"]
+    assert majority["label"] == "Question" and majority["from"] == "train labels"
+    for split in ("val", "test"):
+        assert majority[split]["accuracy"]["value"] == gold_share("Question") == 0.25
+        assert majority[split]["macro_f1"]["value"] == pytest.approx(2 * 1 / (2 + 3) / 4)  # F1 0.4 on one of 4
+    probe = record["probe"]
+    assert probe["model"] == "logistic regression over minilm embeddings" and probe["train_dialogues"] == len(TRAIN)
+    assert probe["test"]["accuracy"]["n"] == 4 and "last 12 turns" in probe["text"]
+    val = record["decodings"]["val"]
+    chosen = record["chosen"]
+    assert val[chosen["decoding"]]["macro_f1"]["value"] == max(val[m]["macro_f1"]["value"] for m in DECODINGS)
+    assert chosen["test"] == record["decodings"]["test"][chosen["decoding"]]
+
+
+def test_the_label_only_oracle_gives_re_the_strategy_name_alone(bench):
+    root, _, record = bench
+    oracle = record["label_only_oracle"]
+    for name in ("full", "label_only"):
+        assert oracle[name]["bertscore_f1"]["n"] == oracle[name]["rouge_l"]["n"] == 4
+    assert oracle["label_only_minus_full_rouge_l"]["n"] == 4
+    for name, has_reason in (("full", True), ("label_only", False)):
+        traces, _ = TraceStore(root / "work" / "decodings" / f"test-re-{name}").read()
+        prompt = next(s for s in traces[0].steps if s.role == "re").messages[1]["content"]
+        assert f"strategy: {CHAINS[0][4]}" in prompt and ("reason: " in prompt) == has_reason
+
+
+def test_missing_inputs_are_one_line(bench, tmp_path, capsys):
+    root, argv, _ = bench
+
+    def refused(*change: str) -> str:
+        args = list(argv)
+        for flag, value in zip(change[::2], change[1::2]):
+            args[args.index(flag) + 1] = value
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        return err
+
+    assert "no such adapters folder" in refused("--adapters", str(tmp_path / "none"))
+    (tmp_path / "partial" / "em").mkdir(parents=True)
+    assert "holds no sr/ adapter" in refused("--adapters", str(tmp_path / "partial"))
+    assert "train_em_sr_re.json: no such file" in refused("--data", str(tmp_path))
+    assert main(["--emotion", "--emotion-data", str(tmp_path / "ed.csv")]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: {tmp_path / 'ed.csv'}: no such file (pass --emotion-data, an ED CSV)"
+    )
+
+
+def test_the_emotion_mode_ranks_asi_beside_majority_and_probe(tmp_path, tiny_model_dir, tiny_dialogues):
+    path = tmp_path / "ed.csv"
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["utterances", "prompt", "emotion_id", "gold_response"])
+        writer.writeheader()
+        for d in tiny_dialogues:
+            writer.writerow({"utterances": "\n".join(f"{t.speaker}: {t.text}" for t in d.turns),
+                             "prompt": d.situation, "emotion_id": EKMAN.index(d.emotion),
+                             "gold_response": d.gold_response})  # fmt: skip
+    argv = ["--emotion", "--emotion-data", str(path), "--model", tiny_model_dir, "--dtype", "float32", "--batch-size",
+            "4", "--folds", "2", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "e.json")]  # fmt: skip
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "e.json").read_text())
+    assert record["task"] == "emotion" and record["dialogues"] == len(tiny_dialogues)
+    assert list(record["decodings"]) == list(DECODINGS)
+    for mode, figures in record["decodings"].items():
+        traces, _ = TraceStore(tmp_path / "work" / "decodings" / f"emotion-{mode}").read()
+        assert [s.role for s in traces[0].steps] == ["asi", "ers"]  # ers is the gold reply: nothing generated
+        hits = [t.outputs["asi"]["emotion"] == t.dialogue.emotion for t in traces]
+        assert figures["i_acc"]["accuracy"]["value"] == pytest.approx(sum(hits) / len(hits))
+    assert record["majority"]["i_acc"]["accuracy"]["n"] == record["probe"]["i_acc"]["accuracy"]["n"] == 8
