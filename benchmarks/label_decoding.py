@@ -6,17 +6,19 @@
 
 The `sr` role runs on ESD-CoT's val (172) and test (341) dialogues with ChatGPT's own `em` answer fed in
 (`oracle: {em: teacher}`, from `distill import` of that split), so only the strategy link is measured, in three
-decodings: greedy JSON, `label_decoding: {sr: rank}` and `rank-calibrated` (distill.backends.label_rank). Each
-has strategy accuracy and macro-F1 with seeded bootstrap 95% CIs and its seconds per dialogue (the ranked ones
-include the greedy pass that writes the reason before the label). Beside them: the train split's majority class
-and a probe (logistic regression on MiniLM embeddings of the dialogue text `sr` sees, eval.compare.probe) fitted
-on the train split's strategies. The decoding with the best val macro-F1 is `chosen` and its test figures are
-reported: no setting is chosen on test. `--label-only` adds the re role given ChatGPT's emotion and the gold
-strategy name alone (no reason) beside it given the full oracle, both scored against the reference reply.
+decodings: greedy JSON, `label_decoding: {sr: rank}` and `rank-calibrated` (distill.backends.label_rank), all
+from ONE pass per split: the ranker drafts the whole answer greedily, then scores every label after the drafted
+reason, and each answer's `label scores:` event holds the drafted label, the raw and the content-free scores,
+so greedy is the drafted label, rank the best raw score, rank-calibrated the best calibrated one. Each has
+strategy accuracy and macro-F1 with seeded bootstrap 95% CIs and its seconds per dialogue: greedy the pass less
+its measured ranking, the ranked ones that plus their ranking's seconds (stated apart). Beside them: the train
+split's majority class and a probe (logistic regression on MiniLM embeddings of the dialogue text `sr` sees,
+eval.compare.probe) fitted on the train split's strategies. The decoding with the best val macro-F1 is `chosen`
+and its test figures are reported: no setting is chosen on test. `--label-only` adds the re role given ChatGPT's
+emotion and the gold strategy name alone (no reason) beside it given the full oracle, both scored against the
+reference reply.
 
-`--emotion` measures TRACE's emotion role `asi` instead: the untuned base with the teacher prompts on the ED dev
-file (`oracle: {ers: gold}` so no reply is generated), the same three decodings, I-ACC (Ekman's six) with CI,
-beside the majority class and the emotion probe, both cross-fitted over `--folds` conversation folds of the file.
+`--emotion` measures TRACE's emotion role `asi` instead (benchmarks/label_decoding_emotion.py).
 """
 
 from __future__ import annotations
@@ -135,35 +137,68 @@ def timing(seconds: float, n: int) -> dict:
     return {"seconds": round(seconds, 2), "seconds_per_dialogue": round(seconds / max(1, n), 4)}
 
 
-def versus_greedy(traces: list, greedy: list, role: str, label: str) -> dict:
-    """How a ranked decoding differs from greedy on the same dialogues: labels changed, other fields kept."""
-    rest = [{k: v for k, v in (t.outputs.get(role) or {}).items() if k != label} for t in (*traces, *greedy)]
-    n = len(traces)
+def pass_labels(traces: list, role: str, field: str) -> tuple[dict[str, list], list[list[dict]]]:
+    """Each decoding's labels derived from one ranked pass's traces, and each trace's scores lines (the role's
+    step's, every attempt's). A trace whose answer failed has no label in any decoding."""
+    from distill.backends.label_rank import decodings_from_scores, parse_scores_events
+
+    lines = [[x for s in t.steps if s.role == role for x in parse_scores_events(s.events)] for t in traces]
+    derived = [decodings_from_scores(ls[-1]) if ls and _answer(t, role, field) else {} for t, ls in zip(traces, lines)]
+    labels = {mode: [d.get(mode) for d in derived] for mode in DECODINGS}
+    stored = [_answer(t, role, field) for t in traces]
+    if labels["rank-calibrated"] != stored:  # the pass's own answers: the derivation must reproduce them
+        raise BenchError(f"{role}.{field}: labels derived from the scores lines differ from the pass's answers")
+    return labels, lines
+
+
+def pass_timings(seconds: float, lines: list[list[dict]]) -> dict[str, dict]:
+    """Each decoding's seconds from the pass's wall clock and its ranking seconds (measured, per scores line):
+    greedy is the pass less all ranking, rank adds the raw ranking, rank-calibrated is the whole pass."""
+    flat = [x["seconds"] for ls in lines for x in ls]
+    rank, free = sum(x["rank"] for x in flat), sum(x["content_free"] for x in flat)
+    n = len(lines)
+    greedy = seconds - rank - free
+    added = {"rank": rank, "rank-calibrated": rank + free}
     return {
-        "label_changed": sum(_answer(a, role, label) != _answer(b, role, label) for a, b in zip(traces, greedy)),
-        "other_fields_as_greedy": sum(rest[i] == rest[n + i] for i in range(n)),
-    }
+        "greedy": {**timing(greedy, n), "draft_seconds": round(sum(x["draft"] for x in flat), 2)},
+        **{mode: {**timing(greedy + extra, n), "ranking_seconds_per_dialogue": round(extra / max(1, n), 4)}
+           for mode, extra in added.items()},
+    }  # fmt: skip
 
 
 def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], score, args, tag: str):
-    """`slot` (role, label field) decoded greedily, ranked and ranked with calibration over `dialogues`, in that
-    order; each decoding's figures (`score` of its labels), failures, seconds and its difference from greedy."""
+    """`slot` (role, label field) decoded once, ranked with calibration, over `dialogues`: its greedy draft, its
+    raw ranking and its calibrated ranking (each answer's scores line) are the three decodings. Each decoding's
+    figures (`score` of its labels), failures, seconds and its labels changed from greedy."""
     from distill.pipeline.config import PipelineConfig
 
     role, field = slot
-    figures, greedy = {}, None
+    config = PipelineConfig(**settings, label_decoding={role: "rank-calibrated"})
+    keep = args.work / "decodings" / f"{tag}-pass"
+    out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} greedy+rank+calibrated", keep)
+    labels, lines = pass_labels(out, role, field)
+    timings = pass_timings(seconds, lines)
+    failed = sum(t.status == "failed" for t in out)
+    figures = {}
     for mode in DECODINGS:
-        config = PipelineConfig(**settings, label_decoding={} if mode == "greedy" else {role: mode})
-        keep = args.work / "decodings" / f"{tag}-{mode}"
-        out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} {mode}", keep)
+        changed = sum(a != b for a, b in zip(labels[mode], labels["greedy"]))
         figures[mode] = {
-            **score([_answer(t, role, field) for t in out]),
-            "failed": sum(t.status == "failed" for t in out),
-            **timing(seconds, len(out)),
-            **({"versus_greedy": versus_greedy(out, greedy, role, field)} if greedy else {}),
+            **score(labels[mode]),
+            "failed": failed,
+            **timings[mode],
+            **({"versus_greedy": {"label_changed": changed}} if mode != "greedy" else {}),
         }
-        greedy = greedy or out
     return figures
+
+
+DERIVATION = (
+    "one pass per split with label_decoding rank-calibrated: its greedy draft (the whole answer, batched) is the "
+    "greedy decoding, the drafted label its label; rank is the best raw label score after the draft's reason, "
+    "rank-calibrated the best raw minus content-free score, both read from the answer's 'label scores:' event "
+    "(distill.backends.label_rank.scores_event). Seconds: greedy is the pass's wall clock less its measured "
+    "ranking seconds (draft_seconds: the generation alone), rank adds the raw ranking's seconds, "
+    "rank-calibrated is the whole pass (content-free scores once per adapter); the other fields are the draft's"
+)
 
 
 # --- the strategy link --------------------------------------------------------------------------------
@@ -223,6 +258,7 @@ def strategy_record(args: argparse.Namespace) -> dict:
         "dialogues": {name: len(traces) for name, traces in teacher.items()},
         "gold_counts": {name: dict(Counter(g).most_common()) for name, g in gold.items()},
         "decodings": splits,
+        "decodings_derived": DERIVATION,
         "majority": majority_figures(train_labels, gold, labels),
         "probe": {**probe, "text": f"the dialogue's last {turns} turns, as sr's prompt shows them"},
         "chosen": {
@@ -316,87 +352,6 @@ def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list
     return result
 
 
-# --- the emotion link ---------------------------------------------------------------------------------
-
-
-def _folds(dialogues: list, k: int) -> list[int]:
-    """Each dialogue's fold, whole conversations together, conversations dealt round in file order."""
-    order = list(dict.fromkeys(d.conv_id for d in dialogues))
-    fold = {conv: i % k for i, conv in enumerate(order)}
-    return [fold[d.conv_id] for d in dialogues]
-
-
-def emotion_record(args: argparse.Namespace) -> dict:
-    from data_prep.loaders import load_dialogues
-    from data_prep.taxonomy import EKMAN, to_ekman
-    from distill.backends.local import LocalBackend
-    from distill.pipeline.config import PipelineConfig
-    from eval.compare.probe import fit_and_predict
-    from eval.metrics.accuracy import ekman_or_invalid, majority_class
-
-    loaded = next(iter(load_dialogues(args.emotion_data).splits.values()))
-    dialogues = [d for d in loaded if (d.gold_response or "").strip()][: args.limit]
-    gold = [to_ekman(d.emotion) for d in dialogues]
-    labels = tuple(EKMAN)
-    backend = LocalBackend(args.model, dtype=args.dtype, batch_size=args.batch_size)
-    base = {
-        "use_cae": False,
-        "use_srp": False,
-        "rag": False,
-        "oracle": {"ers": "gold"},
-        "prompt_style": "teacher",
-        "max_attempts": args.max_attempts,
-        "seed": args.seed,
-    }
-    decode(backend, PipelineConfig(**base), dialogues[:1], 1, "warm-up (untimed)")
-    decodings = run_decodings(
-        backend,
-        base,
-        dialogues,
-        ("asi", "emotion"),
-        lambda predicted: {"i_acc": label_figures([ekman_or_invalid(e) for e in predicted], gold, labels)},
-        args,
-        "emotion",
-    )
-    # no train split in the file: the majority class and the probe are each fitted on the other folds
-    folds = _folds(dialogues, args.folds)
-    majority, probe, probe_info = [None] * len(dialogues), [None] * len(dialogues), {}
-    texts = [d.render_context() for d in dialogues]
-    for k in range(args.folds):
-        fit = [i for i, f in enumerate(folds) if f != k]
-        held = [i for i, f in enumerate(folds) if f == k]
-        if not held or not fit:
-            continue
-        label = _strict(majority_class([gold[i] for i in held], [gold[i] for i in fit])["label"], labels)
-        predicted, probe_info = fit_and_predict(
-            [texts[i] for i in fit], [gold[i] for i in fit], [texts[i] for i in held], label_set=labels
-        )
-        for i, p in zip(held, predicted):
-            majority[i], probe[i] = label, p
-    probe_info.pop("seconds_per_dialogue", None)
-    return {
-        "task": "emotion",
-        "dtype_resolved": str(backend.torch_dtype).removeprefix("torch."),
-        "role": "asi",
-        "data": str(args.emotion_data),
-        "dialogues": len(dialogues),
-        "prompt_style": "teacher (untuned base, no adapters)",
-        "oracle": {"ers": "gold"},
-        "gold_counts": dict(Counter(gold).most_common()),
-        "decodings": decodings,
-        "majority": {
-            "from": f"the other {args.folds - 1} of {args.folds} conversation folds",
-            "i_acc": label_figures(majority, gold, labels),
-        },
-        "probe": {
-            **probe_info,
-            "train_dialogues": None,
-            "folds": args.folds,
-            "i_acc": label_figures(probe, gold, labels),
-        },
-    }
-
-
 # --- command ------------------------------------------------------------------------------------------
 
 
@@ -485,7 +440,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     start = time.perf_counter()
     try:
         with contextlib.chdir(REPO):  # the shipped mappings name their pipeline relative to the repository
-            figures = emotion_record(args) if args.emotion else strategy_record(args)
+            if args.emotion:  # its own module, which reads this one's helpers
+                from benchmarks.label_decoding_emotion import emotion_record
+
+                figures = emotion_record(args)
+            else:
+                figures = strategy_record(args)
     except BenchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -519,5 +479,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # run as the imported module, so --emotion's module shares its helpers and errors
+    from benchmarks.label_decoding import main as module_main
+
+    sys.exit(module_main())

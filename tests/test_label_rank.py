@@ -13,7 +13,13 @@ import torch
 from pydantic import ValidationError
 
 from distill.backends.base import GenerationRequest, LabelRanking
-from distill.backends.label_rank import label_slot
+from distill.backends.label_rank import (
+    SCORES_EVENT,
+    decodings_from_scores,
+    label_slot,
+    parse_scores_events,
+    scores_event,
+)
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.pipeline import Pipeline
 from distill.roles.declared import label_set
@@ -99,6 +105,21 @@ def test_calibration_subtracts_the_content_free_scores_once_computed(backend):
     assert json.loads(results[0].text) == {"emotion": max(expected, key=expected.get)}
     assert "rank-calibrated" in results[0].events[-1]
     assert len(backend.label_ranker._content_free) == 1  # one content-free pass for both requests
+    [line] = parse_scores_events(results[0].events)  # the machine-readable line: raw and content-free apart
+    assert line["field"] == "emotion" and line["drafted"] is None  # the whole answer is the label: no draft
+    assert line["raw"] == pytest.approx(raw, abs=1e-4) and line["content_free"] == pytest.approx(free, abs=1e-4)
+    assert decodings_from_scores(line)["rank-calibrated"] == max(expected, key=expected.get)
+
+
+def test_the_scores_line_round_trips_and_yields_the_three_decodings():
+    raw, free = {"a": -1.0, "b": -2.0, "c": -3.0}, {"a": -0.5, "b": -3.0, "c": -2.0}
+    seconds = {"draft": 0.5, "rank": 0.25, "content_free": 0.0}
+    event = scores_event("x", "c", raw, free, seconds)
+    assert event.startswith(SCORES_EVENT) and "\n" not in event
+    [line] = parse_scores_events(["other", event])
+    assert line == {"field": "x", "drafted": "c", "raw": raw, "content_free": free, "seconds": seconds}
+    assert decodings_from_scores(line) == {"greedy": "c", "rank": "a", "rank-calibrated": "b"}
+    assert decodings_from_scores({**line, "content_free": None})["rank-calibrated"] is None
 
 
 @pytest.mark.parametrize(

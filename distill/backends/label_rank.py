@@ -15,6 +15,11 @@ after them, and fields after it are kept as that generation wrote them, i.e. con
 generated (the trace says so when the ranked label differs). A label that is the whole answer (a student's
 `asi`) is ranked without generating anything.
 
+Each ranked answer's events also carry one machine-readable line, `scores_event`'s: the label the draft
+generated, every label's raw score, the content-free scores (whenever the request carries the content-free
+prompt) and the seconds of each part, so one ranked pass also yields the greedy decoding (the drafted label) and
+both rankings (`parse_scores_events` reads it back; benchmarks/label_decoding.py derives all three from it).
+
 Only the local transformers backend ranks (`LocalBackend.ranks_labels`); it hands requests that carry a
 `LabelRanking` to `LabelRanker.generate`.
 """
@@ -30,6 +35,38 @@ from typing import Any, Optional
 from distill.backends.base import GenerationRequest, GenerationResult, ProgressFn
 
 CONTENT_FREE = "N/A"  # Zhao et al.'s content-free input
+SCORES_EVENT = "label scores: "  # the machine-readable event's prefix; compact JSON follows
+
+
+def scores_event(
+    field: str,
+    drafted: Optional[str],
+    raw: dict[str, float],
+    content_free: Optional[dict[str, float]],
+    seconds: dict[str, float],
+) -> str:
+    """The event line of one ranking: the label the draft generated (None when nothing was drafted), each
+    label's raw score, its content-free score (None when the request has no content-free prompt) and the
+    seconds of the draft, the raw ranking and the content-free pass (0 when cached). Floats round-trip exactly."""
+    line = {"field": field, "drafted": drafted, "raw": raw, "content_free": content_free, "seconds": seconds}
+    return SCORES_EVENT + json.dumps(line, separators=(",", ":"))
+
+
+def parse_scores_events(events: Sequence[str]) -> list[dict[str, Any]]:
+    """Every `scores_event` line among `events`, parsed, in order: a step's last is its final attempt's."""
+    return [json.loads(e[len(SCORES_EVENT) :]) for e in events if e.startswith(SCORES_EVENT)]
+
+
+def decodings_from_scores(line: dict[str, Any]) -> dict[str, Optional[str]]:
+    """A parsed `scores_event` line's three decodings, as `LabelRanker` picks them: greedy (the drafted label),
+    rank (the best raw score) and rank-calibrated (the best raw minus content-free; None without those)."""
+    raw, free = line["raw"], line["content_free"]
+    calibrated = _calibrated(raw, free) if free is not None else None
+    return {
+        "greedy": line["drafted"],
+        "rank": max(raw, key=raw.get),
+        "rank-calibrated": max(calibrated, key=calibrated.get) if calibrated is not None else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -151,19 +188,24 @@ class LabelRanker:
         if values is None:  # a failed or unparseable draft: the pipeline's retry decides
             return draft
         started = time.perf_counter()
-        scores, prompt_tokens, notes = self.scores(req, slot, values)
+        raw, free, prompt_tokens, notes, seconds = self._raw_and_free(req, slot, values)
+        scores = _calibrated(raw, free) if req.label_ranking.calibrated else raw
         best = max(scores, key=scores.get)
-        seconds = time.perf_counter() - started
+        seconds_all = time.perf_counter() - started
         mode = "rank-calibrated" if req.label_ranking.calibrated else "rank"
-        events = notes + [f"label ranked ({mode}): {slot.field} = {best!r} of {len(scores)} labels in {seconds:.3f} s"]
-        if draft is not None and slot.after and values.get(slot.field) != best:
-            events.append(f"{', '.join(slot.after)} kept as generated after {slot.field} {values.get(slot.field)!r}")
+        drafted = values.get(slot.field) if draft is not None else None
+        events = notes + [
+            scores_event(slot.field, drafted, raw, free, {"draft": draft.latency_s if draft else 0.0, **seconds}),
+            f"label ranked ({mode}): {slot.field} = {best!r} of {len(scores)} labels in {seconds_all:.3f} s",
+        ]
+        if draft is not None and slot.after and drafted != best:
+            events.append(f"{', '.join(slot.after)} kept as generated after {slot.field} {drafted!r}")
         label_tokens = len(self._continuation_ids(answer_prefix(slot, values), continuation(slot, best)))
         return GenerationResult(
             text=_compact({**values, slot.field: best}) if draft is not None else _compact({slot.field: best}),
             prompt_tokens=prompt_tokens,
             completion_tokens=(draft.completion_tokens if draft else 0) + label_tokens,
-            latency_s=(draft.latency_s if draft else 0.0) + seconds,
+            latency_s=(draft.latency_s if draft else 0.0) + seconds_all,
             transport_retries=draft.transport_retries if draft else 0,
             events=(draft.events if draft else []) + events,
         )
@@ -175,13 +217,19 @@ class LabelRanker:
         was cut to fit (`LocalBackend.encode`'s notes).
 
         `values` holds the fields written before the label. The caller has the request's adapter active."""
-        prefix_text = answer_prefix(slot, values)
+        raw, free, prompt_tokens, notes, _ = self._raw_and_free(req, slot, values)
+        return (_calibrated(raw, free) if req.label_ranking.calibrated else raw), prompt_tokens, notes
+
+    def _raw_and_free(self, req: GenerationRequest, slot: LabelSlot, values: dict[str, Any]):
+        """The raw scores, the content-free ones (whenever the request carries the content-free prompt: cached,
+        one pass per adapter; else None), the prompt's length, its notes and the seconds of each scoring."""
+        started = time.perf_counter()
         prompt, notes = self.backend.encode(req.messages)
-        raw = self._score(prompt, prefix_text, slot)
-        if not req.label_ranking.calibrated:
-            return raw, len(prompt), notes
-        free = self._content_free_scores(req, slot)
-        return {label: raw[label] - free[label] for label in slot.labels}, len(prompt), notes
+        raw = self._score(prompt, answer_prefix(slot, values), slot)
+        middle = time.perf_counter()
+        free = self._content_free_scores(req, slot) if req.label_ranking.content_free else None
+        seconds = {"rank": middle - started, "content_free": time.perf_counter() - middle}
+        return raw, free, len(prompt), notes, seconds
 
     def _content_free_scores(self, req: GenerationRequest, slot: LabelSlot) -> dict[str, float]:
         # the fields before the label are content too: "N/A" stands for each, so one score serves every prompt
@@ -208,6 +256,10 @@ class LabelRanker:
         if joined[: len(head)] == head:
             return joined[len(head) :]
         return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _calibrated(raw: dict[str, float], free: dict[str, float]) -> dict[str, float]:
+    return {label: raw[label] - free[label] for label in raw}
 
 
 def _draft_values(draft: GenerationResult, slot: LabelSlot) -> Optional[dict[str, Any]]:
