@@ -1286,3 +1286,12 @@ def test_a_point_whose_adapter_was_retrained_computes_its_report_again(tmp_path,
     ) in log
     assert "regenerating system 'student-traces': adapter 'ers' holds other weights" in log  # its traces too
     assert json.loads(report.read_text())["systems"][0]["source"] == "generated"
+
+
+def test_ppl_given_the_dialogue_reaches_a_point_compare_only_where_the_curve_names_it(tmp_path):
+    from eval.curve.curve import CurveConfig, point_compare
+
+    plain = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"])
+    assert "dialogue_ppl" not in point_compare(tmp_path, [{"name": "a"}], plain)  # an old curve's compare unchanged
+    named = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"], dialogue_ppl={"batch_size": 2})
+    assert point_compare(tmp_path, [{"name": "a"}], named)["dialogue_ppl"] == {"model": "smollm2-135m", "batch_size": 2}

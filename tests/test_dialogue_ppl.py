@@ -19,7 +19,7 @@ from eval.metrics.perplexity import perplexity
 UNRELATED = "The train to the coast leaves at nine and the tickets are cheap on Tuesdays."
 
 
-def test_compare_scores_ppl_given_the_dialogue_with_ppl_and_pairs_it_lower_is_better(
+def test_compare_scores_ppl_given_the_dialogue_where_named_and_pairs_it_lower_is_better(
     tmp_path, tiny_dialogues, tiny_model_dir
 ):
     test = tiny_dialogues[:4]
@@ -30,8 +30,9 @@ def test_compare_scores_ppl_given_the_dialogue_with_ppl_and_pairs_it_lower_is_be
         for name, replies in runs.items()
     ]
     ppl = {"model": tiny_model_dir, "context": "response", "batch_size": 4}
-    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": ppl, "bertscore": None, "relevance": None,
-           "systems": systems}  # fmt: skip
+    guard = {"model": tiny_model_dir, "batch_size": 4}
+    cfg = {"dialogues": _dataset(tmp_path, "ds", test), "ppl": ppl, "dialogue_ppl": guard, "bertscore": None,
+           "relevance": None, "systems": systems}  # fmt: skip
     out = tmp_path / "out"
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
@@ -47,7 +48,7 @@ def test_compare_scores_ppl_given_the_dialogue_with_ppl_and_pairs_it_lower_is_be
     markdown = (out / "report.md").read_text()
     assert "PPL given the dialogue ↓" in markdown and "PPL given the dialogue: each reply scored after" in markdown
     assert not unbacked_numbers(markdown, report)
-    cfg["ppl"] = None  # off with PPL: no figure, no pair
+    cfg["dialogue_ppl"] = None  # off unless named (PPL still on): no figure, no pair
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(tmp_path / "off")]) == 0
     off = json.loads((tmp_path / "off" / "report.json").read_text())
     assert "dialogue_ppl" not in off["systems"][0] and not any(p["metric"] == "dialogue_ppl" for p in off["paired"])

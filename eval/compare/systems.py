@@ -120,6 +120,16 @@ class PplSpec(BaseModel):
     batch_size: int = setting("ppl", "batch_size")
 
 
+class DialoguePplSpec(BaseModel):
+    """The target's third coherence guard (`dialogue_ppl`): the reply's PPL after its dialogue. Off unless a
+    config names it, since it is a second pass of the reference LM over every reply and its dialogue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelName = Field(METRICS["dialogue_ppl"].settings["model"], description="the untuned reference LM")
+    batch_size: int = Field(METRICS["dialogue_ppl"].settings["batch_size"], ge=1, description="replies per pass")
+
+
 class BertScoreSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -176,6 +186,9 @@ class CompareConfig(BaseModel):
     )
     judge: Optional[JudgeSpec] = Field(None, description="a pairwise LLM judge; null = none")
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = no PPL")
+    dialogue_ppl: Optional[DialoguePplSpec] = Field(
+        None, description="PPL given the dialogue (the target's third guard); null = not scored"
+    )
     bertscore: Optional[BertScoreSpec] = Field(
         default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
     )

@@ -50,6 +50,7 @@ from eval.compare.systems import (
     SYSTEMS_DIR,
     BertScoreSpec,
     CompareError,
+    DialoguePplSpec,
     PaperReference,
     PplSpec,
     loadable_model,
@@ -113,6 +114,9 @@ class CurveConfig(BaseModel):
     base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
     probe: bool = Field(True, description="score a logistic-regression emotion probe at every point")
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = no PPL")
+    dialogue_ppl: Optional[DialoguePplSpec] = Field(
+        None, description="PPL given the dialogue, the target's third guard; null = not scored"
+    )
     bertscore: Optional[BertScoreSpec] = Field(
         default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
     )
@@ -350,6 +354,8 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
         "bertscore": config.bertscore.model_dump() if config.bertscore else None,
         "paper_reference": config.paper_reference,
         "shares_by_size": config.shares_by_size,
+        # only when set, so a curve without the guard keeps the compare config (and reuse) it had before it
+        **({"dialogue_ppl": config.dialogue_ppl.model_dump()} if config.dialogue_ppl else {}),
     }
 
 

@@ -160,7 +160,7 @@ def ppl_inputs(settings: dict) -> tuple[str, ...]:
 
 def load_ppl(settings: dict) -> dict:
     """The reference LM, loaded once for every system of a comparison: `score_ppl`'s ``lm`` (and
-    `score_dialogue_ppl`'s, which reads the same section: the last model asked for is kept, so it loads once)."""
+    `score_dialogue_ppl`'s: the last model asked for is kept, so the two metrics load it once)."""
     return {"lm": _kept_reference_lm(settings["model"])}
 
 
@@ -191,7 +191,6 @@ def score_dialogue_ppl(
     lm: Optional[tuple[Any, Any]] = None,
     context: Optional[str] = None,
 ) -> dict:
-    """The target's second coherence guard: `score_ppl` of each reply after its dialogue (context ``dialogue``)
-    under the untuned reference LM, with its per-reply items. It reads PPL's own settings section, so `context`,
-    the context PPL itself is scored with, is taken and not used: this figure is always given the dialogue."""
+    """A coherence guard of the target: `score_ppl` of each reply after its dialogue (context ``dialogue``) under
+    the untuned reference LM, with its per-reply items; always given the dialogue, whatever PPL's own context."""
     return score_ppl(replies, contexts, model, "dialogue", batch_size, lm)

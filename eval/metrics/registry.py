@@ -205,8 +205,9 @@ for _spec in (
             "batch_size": {"type": int, "help": "replies scored per forward pass"},
         },
     ),
-    # the target's second coherence guard (`eval.curve.target`): on with PPL and under its reference LM, as its
-    # section says; `eval score` gives it as PPL with --ppl-context dialogue
+    # the target's third coherence guard (`eval.curve.target`), under PPL's reference LM; its own section
+    # (`dialogue_ppl:`), off unless named, since it is a second LM pass over every reply and its dialogue;
+    # `eval score` gives it as PPL with --ppl-context dialogue
     MetricSpec(
         "dialogue_ppl", "PPL given the dialogue", "corpus", "lower", paired=True, human_row=True,
         settings={"model": DEFAULT_PPL_MODEL, "batch_size": 8},
@@ -215,7 +216,7 @@ for _spec in (
         note="PPL given the dialogue: each reply scored after its dialogue under the untuned reference LM `{model}`, "
         "token-weighted as PPL; it rises when a reply stops answering the dialogue (human replies after their own "
         "dialogue against the same replies shuffled across dialogues: `benchmarks/coherence_calibration_ppl.json`).",
-        paired_statistic=corpus_ppl, prepare=load_ppl, config="ppl", opt_in=True, in_score=False,
+        paired_statistic=corpus_ppl, prepare=load_ppl, config="dialogue_ppl", opt_in=True, in_score=False,
     ),
     MetricSpec(
         "diversity", "Dist / EAD", "corpus", "higher", paired=True, human_row=True,
