@@ -222,3 +222,20 @@ def test_a_pipeline_without_a_reply_role_is_one_line(tmp_path, capsys):
     del data["students"][0]["validation_mapping"]
     config.write_text(yaml.safe_dump(data))
     _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (traces)", "no reply role")
+
+
+def test_epochs_on_the_command_line_caps_each_role_over_the_config(monkeypatch, tmp_path):
+    """`--epochs 2` is the config's `num_train_epochs` for this run, as the CPU record's command gives it."""
+    import eval.students.recipe as recipe
+
+    seen = {}
+    stop = RuntimeError("stop before training")
+
+    def run_students(config, out):
+        seen["config"] = config
+        raise stop
+
+    monkeypatch.setattr(recipe, "run_students", run_students)
+    with pytest.raises(RuntimeError, match="stop before training"):
+        evaluate(["students", "--config", str(SHIPPED), "--out", str(tmp_path / "out"), "--epochs", "2"])
+    assert seen["config"].num_train_epochs == 2 and yaml.safe_load(SHIPPED.read_text())["num_train_epochs"] != 2

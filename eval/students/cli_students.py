@@ -2,7 +2,7 @@
 work, `report.py` writes students.json/.md beside the compare's report.
 
     python -m eval students --config configs/eval/escot-students.yaml --out runs/escot-students \\
-        [--n 200] [--seeds 42 43 44] [--limit 20] [--student traces direct]
+        [--n 200] [--epochs 2] [--seeds 42 43 44] [--limit 20] [--student traces direct]
 
 A rerun with the same inputs reuses every stage; an edited mapping, data file or train setting remakes what
 depends on it, saying why in one line.
@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="students YAML, e.g. configs/eval/escot-students.yaml")
     parser.add_argument("--out", required=True, help="run folder; a rerun reuses every stage whose inputs held")
     parser.add_argument("--n", type=int, default=None, help="the first N train rows (the config's `n`)")
+    parser.add_argument("--epochs", type=int, default=None, help="the most epochs a role trains (`num_train_epochs`)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="one training run per seed")
     parser.add_argument("--limit", type=int, default=None, help="score only the first K test dialogues")
     parser.add_argument("--student", nargs="+", default=None, help="train only these of the config's students")
@@ -37,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from eval.students.recipe import run_students
     from eval.students.report import STUDENTS_MD, write_students
 
-    overrides = {"n": args.n, "seeds": args.seeds, "student": args.student, "test_limit": args.limit}
+    overrides = {"n": args.n, "num_train_epochs": args.epochs, "seeds": args.seeds, "student": args.student,
+                 "test_limit": args.limit}  # fmt: skip
     if args.eval_fraction is not None:  # instead of a validation file
         overrides.update(eval_fraction=args.eval_fraction, data=_without_validation(args.config))
     config = load_students_config(args.config, **overrides)

@@ -195,7 +195,8 @@ class StudentsConfig(_Strict):
 
 
 def load_students_config(path: str, **overrides: Any) -> StudentsConfig:
-    """The YAML, with the CLI's overrides (n, seeds, student, compare.test_limit) on top; one line naming the key."""
+    """The YAML, with the CLI's overrides (n, num_train_epochs, seeds, student, compare.test_limit) on top; one line
+    naming the key."""
     compare_limit = overrides.pop("test_limit", None)
     config = load_config_file(path, StudentsConfig, {k: v for k, v in overrides.items() if v is not None},
                               error=CompareError)  # fmt: skip
