@@ -125,8 +125,9 @@ def decode(backend: Any, config: Any, dialogues: list, chunk: int, what: str, ke
 def _fresh_store(folder: Path) -> Any:
     from distill.pipeline.store import TraceStore
 
-    (folder / "traces.jsonl").unlink(missing_ok=True)
-    return TraceStore(folder)
+    store = TraceStore(folder)  # it reads nothing until asked, so emptying its file after opening it is safe
+    store.path.unlink(missing_ok=True)
+    return store
 
 
 def _answer(trace: Any, role: str, field: str) -> Optional[str]:
@@ -205,6 +206,7 @@ DERIVATION = (
 
 
 def strategy_record(args: argparse.Namespace) -> dict:
+    from benchmarks.label_decoding_oracle import label_only  # it imports this module's decoding helpers
     from distill.backends.local import LocalBackend
     from distill.pipeline.config import PipelineConfig
     from distill.roles.declared import label_set
@@ -286,70 +288,6 @@ def probe_figures(train_texts: list[str], train_labels: list, teacher: dict, gol
                       "seconds_per_dialogue": per_dialogue}  # fmt: skip
         at += len(traces)
     return info
-
-
-def _label_only_pipeline(pipeline: Path) -> dict:
-    """The declared pipeline with sr answering its strategy alone, so re's prompt has no reason line."""
-    import yaml
-
-    data = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
-    sr = next(role for role in data["roles"] if role["name"] == "sr")
-    sr["answer"] = {"strategy": sr["answer"]["strategy"]}
-    return data
-
-
-def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list, runs: Path) -> dict:
-    """re's replies on the test split given ChatGPT's em and the gold strategy alone, beside re given the full
-    oracle (em and sr with its reason), both against the reference reply: what the reason text adds."""
-    from distill.pipeline.config import PipelineConfig
-    from distill.roles.roles import ROLES
-    from eval.metrics.bertscore import bertscore
-    from eval.metrics.overlap import score_rouge_l
-    from eval.metrics.stats import paired_bootstrap
-
-    derived = runs / "test-label-only"  # the oracle's run: each trace's sr answer cut to the gold strategy
-    store = _fresh_store(derived)
-    for t in teacher:
-        store.append(t.model_copy(update={"outputs": {**t.outputs, "sr": {"strategy": t.dialogue.labels["strategy"]}}}))
-    base = {**base, "skip": ["es", "ia"]}
-    oracle = {"em": "teacher", "sr": "teacher"}
-    systems = {  # each config built just before its run: building one registers its pipeline's roles
-        "full": {**base, "oracle": oracle, "oracle_traces": str(runs / "test")},
-        "label_only": {
-            **base,
-            "pipeline": _label_only_pipeline(args.pipeline),
-            "oracle": oracle,
-            "oracle_traces": str(derived),
-        },
-    }
-    references = [t.dialogue.gold_response for t in teacher]
-    result: dict[str, Any] = {
-        "split": "test",
-        "reference": "the data's reply (ChatGPT's)",
-        "re_temperature": ROLES["re"].temperature,  # the same in both pipelines: re samples, from one seed
-        "seed": args.seed,
-    }
-    items = {}
-    for name, settings in systems.items():
-        config = PipelineConfig(**settings)
-        keep = args.work / "decodings" / f"test-re-{name}"
-        out, seconds = decode(backend, config, [t.dialogue for t in teacher], args.chunk, f"test re {name}", keep)
-        replies = [t.response or "" for t in out]
-        bert = bertscore(replies, references, model=args.bertscore_model, keep_items=True)
-        rouge = score_rouge_l(replies, references)
-        items[name] = (bert.pop("items"), rouge.pop("items"))
-        result[name] = {
-            "bertscore_f1": bert["f1"],
-            "bertscore_model": bert["model"],
-            "rouge_l": rouge,
-            "failed": sum(t.status == "failed" for t in out),
-            **timing(seconds, len(out)),
-        }
-    for i, metric in enumerate(("bertscore_f1", "rouge_l")):
-        a, b = items["label_only"][i], items["full"][i]
-        kept = [j for j in range(len(a)) if a[j] is not None and b[j] is not None]
-        result[f"label_only_minus_full_{metric}"] = paired_bootstrap([a[j] for j in kept], [b[j] for j in kept])
-    return result
 
 
 # --- command ------------------------------------------------------------------------------------------
