@@ -130,11 +130,12 @@ def render_students_record(record: dict[str, Any]) -> list[str]:
         "Where each student stopped: each role trained until its validation loss stopped improving (or its last "
         "epoch), keeping its best epoch:"
     )
-    lines += [*wrap_paragraph(stopped), "", *_stopped_table(record["students"]), ""]
+    lines += [*wrap_paragraph(stopped), "", *stopped_table(record["students"]), ""]
     return [*lines, *stages_lines(record["stages"]), *wrap_paragraph(run_line(record))]
 
 
-def _stopped_table(students: list[dict[str, Any]]) -> list[str]:
+def stopped_table(students: list[dict[str, Any]]) -> list[str]:
+    """Per student, seed and role where training stopped: students.json's shape, which a record keeps."""
     header = ["student", "seed", "role", "stopped at epoch", "of at most", "steps", "best epoch", "best val. loss",
               "train s"]  # fmt: skip
     rows = [

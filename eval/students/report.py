@@ -89,24 +89,18 @@ def write_students(out: Path, config: StudentsConfig, report_path: Path, ran: di
 
 
 def students_markdown(record: dict[str, Any], report_path: Path) -> str:
+    from eval.records_compare import stages_lines
+    from eval.records_students import stopped_table  # the record's own tables: it reads this module's file name
+
     seeds = ", ".join(map(str, record["seeds"]))
     lines = [f"# Students at convergence: N = {record['n']}, seeds {seeds}", ""]
     lines.append(f"Each system's figures, with paired 95% CIs: [report.md]({report_path.parent.name}/report.md).")
-    header = ["student", "seed", "role", "stopped at epoch", "steps", "best epoch", "best val. loss", "train s"]
-    table = [
-        [student["name"], str(seed["seed"]), role, fmt(c["stopped_at_epoch"]), fmt(c["steps"]), fmt(c["best_epoch"]),
-         fmt(c["best_eval_loss"], 4), fmt(c["train_seconds"], 1)]
-        for student in record["students"] for seed in student["seeds"] for role, c in seed["roles"].items()
-    ]  # fmt: skip
-    lines += ["", "## Where each role stopped", "", *markdown_table(header, table)]
+    lines += ["", "## Where each role stopped", "", *stopped_table(record["students"])]
     spreads = [s for s in record["students"] if s["spread"]]
     if spreads:
         keys = list(spreads[0]["spread"])
         rows = [[s["name"], *(fmt(s["spread"][k], 4) for k in keys)] for s in spreads]
         lines += ["", "## Spread across seeds (max − min)", "", *markdown_table(["student", *keys], rows)]
-    stages = [
-        [name, fmt(r["seconds"], 1), fmt(r["peak_rss_mb"]), "yes" if r.get("reused") else "no"]
-        for name, r in record["stages"].items()
-    ]
-    lines += ["", "## Stages", "", *markdown_table(["stage", "seconds", "peak RSS MiB", "reused"], stages)]
-    return "\n".join(lines) + "\n"
+    stages = [{"stage": name, **r} for name, r in record["stages"].items()]
+    lines += ["", "## Stages", "", *stages_lines(stages)]
+    return "\n".join(lines).rstrip("\n") + "\n"
