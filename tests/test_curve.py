@@ -240,16 +240,16 @@ def test_probe_trains_in_seconds_and_reports_emotion_alone(tmp_path):
 def test_probe_separates_classes_it_can_see():
     import numpy as np
 
-    from eval.compare.probe import EmotionProbe
+    from eval.compare.probe import LabelProbe
 
     rng = np.random.default_rng(0)
     centres = {"anger": np.eye(4)[0], "fear": np.eye(4)[1], "sadness": np.eye(4)[2]}
     labels = [e for e in centres for _ in range(20)]
     features = np.stack([centres[e] + 0.1 * rng.standard_normal(4) for e in labels]).astype(np.float32)
-    probe = EmotionProbe.fit(features, labels)
+    probe = LabelProbe.fit(features, labels)
     assert probe.classes == ("anger", "fear", "sadness")
     assert probe.predict(features) == labels
-    single = EmotionProbe.fit(features[:20], labels[:20])  # one emotion seen: it answers that one
+    single = LabelProbe.fit(features[:20], labels[:20])  # one emotion seen: it answers that one
     assert single.predict(features) == ["anger"] * len(labels)
 
 

@@ -68,9 +68,6 @@ class LabelProbe:
         return [self.classes[i] for i in scores.argmax(axis=1)]
 
 
-EmotionProbe = LabelProbe  # the probe over Ekman's six, its first use
-
-
 def _with_bias(features: np.ndarray) -> np.ndarray:
     return np.hstack([features, np.ones((len(features), 1), dtype=features.dtype)])
 
