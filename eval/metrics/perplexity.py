@@ -189,8 +189,7 @@ def score_dialogue_ppl(
     model: str = DEFAULT_PPL_MODEL,
     batch_size: int = 8,
     lm: Optional[tuple[Any, Any]] = None,
-    context: Optional[str] = None,
 ) -> dict:
     """A coherence guard of the target: `score_ppl` of each reply after its dialogue (context ``dialogue``) under
-    the untuned reference LM, with its per-reply items; always given the dialogue, whatever PPL's own context."""
+    the untuned reference LM, with its per-reply items."""
     return score_ppl(replies, contexts, model, "dialogue", batch_size, lm)
