@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
 from data_prep.loaders import load_dialogues  # noqa: E402
 from eval.curve.target import GAP_SHARE, GUARDS  # noqa: E402
-from eval.metrics.perplexity import DEFAULT_PPL_MODEL, corpus_ppl, perplexity  # noqa: E402
+from eval.metrics.perplexity import DEFAULT_PPL_MODEL, corpus_figure, corpus_ppl, perplexity  # noqa: E402
 from eval.metrics.relevance import DEFAULT_RELEVANCE_MODEL, relevance_items  # noqa: E402
-from eval.metrics.stats import bootstrap_ci, mean_with_ci, paired_bootstrap  # noqa: E402
+from eval.metrics.stats import mean_with_ci, paired_bootstrap  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"
 
@@ -66,14 +66,7 @@ def calibrate(replies: list[str], turns: list[str], model: str, seed: int) -> di
 
 def _corpus_ppl(items: list[tuple[float, int]]) -> dict:
     """Token-weighted PPL of (summed NLL, tokens) items with its bootstrap 95% CI, as `perplexity` gives it."""
-    low, high = bootstrap_ci(items, statistic=corpus_ppl)
-    return {
-        "value": corpus_ppl(items),
-        "ci_low": low,
-        "ci_high": high,
-        "n": len(items),
-        "tokens": sum(t for _, t in items),
-    }
+    return {**corpus_figure(items), "n": len(items)}
 
 
 def calibrate_ppl(replies: list[str], contexts: list[str], model: str, seed: int, batch_size: int = 8) -> dict:

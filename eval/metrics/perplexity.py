@@ -133,18 +133,21 @@ def perplexity(
             chunk = pairs[start : start + batch_size]
             per_item += [(nll, _scored_tokens(p, r)) for nll, (p, r) in zip(_batch_nll(lm, chunk, pad_id), chunk)]
 
-    tokens = sum(t for _, t in per_item)
-    low, high = bootstrap_ci([it for it in per_item if it[1]], statistic=corpus_ppl)
     return {
-        "value": corpus_ppl(per_item) if tokens else None,
-        "ci_low": low,
-        "ci_high": high,
+        **corpus_figure(per_item),
         "n": len(responses),
-        "tokens": tokens,
         "model": name,
         "context": context,
         **({"items": per_item} if keep_items else {}),
     }
+
+
+def corpus_figure(items: Sequence[tuple[float, int]]) -> dict:
+    """Token-weighted PPL of (summed NLL, scored tokens) items with its bootstrap 95% CI over the items that have
+    tokens, and the tokens it rests on."""
+    tokens = sum(t for _, t in items)
+    low, high = bootstrap_ci([it for it in items if it[1]], statistic=corpus_ppl)
+    return {"value": corpus_ppl(items) if tokens else None, "ci_low": low, "ci_high": high, "tokens": tokens}
 
 
 def corpus_ppl(items: Sequence[tuple[float, int]]) -> float:
