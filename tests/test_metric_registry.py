@@ -101,8 +101,11 @@ def _places(spec: MetricSpec, report: dict, markdown: str, scored: dict, usage: 
 def test_a_removed_builtin_vanishes_from_compare_paired_report_and_score(tmp_path, tiny_dialogues, capsys, name):
     spec, test = METRICS[name], tiny_dialogues[:4]
     kept = _places(spec, *_compare_and_score(tmp_path / "kept", test, capsys))
+    order = list(METRICS)
     with pytest.MonkeyPatch.context() as patch:
         patch.delitem(METRICS, name)  # the one registry entry
         removed = _places(spec, *_compare_and_score(tmp_path / "removed", test, capsys))
+    for key in order:  # put back in its place too: later tests read the registry's order (score's warnings)
+        METRICS[key] = METRICS.pop(key)
     assert all(kept.values()), kept
     assert not any(removed.values()), removed
