@@ -14,7 +14,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from eval.compare.markdown import fmt, markdown_table, wrap_paragraph
+from eval.compare.markdown import fmt, wrap_paragraph
 from eval.records_compare import (
     COMPARE_RECORD_FIELDS,
     REPORT,
@@ -31,7 +31,7 @@ from eval.records_compare import (
     stages_lines,
     systems_table,
 )
-from eval.students.report import STUDENTS_JSON
+from eval.students.report import STUDENTS_JSON, epoch_text, stopped_table
 
 STUDENTS = "an `eval students` run's students.json"
 # what the record reads from students.json (`eval.students.report` writes it), and from each of its stages
@@ -134,26 +134,6 @@ def render_students_record(record: dict[str, Any]) -> list[str]:
     return [*lines, *stages_lines(record["stages"]), *wrap_paragraph(run_line(record))]
 
 
-def stopped_table(students: list[dict[str, Any]]) -> list[str]:
-    """Per student, seed and role where training stopped: students.json's shape, which a record keeps."""
-    header = ["student", "seed", "role", "stopped at epoch", "of at most", "steps", "best epoch", "best val. loss",
-              "train s"]  # fmt: skip
-    rows = [
-        [s["system"], str(s["seed"]), role, _epoch(c.get("stopped_at_epoch")), _epoch(c.get("max_epochs")),
-         fmt(c.get("steps")), _epoch(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
-         fmt(c.get("train_seconds"), 1)]
-        for student in students for s in student["seeds"] for role, c in s["roles"].items()
-    ]  # fmt: skip
-    return markdown_table(header, rows)
-
-
-def _epoch(value: Any) -> str:
-    """An epoch as a whole number where it is one (the trainer counts them as floats)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
-        return str(int(value))
-    return fmt(value, 2)
-
-
 def render_students_summary(record: dict[str, Any]) -> list[str]:
     """The README's line: each student against `direct` on the reply, each student's label accuracy beside the
     majority class, the epoch each role stopped at, and the machine."""
@@ -176,10 +156,12 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
 def _stops_in_words(students: list[dict[str, Any]]) -> str:
     """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`"""
     runs = [s for student in students for s in student["seeds"]]
-    most = sorted({_epoch(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
+    most = sorted({epoch_text(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
     of = f" (of at most {' or '.join(most)})" if most else ""
-    each = [
-        f"{s['system']} " + ", ".join(f"{role} {_epoch(c.get('stopped_at_epoch'))}" for role, c in s["roles"].items())
-        for s in runs
-    ]
+    each = [f"{s['system']} " + ", ".join(_stops(s["roles"])) for s in runs]
     return f"Each role stopped at epoch{of}: {'; '.join(each)}."
+
+
+def _stops(roles: dict[str, dict[str, Any]]) -> list[str]:
+    """`em 2`, `sr 2`: each role with the epoch it stopped at."""
+    return [f"{role} {epoch_text(c.get('stopped_at_epoch'))}" for role, c in roles.items()]

@@ -90,7 +90,6 @@ def write_students(out: Path, config: StudentsConfig, report_path: Path, ran: di
 
 def students_markdown(record: dict[str, Any], report_path: Path) -> str:
     from eval.records_compare import stages_lines
-    from eval.records_students import stopped_table  # the record's own tables: it reads this module's file name
 
     seeds = ", ".join(map(str, record["seeds"]))
     lines = [f"# Students at convergence: N = {record['n']}, seeds {seeds}", ""]
@@ -104,3 +103,23 @@ def students_markdown(record: dict[str, Any], report_path: Path) -> str:
     stages = [{"stage": name, **r} for name, r in record["stages"].items()]
     lines += ["", "## Stages", "", *stages_lines(stages)]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def stopped_table(students: list[dict[str, Any]]) -> list[str]:
+    """Per student, seed and role where training stopped: students.json's shape, which a record keeps."""
+    header = ["student", "seed", "role", "stopped at epoch", "of at most", "steps", "best epoch", "best val. loss",
+              "train s"]  # fmt: skip
+    rows = [
+        [s["system"], str(s["seed"]), role, epoch_text(c.get("stopped_at_epoch")), epoch_text(c.get("max_epochs")),
+         fmt(c.get("steps")), epoch_text(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
+         fmt(c.get("train_seconds"), 1)]
+        for student in students for s in student["seeds"] for role, c in s["roles"].items()
+    ]  # fmt: skip
+    return markdown_table(header, rows)
+
+
+def epoch_text(value: Any) -> str:
+    """An epoch as a whole number where it is one (the trainer counts them as floats)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer():
+        return str(int(value))
+    return fmt(value, 2)
