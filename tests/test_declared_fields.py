@@ -103,3 +103,56 @@ def test_an_optional_text_left_empty_and_whole_numbers_still_load(tmp_path):
     path = _declared(tmp_path, _set(0, brief="", temperature=0, context_turns=3))
     role = load_pipeline(path).roles[0]
     assert (role.brief, role.temperature, role.context_turns) == ("", 0.0, 3)
+
+
+# --- variants: `extends` ------------------------------------------------------------------------------------------
+
+
+def test_a_variant_is_its_base_with_its_role_keys_over_the_base_roles():
+    """escot-strategy-first.yaml: escot's roles, sr's student writing the strategy first; the teacher's order kept."""
+    from distill.roles.declared import register, variant_of
+
+    variant = load_pipeline(REPO / "configs" / "pipelines" / "escot-strategy-first.yaml")
+    base = load_pipeline(ESCOT)
+    assert variant.name == "escot_strategy_first" and [r.name for r in variant.roles] == [r.name for r in base.roles]
+    assert variant.role("sr").task == base.role("sr").task and variant.role("em") == base.role("em")
+    sr = next(spec for spec in register(variant) if spec.name == "sr")
+    assert list(sr.student_schema.model_fields) == ["strategy", "reason"]
+    assert list(sr.schema.model_fields) == ["reason", "strategy"]
+    assert variant_of(REPO / "configs" / "pipelines" / "escot-strategy-first.yaml")[1] == {"sr"}
+    assert variant_of(ESCOT) is None
+    register(base)  # the registry as the other tests expect it
+
+
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [
+        ({"extends": "escot.yaml", "roles": [{"name": "nobody", "task": "x"}]}, ["'nobody' is not a role of"]),
+        ({"extends": "missing.yaml"}, ["missing.yaml", "no such config file"]),
+        ({"extends": "escot.yaml", "roles": [{"name": "sr", "student_answer": ["why"]}]}, ["student_answer"]),
+    ],
+)
+def test_a_bad_variant_is_one_line_naming_the_file(variant, words, tmp_path):
+    (tmp_path / "escot.yaml").write_text(ESCOT.read_text(encoding="utf-8"), encoding="utf-8")
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump({"name": "v", **variant}), encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        load_pipeline(path)
+    assert len(str(err.value).splitlines()) == 1 and all(w in str(err.value) for w in words), err.value
+
+
+def test_a_variant_of_a_variant_is_refused(tmp_path):
+    (tmp_path / "escot.yaml").write_text(ESCOT.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump({"extends": "escot.yaml", "name": "a"}), encoding="utf-8")
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"extends": "a.yaml", "name": "b"}), encoding="utf-8")
+    with pytest.raises(ValueError, match="itself a variant"):
+        load_pipeline(tmp_path / "b.yaml")
+
+
+def test_import_as_a_pipeline_that_is_not_the_mappings_variant_is_one_line(tmp_path, capsys):
+    joint = REPO / "configs" / "pipelines" / "escot-joint.yaml"
+    code = distill(["import", "--data", str(tmp_path / "d.json"), "--mapping", str(FULL_CHAIN), "--out",
+                    str(tmp_path / "out"), "--pipeline", str(joint)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "not" in err and "a variant of it" in err, err
+    assert not (tmp_path / "out").exists()

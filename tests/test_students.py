@@ -49,7 +49,8 @@ def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
             if key in student:
                 student[key] = str(local_mapping(Path(student[key]), tmp_path))
         if "pipeline" in student:
-            student["pipeline"] = str(tmp_path / "maps" / Path(student["pipeline"]).name)
+            student["pipeline"] = str(local_variant(REPO / student["pipeline"], tmp_path / "maps"))
+    config["student"] = ["traces", "direct", "joint"]  # the strategy link's variants: their own test
     config.update(num_train_epochs=2, seeds=[42], backend={"model": model, "dtype": "float32", "batch_size": 4})
     config["train_flags"] = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
     config["compare"].update(ppl=None, bertscore=None, relevance=None, max_attempts=1)
@@ -71,6 +72,16 @@ def local_mapping(mapping: Path, tmp_path: Path) -> Path:
     return out
 
 
+def local_variant(pipeline: Path, maps: Path) -> Path:
+    """The compacted copy of a pipeline (local_mapping wrote it), or of a variant a verbatim copy, whose
+    `extends` then names the compacted copy of its base."""
+    out = maps / pipeline.name
+    if not out.is_file():
+        assert "extends" in yaml.safe_load(pipeline.read_text()), pipeline
+        out.write_text(pipeline.read_text())
+    return out
+
+
 def adapter_times(out: Path) -> dict[str, int]:
     return {
         str(p.relative_to(out)): p.stat().st_mtime_ns for p in sorted(out.glob("adapters/*/seed-*/*/*.safetensors"))
@@ -81,12 +92,16 @@ def students(config: Path, out: Path, *extra: str) -> int:
     return evaluate(["students", "--config", str(config), "--out", str(out), "--limit", "2", *extra])
 
 
-def test_the_shipped_config_loads_with_three_students():
+def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_variants():
     from eval.students.config import load_students_config
 
     config = load_students_config(str(SHIPPED))
-    expected = [("traces", ["em", "sr", "re"], "re"), ("direct", ["reply"], "reply"), ("joint", ["chain"], "chain")]
-    assert [(s.name, s.roles, s.reply_role) for s in config.students] == expected
+    expected = [("traces", ["em", "sr", "re"], "re", {}), ("direct", ["reply"], "reply", {}),
+                ("joint", ["chain"], "chain", {}), ("traces-rank", ["em", "sr", "re"], "re", {"sr": "rank"}),
+                ("joint-rank", ["chain"], "chain", {"chain.strategy": "rank"}),
+                ("traces-strategy-first", ["em", "sr", "re"], "re", {}),
+                ("traces-strategy-only", ["em", "sr", "re"], "re", {})]  # fmt: skip
+    assert [(s.name, s.roles, s.reply_role, s.label_decoding) for s in config.students] == expected
     assert config.train_config.endswith("smollm2-cpu.yaml") and config.early_stopping_patience == 1
 
 
@@ -151,6 +166,55 @@ def test_with_no_validation_file_eval_fraction_holds_out_train_conversations(tmp
     assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "direct"]  # no traces: no oracle row
     roles = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]
     assert roles["reply"]["best_epoch"] in (1, 2)
+
+
+@pytest.mark.slow
+def test_a_ranked_student_takes_its_lenders_adapters_and_a_label_first_one_trains_sr_alone(
+    tmp_path, tiny_model_dir, capsys
+):
+    """traces-rank differs from traces only in decoding: its adapters are traces', copied, and its compare row
+    ranks sr's strategy (each answer's `label scores:` event). traces-strategy-first's em and re rows are traces':
+    copied; its sr learns the strategy first, and is trained."""
+    from datasets import load_from_disk
+
+    config = tiny_config(tmp_path, tiny_model_dir, student=["traces", "traces-rank", "traces-strategy-first"],
+                         oracle=False, prompted=False)  # fmt: skip
+    out = tmp_path / "out"
+    assert students(config, out) == 0
+    log = capsys.readouterr().out
+    for role in ("em", "sr", "re"):
+        assert f"adapters/traces-rank/seed-42/{role}: the same rows and settings as" in log, log
+    assert "adapters/traces-strategy-first/seed-42/em: the same rows and settings as" in log
+    assert "adapters/traces-strategy-first/seed-42/sr: the same rows and settings as" not in log
+    times = adapter_times(out)
+    assert times["adapters/traces-strategy-first/seed-42/sr/adapter_model.safetensors"]
+    sr = load_from_disk(str(out / "datasets" / "traces-strategy-first" / "sr"))["train"][0]["completion"][0]
+    assert sr["content"].startswith('{"strategy":'), sr
+    compare = yaml.safe_load((out / "compare.yaml").read_text())
+    pipelines = {s["name"]: s.get("pipeline", {}) for s in compare["systems"]}
+    assert pipelines["traces-rank"]["label_decoding"] == {"sr": "rank"} and "label_decoding" not in pipelines["traces"]
+    ranked = [json.loads(line) for line in (out / "eval" / "systems" / "traces-rank" / "traces.jsonl").open()]
+    assert all("label scores:" in json.dumps(t) for t in ranked)
+    plain = (out / "eval" / "systems" / "traces" / "traces.jsonl").read_text()
+    assert "label scores:" not in plain
+
+
+def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    data["students"][1]["label_decoding"] = {"sr": "rank"}  # direct trains `reply` alone
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (direct)", "label_decoding: sr",
+             "not a role it trains")  # fmt: skip
+
+
+def test_a_student_whose_mapping_imports_another_pipeline_is_one_line(tmp_path, capsys):
+    config = tiny_config(tmp_path, "smollm2-135m")
+    data = yaml.safe_load(config.read_text())
+    data["students"][0]["pipeline"] = data["students"][2]["pipeline"]  # joint's, not a variant of escot
+    config.write_text(yaml.safe_dump(data))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (traces)", "nor the pipeline it "
+             "extends")  # fmt: skip
 
 
 def chains(out: Path) -> list[dict]:

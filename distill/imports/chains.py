@@ -105,6 +105,16 @@ def pipeline_config(mapping: ImportMapping, where: str) -> PipelineConfig:
         raise MappingError(f"{where}: pipeline: {err['msg'].removeprefix('Value error, ')}") from None
 
 
+def as_variant(mapping: ImportMapping, pipeline: str, where: str) -> ImportMapping:
+    """The mapping with `pipeline` in place of its own, which must be it or a variant of it (`extends` it)."""
+    from distill.roles.declared import base_of
+
+    if Path(mapping.pipeline).resolve() not in (Path(pipeline).resolve(), base_of(pipeline)):
+        raise MappingError(f"--pipeline {pipeline}: not {where}'s pipeline {mapping.pipeline} or a variant of it "
+                           "(a variant says `extends:` it)")  # fmt: skip
+    return mapping.model_copy(update={"pipeline": pipeline})
+
+
 def check_mapping(mapping: ImportMapping, config: PipelineConfig, where: str) -> None:
     """Each running role gets every answer field from the mapping, and the mapping names nothing else."""
     stages = config.stages()

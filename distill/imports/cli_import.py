@@ -32,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mapping", required=True, help="YAML: the pipeline and which field feeds which role")
     parser.add_argument("--out", required=True, help="run directory (traces.jsonl + run.json)")
+    parser.add_argument(
+        "--pipeline",
+        default=None,
+        help="import as this declared pipeline instead of the mapping's: a variant of it (`extends: <the mapping's>`, "
+        "e.g. a student answer in another order)",
+    )
     parser.add_argument("--split", default=None, help="the dialogue split these rows are (train / validation / test)")
     parser.add_argument(
         "--max-failed-share",
@@ -61,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.out}: --out must be a directory, but {problem}")
     start = time.perf_counter()
     mapping = load_mapping(args.mapping)
+    if args.pipeline is not None:
+        mapping = chains.as_variant(mapping, args.pipeline, args.mapping)
     config = chains.pipeline_config(mapping, args.mapping)
     chains.check_mapping(mapping, config, args.mapping)
     rows = chains.load_rows(args.data, mapping.format, args.split)

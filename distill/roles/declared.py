@@ -30,12 +30,13 @@ from pydantic import (
     Field,
     StrictFloat,
     StrictInt,
+    ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
 
-from data_prep.config_file import load_config
+from data_prep.config_file import first_error, read_mapping
 from distill.roles.roles import ROLES, RoleSpec
 
 REPLY_FIELD = "response"  # the answer field that makes a declared role the pipeline's reply
@@ -96,7 +97,9 @@ class DeclaredRole(_Strict):
     brief: Text = Field("", description="what later agents are told this role did (one clause)")
     # Strict numbers: lax pydantic takes YAML's `true` as 1 (and 1.0 as a temperature).
     context_turns: Optional[StrictInt] = Field(None, description="the last K dialogue turns this role sees; null = all")
-    student_answer: Optional[list[str]] = Field(None, description="the answer fields the student writes; null = all")
+    student_answer: Optional[list[str]] = Field(
+        None, description="the answer fields the student writes, in its order (e.g. the label first); null = all"
+    )
     temperature: StrictFloat = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     max_new_tokens: StrictInt = Field(128, ge=1, description="the answer's token cap")
 
@@ -184,8 +187,49 @@ def _cycle(inputs: dict[str, set[str]], placed: list[str]) -> list[str]:
 
 
 def load_pipeline(path: str | Path) -> DeclaredPipeline:
-    """A declaration from its YAML file (the one config reader's); ValueError in one line naming the file and field."""
-    return load_config(path, DeclaredPipeline, error=ValueError)
+    """A declaration from its YAML file (the one config reader's); ValueError in one line naming the file and field.
+
+    `extends: other.yaml` (relative to the file) declares a variant: the other file's declaration with this
+    file's keys over it, a role named in both being that role with this file's role keys over its own."""
+    raw = read_mapping(path, ValueError)
+    if "extends" in raw:
+        raw = _extended(raw, Path(path))
+    try:
+        return DeclaredPipeline.model_validate(raw)
+    except ValidationError as err:
+        raise ValueError(f"{path}: {first_error(err)}") from None
+
+
+def variant_of(path: str | Path) -> Optional[tuple[str, Optional[frozenset[str]]]]:
+    """For a variant: the pipeline it `extends` (that path joined to the variant's folder) and the roles it changes
+    (None: every role, as when it changes a label set); None for a pipeline declared in full."""
+    raw = read_mapping(path, ValueError)
+    if "extends" not in raw:
+        return None
+    changed = frozenset(role.get("name") for role in raw.get("roles") or [] if isinstance(role, dict))
+    changes_all = set(raw) - {"extends", "name", "roles"}
+    return str(Path(path).parent / str(raw["extends"])), None if changes_all else changed
+
+
+def base_of(path: str | Path) -> Optional[Path]:
+    """The pipeline file a variant `extends` (resolved), or None for a pipeline declared in full."""
+    variant = variant_of(path)
+    return Path(variant[0]).resolve() if variant is not None else None
+
+
+def _extended(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    variant = dict(raw)
+    base_path = path.parent / str(variant.pop("extends"))
+    base = read_mapping(base_path, ValueError)
+    if "extends" in base:  # one level: a variant reads as its base plus what it says
+        raise ValueError(f"{path}: extends {base_path}, itself a variant: extend the pipeline it extends")
+    roles = {role.get("name"): role for role in base.get("roles") or [] if isinstance(role, dict)}
+    for role in variant.pop("roles", None) or []:
+        name = role.get("name") if isinstance(role, dict) else None
+        if name not in roles:
+            raise ValueError(f"{path}: roles: {name!r} is not a role of {base_path} (a variant changes its roles)")
+        roles[name] = {**roles[name], **role}
+    return {**base, **variant, "roles": list(roles.values())}
 
 
 # --- declaration -> RoleSpecs in the registry -----------------------------------------------------
@@ -207,7 +251,7 @@ def _answer_schema(pipeline: DeclaredPipeline, role: DeclaredRole, fields: list[
 def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole) -> RoleSpec:
     schema = _answer_schema(pipeline, role, list(role.answer), "answer")
     student = None
-    if role.student_answer and set(role.student_answer) != set(role.answer):
+    if role.student_answer and role.student_answer != list(role.answer):  # fewer fields, or another order
         student = _answer_schema(pipeline, role, role.student_answer, "decision")
     return RoleSpec(
         role.name,

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
+from distill.pipeline.label_decoding import LabelDecodingMode
 from eval.compare.answers import AnswersSpec
 from eval.compare.systems import BertScoreSpec, CompareError, PplSpec, RelevanceSpec, loadable_model
 
@@ -64,14 +65,18 @@ class StudentSpec(_Strict):
         None, description="the import mapping of the validation file, where its format differs; null = `mapping`"
     )
     learns: str = Field("", description="what its adapters learn, from whom (report.md shows it)")
+    label_decoding: dict[str, LabelDecodingMode] = Field(
+        default_factory=dict,
+        description="how its label answers are decoded when it is scored (the pipeline's `label_decoding`, e.g. "
+        "{sr: rank}); a student that differs from an earlier one only here takes that one's adapters, not trained",
+    )
 
     @cached_property
     def roles(self) -> list[str]:
         """The roles it trains: its pipeline's stages less those its mapping skips."""
-        from distill.imports.chains import pipeline_config
-        from distill.imports.mapping import load_mapping
+        from distill.pipeline.config import PipelineConfig
 
-        return pipeline_config(load_mapping(self.mapping), self.mapping).stages()
+        return PipelineConfig(pipeline=self.pipeline, skip=self.skip).stages()
 
     @cached_property
     def skip(self) -> list[str]:
@@ -87,18 +92,33 @@ class StudentSpec(_Strict):
         return next((r for r in self.roles if is_reply_role(r)), None)
 
     def check(self) -> None:
-        """The mappings read, name this student's pipeline, and it has a reply role: one line otherwise."""
+        """The mappings read, name this student's pipeline (or the one it is a variant of), and it has a reply
+        role: one line otherwise."""
         from distill.imports.mapping import load_mapping
+        from distill.roles.declared import base_of
 
         for key in ("mapping", "validation_mapping"):
             path = getattr(self, key)
             if path is None:
                 continue
             mapping = load_mapping(path)  # one line naming the file and the field
-            if Path(mapping.pipeline).resolve() != Path(self.pipeline).resolve():
-                raise ValueError(f"{key} {path} imports pipeline {mapping.pipeline}, not {self.pipeline}")
+            if Path(mapping.pipeline).resolve() not in (Path(self.pipeline).resolve(), base_of(self.pipeline)):
+                raise ValueError(f"{key} {path} imports pipeline {mapping.pipeline}, not {self.pipeline} "
+                                 "nor the pipeline it extends")  # fmt: skip
         if self.reply_role is None:
             raise ValueError(f"pipeline {self.pipeline} has no reply role (no role answers a `response` field)")
+        self._check_label_decoding()
+
+    def _check_label_decoding(self) -> None:
+        from distill.pipeline.config import PipelineConfig
+        from distill.pipeline.label_decoding import split_key
+
+        if untrained := [key for key in self.label_decoding if split_key(key)[0] not in self.roles]:
+            raise ValueError(f"label_decoding: {untrained[0]}: not a role it trains ({', '.join(self.roles)})")
+        try:  # the pipeline's own check: each key a role whose answer has that label field
+            PipelineConfig(pipeline=self.pipeline, skip=self.skip, label_decoding=self.label_decoding)
+        except ValidationError as err:
+            raise ValueError(f"label_decoding: {first_error(err)}") from None
 
 
 class ReferenceSpec(_Strict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
@@ -62,13 +63,16 @@ def train_subset(config: StudentsConfig, out: Path) -> tuple[Path, int]:
     return path, n
 
 
-def import_run(log: StageLog, stage: str, data: Path | str, mapping: str, run: Path, split: str) -> Path:
-    """`distill import`, in process: reused when its key (data, mapping, split, pipeline) holds."""
+def import_run(log: StageLog, stage: str, data: Path | str, mapping: str, run: Path, split: str,
+               pipeline: Optional[str] = None) -> Path:  # fmt: skip
+    """`distill import`, in process (as `pipeline`, a variant of the mapping's, where given): reused when its key
+    (data, mapping, split, pipeline) holds."""
     from distill.__main__ import main as distill
 
     before = read_key(run)
     with log.stage(stage) as status, contextlib.redirect_stdout(sys.stderr):
         argv = ["import", "--data", str(data), "--mapping", mapping, "--split", split, "--out", str(run)]
+        argv += ["--pipeline", pipeline] if pipeline else []
         if distill(argv):
             raise CompareError(f"{stage}: distill import of {data} with {mapping} failed (its error is above)")
         status["ran"] = before is None or read_key(run) != before
@@ -119,11 +123,16 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
     return out
 
 
-def train_flags(student: StudentSpec, seed: int, config: StudentsConfig) -> dict[str, Any]:
-    """The flags over the train YAML: to convergence (epochs, patience, no token budget), this seed, this base."""
+def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: str) -> dict[str, Any]:
+    """The flags over the train YAML: to convergence (epochs, patience, no token budget), this seed, this base.
+    A role a variant pipeline leaves as its base declares it trains under the base (the same key as there)."""
+    from distill.roles.declared import variant_of
+
+    variant = variant_of(student.pipeline)
+    unchanged = variant is not None and variant[1] is not None and role not in variant[1]
     return {
         "model_name_or_path": config.backend.model,
-        "pipeline": student.pipeline,
+        "pipeline": variant[0] if unchanged else student.pipeline,
         "num_train_epochs": config.num_train_epochs,
         "early_stopping_patience": config.early_stopping_patience,
         "max_tokens_budget": 0,
@@ -134,18 +143,50 @@ def train_flags(student: StudentSpec, seed: int, config: StudentsConfig) -> dict
 
 
 def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters: Path, seed: int,
-                   config: StudentsConfig) -> Path:  # fmt: skip
-    """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed."""
+                   config: StudentsConfig, donors: Sequence[tuple[Path, Path]] = ()) -> Path:  # fmt: skip
+    """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed. A role whose
+    rows and settings an earlier student's adapter (`donors`: this seed's adapters and their datasets) was trained
+    on is copied from it: a student that differs only in how it decodes, or in one role, trains nothing else."""
     from eval.curve.adapter_runs import train_stale
 
-    flags = train_flags(student, seed, config)
+    flags = {role: train_flags(student, seed, config, role) for role in student.roles}
+    for role in student.roles:
+        copy_same_rows(adapters / role, datasets / role, flags[role], [(a / role, d / role) for a, d in donors],
+                       config.train_config)  # fmt: skip
     with log.stage(f"{student.name} seed {seed}: train") as status:
-        trained = train_stale(datasets, adapters, dict.fromkeys(student.roles, flags), Path(config.train_config),
-                              card_example=False)  # fmt: skip
+        trained = train_stale(datasets, adapters, flags, Path(config.train_config), card_example=False)
         status["ran"] = bool(trained)
         if not trained:
             print(f"reusing {adapters} ({', '.join(student.roles)})", flush=True)
     return adapters
+
+
+def copy_same_rows(adapter: Path, dataset: Path, options: dict[str, Any], donors: Sequence[tuple[Path, Path]],
+                   config: str) -> Optional[Path]:  # fmt: skip
+    """Copy into `adapter` the first donor adapter, current on its own dataset, whose dataset has these very rows
+    (every column but `key`, which names the trace and so its pipeline) and whose settings are `options`: what
+    training it would give. Its key is then this dataset's. Returns the donor, or None when it trains itself."""
+    import shutil
+
+    from eval.curve.adapter_runs import adapter_inputs, stale_reason
+
+    if adapter.exists():  # trained or copied here earlier: kept or retrained by `train_stale`
+        return None
+    for donor, donor_rows in donors:
+        if donor.is_dir() and stale_reason(donor, donor_rows, options, config) is None and \
+                _rows(donor_rows) == _rows(dataset):  # fmt: skip
+            shutil.copytree(donor, adapter, ignore=shutil.ignore_patterns("checkpoints"))
+            write_key(adapter, adapter_inputs(dataset, options, config))
+            print(f"{adapter}: the same rows and settings as {donor}; copied, not trained", flush=True)
+            return donor
+    return None
+
+
+def _rows(dataset: Path) -> dict[str, list[dict]]:
+    from datasets import load_from_disk
+
+    splits = load_from_disk(str(dataset))
+    return {name: split.remove_columns(["key"]).to_list() for name, split in splits.items()}
 
 
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
@@ -160,15 +201,24 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
     trained: dict[str, dict[int, Path]] = {}
     for student in config.chosen():
         runs = out / "imports" / student.name
-        train = import_run(log, f"{student.name}: import train", train_file, student.mapping, runs / "train", "train")
+        train = import_run(log, f"{student.name}: import train", train_file, student.mapping, runs / "train", "train",
+                           student.pipeline)  # fmt: skip
         validation = None
         if config.data.validation:
             mapping = student.validation_mapping or student.mapping
             validation = import_run(log, f"{student.name}: import validation", config.data.validation, mapping,
-                                    runs / "validation", "validation")  # fmt: skip
+                                    runs / "validation", "validation", student.pipeline)  # fmt: skip
         datasets = build_datasets(log, student, train, validation, out / "datasets" / student.name, config)
         trained[student.name] = {
-            seed: train_adapters(log, student, datasets, out / "adapters" / student.name / f"seed-{seed}", seed, config)
+            seed: train_adapters(
+                log,
+                student,
+                datasets,
+                out / "adapters" / student.name / f"seed-{seed}",
+                seed,
+                config,
+                donors=[(seeds[seed], out / "datasets" / name) for name, seeds in trained.items()],
+            )
             for seed in config.seeds
         }
     from eval.curve.curve import run_compare

@@ -39,11 +39,18 @@ def _pipeline(student: StudentSpec, config: StudentsConfig, style: str) -> dict[
 
 
 def student_system(student: StudentSpec, seed: int, adapters: Path, n: int, config: StudentsConfig) -> dict:
+    pipeline = _pipeline(student, config, "student")
+    ranked = ", ".join(f"{key} {mode}" for key, mode in student.label_decoding.items())
+    if ranked:  # only where set, so a student without it keeps the compare key (and the report) it had
+        pipeline["label_decoding"] = dict(student.label_decoding)
+    about = f"{student.learns}; {n} train dialogues, to convergence, seed {seed}" + (
+        f"; labels: {ranked}" * bool(ranked)
+    )
     return {
         "name": system_name(student.name, seed, config),
-        "about": f"{student.learns}; {n} train dialogues, to convergence, seed {seed}".lstrip("; "),
+        "about": about.lstrip("; "),
         "backend": _backend(config, adapters),
-        "pipeline": _pipeline(student, config, "student"),
+        "pipeline": pipeline,
     }
 
 
