@@ -31,7 +31,7 @@ from eval.records_compare import (
     stages_lines,
     systems_table,
 )
-from eval.students.report import STUDENTS_JSON, epoch_text, stopped_table
+from eval.students.report import STUDENTS_JSON, epoch_text, own_runs, stopped_table
 
 STUDENTS = "an `eval students` run's students.json"
 # what the record reads from students.json (`eval.students.report` writes it), and from each of its stages
@@ -91,7 +91,7 @@ def record_from_students(
         "seeds": students["seeds"],
         "baseline": BASELINE,
         "students": [
-            {"name": student["name"], "learns": student.get("learns"), "seeds": [
+            {"name": student["name"], "learns": student.get("learns"), "varies": student.get("varies"), "seeds": [
                 {"seed": s["seed"], "system": s["system"],
                  "roles": {role: {k: (c or {}).get(k) for k in CONVERGENCE} for role, c in s["roles"].items()}}
                 for s in student["seeds"]]}
@@ -101,17 +101,19 @@ def record_from_students(
 
 
 def _pairs(students: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """At each seed: every student − `direct`, then the other students against each other (first − second in the
-    config's order)."""
+    """At each seed: every student − `direct`; each variant − the student it varies; the other students against
+    each other (first − second in the config's order)."""
+    varies = {student["name"]: student.get("varies") for student in students}
     by_seed: dict[Any, dict[str, str]] = {}
     for student in students:
         for s in student["seeds"]:
             by_seed.setdefault(s["seed"], {})[student["name"]] = s["system"]
     pairs: list[tuple[str, str]] = []
     for systems in by_seed.values():
-        others = [system for student, system in systems.items() if student != BASELINE]
-        pairs += [(system, systems[BASELINE]) for system in others if BASELINE in systems]
-        pairs += list(combinations(others, 2))
+        others = [student for student in systems if student != BASELINE]
+        pairs += [(systems[student], systems[BASELINE]) for student in others if BASELINE in systems]
+        pairs += [(systems[s], systems[varies[s]]) for s in others if varies[s] in systems]
+        pairs += list(combinations([systems[s] for s in others if not varies[s]], 2))
     return tuple(pairs)
 
 
@@ -155,7 +157,7 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
 
 def _stops_in_words(students: list[dict[str, Any]]) -> str:
     """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`"""
-    runs = [s for student in students for s in student["seeds"]]
+    runs = own_runs(students)
     most = sorted({epoch_text(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
     of = f" (of at most {' or '.join(most)})" if most else ""
     each = [f"{s['system']} " + ", ".join(_stops(s["roles"])) for s in runs]

@@ -165,6 +165,30 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
         render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
 
 
+def test_a_variant_is_set_against_the_student_it_varies_and_shows_only_the_roles_it_trained():
+    """traces-rank (a decoding of traces' adapters) and traces-first (its own sr): each against direct and against
+    traces; the stop table keeps traces-first's sr alone and leaves traces-rank out."""
+    from eval.records_students import _pairs
+    from eval.students.report import own_runs
+
+    def student(name, varies=None, **roles):
+        return {"name": name, "varies": varies, "seeds": [{"seed": 42, "system": name, "roles": roles}]}
+
+    same, own = _convergence(2.0, 2.0, 1.0), _convergence(1.0, 1.0, 0.5)
+    students = [
+        student("traces", em=same, sr=same),
+        student("direct", reply=own),
+        student("joint", chain=own),
+        student("traces-rank", "traces", em=same, sr=same),
+        student("traces-first", "traces", em=same, sr=own),
+    ]
+    assert _pairs(students) == (("traces", "direct"), ("joint", "direct"), ("traces-rank", "direct"),
+                                ("traces-first", "direct"), ("traces-rank", "traces"), ("traces-first", "traces"),
+                                ("traces", "joint"))  # fmt: skip
+    runs = [(s["system"], list(s["roles"])) for s in own_runs(students)]
+    assert runs == [("traces", ["em", "sr"]), ("direct", ["reply"]), ("joint", ["chain"]), ("traces-first", ["sr"])]
+
+
 def test_a_folder_without_students_json_is_one_line(tmp_path):
     (tmp_path / "out").mkdir()
     line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json",))

@@ -213,6 +213,19 @@ class StudentsConfig(_Strict):
     def by_name(self, name: str) -> StudentSpec:
         return next(s for s in self.students if s.name == name)
 
+    def varies(self, student: StudentSpec) -> Optional[str]:
+        """The earlier student this one is a variant of, which the report sets it against: the one with its
+        pipeline (or the pipeline its own extends) and its mapping, decoding its labels as generated."""
+        from distill.roles.declared import base_of
+
+        own = Path(student.pipeline).resolve()
+        pipelines = {own, base_of(student.pipeline)} if student.label_decoding else {base_of(student.pipeline)}
+        for other in self.students[: self.students.index(student)]:
+            if not other.label_decoding and other.mapping == student.mapping and \
+                    Path(other.pipeline).resolve() in pipelines:  # fmt: skip
+                return other.name
+        return None
+
 
 def load_students_config(path: str, **overrides: Any) -> StudentsConfig:
     """The YAML, with the CLI's overrides (n, num_train_epochs, seeds, student, compare.test_limit) on top; one line

@@ -75,7 +75,8 @@ def students_record(config: StudentsConfig, report: dict[str, Any], ran: dict[st
             })  # fmt: skip
         by_figure = [s["figures"] or {} for s in seeds]
         spreads = {key: spread([f.get(key) for f in by_figure]) for key in (by_figure[0] if by_figure else {})}
-        students.append({"name": student.name, "learns": student.learns, "roles": student.roles, "seeds": seeds,
+        students.append({"name": student.name, "learns": student.learns, "varies": config.varies(student),
+                         "roles": student.roles, "seeds": seeds,
                          "spread": spreads if len(seeds) > 1 else None})  # fmt: skip
     return {"n": ran["n"], "seeds": config.seeds, "students": students, "stages": stages}
 
@@ -113,9 +114,22 @@ def stopped_table(students: list[dict[str, Any]]) -> list[str]:
         [s["system"], str(s["seed"]), role, epoch_text(c.get("stopped_at_epoch")), epoch_text(c.get("max_epochs")),
          fmt(c.get("steps")), epoch_text(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
          fmt(c.get("train_seconds"), 1)]
-        for student in students for s in student["seeds"] for role, c in s["roles"].items()
+        for s in own_runs(students) for role, c in s["roles"].items()
     ]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def own_runs(students: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every student's seeds with the roles it trained itself: a variant's role whose training is the one it
+    varies (an adapter copied from it) is left out, and a variant that trained none is left out."""
+    runs = {(student["name"], s["seed"]): s for student in students for s in student["seeds"]}
+    own = []
+    for student in students:
+        for s in student["seeds"]:
+            lender = runs.get((student.get("varies"), s["seed"]), {}).get("roles", {})
+            roles = {role: c for role, c in s["roles"].items() if lender.get(role) != c}
+            own += [{**s, "roles": roles}] if roles else []
+    return own
 
 
 def epoch_text(value: Any) -> str:
