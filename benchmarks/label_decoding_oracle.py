@@ -15,11 +15,11 @@ from benchmarks.label_decoding import _fresh_store, decode, timing
 
 def _label_only_pipeline(pipeline: Path) -> dict:
     """The declared pipeline with sr answering its strategy alone, so re's prompt has no reason line."""
-    import yaml
+    from distill.roles.declared import load_pipeline
 
-    data = yaml.safe_load(pipeline.read_text(encoding="utf-8"))
+    data = load_pipeline(pipeline).model_dump(mode="json")  # a variant (`extends`) read as its whole declaration
     sr = next(role for role in data["roles"] if role["name"] == "sr")
-    sr["answer"] = {"strategy": sr["answer"]["strategy"]}
+    sr.update(answer={"strategy": sr["answer"]["strategy"]}, student_answer=None)
     return data
 
 
