@@ -137,13 +137,15 @@ def render_students_record(record: dict[str, Any]) -> list[str]:
 
 
 def render_students_summary(record: dict[str, Any]) -> list[str]:
-    """The README's line: each student against `direct` on the reply, each student's label accuracy beside the
-    majority class, the epoch each role stopped at, and the machine."""
+    """The README's line: each student against `direct` on the reply (a variant on BERTScore alone; the full block
+    has the rest), each student's label accuracy beside the majority class, the epoch each role stopped at, and the
+    machine."""
     point = record["points"][0]
     baselines = {s["system"] for student in record["students"] if student["name"] == record["baseline"]
                  for s in student["seeds"]}  # fmt: skip
-    against = [paired_in_words(p) for p in point["paired"]
-               if p["pair"][1] in baselines and p["metric"] in REPLY_METRICS]  # fmt: skip
+    variants = {s["system"] for student in record["students"] if student.get("varies") for s in student["seeds"]}
+    against = [paired_in_words(p) for p in point["paired"] if p["pair"][1] in baselines and p["metric"] in
+               (REPLY_METRICS[:1] if p["pair"][0] in variants else REPLY_METRICS)]  # fmt: skip
     said = f": {'; '.join(against)}" if against else f" (no paired reply figure against {record['baseline']})"
     trained = {s["system"] for student in record["students"] for s in student["seeds"]}
     students_only = {**point, "systems": [s for s in point["systems"] if s["name"] in trained]}
