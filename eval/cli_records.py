@@ -4,6 +4,7 @@ python -m eval records write --curve <out>/curve.json --name ed-400-levers --com
 python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
     --name escot-curve --command "<what ran>"
 python -m eval records write --students <out> --name escot-students --command "<what ran>"
+python -m eval records write --labels benchmarks/label_decoding.json [...] --name label-decoding --command "<what ran>"
 python -m eval records render            # rewrite README.md's and docs/*.md's record blocks
 python -m eval records render --check    # exit 1 when a block differs from its record
 """
@@ -24,21 +25,32 @@ from eval.records_compare import (
     read_stages,
     record_from_compares,
 )
+from eval.records_labels import read_label_runs, record_from_label_runs
 from eval.records_students import read_students_run, record_from_students
 
 # one line, exit 2 (data_prep.commands); OSError: a write the disk refuses, its path in the message
 USER_ERRORS = (RecordError, CompareRecordError, RecordFileError, OSError)
+# why `--stages` goes with --compare alone: each other source keeps its costs itself, or has none
+NO_STAGES = {"curve": "a curve.json keeps no stage records", "students": "students.json keeps its stages",
+             "labels": "a label_decoding JSON keeps its own seconds"}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    write = sub.add_parser("write", help="a record from an `eval curve` run's curve.json (its largest point)")
+    made_from = "a curve.json, compare reports, an `eval students` run or label_decoding JSONs"
+    write = sub.add_parser("write", help=f"a record from a run's output: {made_from}")
     source = write.add_mutually_exclusive_group(required=True)
     source.add_argument("--curve", help="the curve.json an `eval curve` run wrote")
     source.add_argument(
         "--compare", nargs="+", metavar="POINT=REPORT", help="`eval compare` report.json files, one per curve point"
     )
     source.add_argument("--students", metavar="OUT", help="an `eval students` run's --out folder (its students.json)")
+    source.add_argument(
+        "--labels",
+        nargs="+",
+        metavar="JSON",
+        help="`benchmarks/label_decoding.py` outputs (its --out JSON), one per run: strategy or --emotion",
+    )
     write.add_argument("--stages", default=None, help="with --compare: the runner's stage records (<out>/stages)")
     write.add_argument("--name", required=True, help="the record's name: docs/records/<name>.json")
     write.add_argument("--command", required=True, help="the command that made the run, as a reader would rerun it")
@@ -75,13 +87,15 @@ def _write(args: argparse.Namespace) -> int:
         raise RecordError(f"--out {args.out}: {why}, not the records folder")
     commit, machine = args.commit or git_commit(), args.machine or machine_line()
     if args.stages and not args.compare:
-        kept = "a curve.json keeps no stage records" if args.curve else "students.json keeps its stages"
+        kept = next(said for source, said in NO_STAGES.items() if getattr(args, source))
         raise RecordError(f"--stages goes with --compare: {kept}")
     if args.curve:
         record = record_from_curve(read_curve(Path(args.curve)), args.name, args.command, commit, machine)
     elif args.students:
         students, report = read_students_run(Path(args.students))
         record = record_from_students(students, report, args.name, args.command, commit, machine)
+    elif args.labels:
+        record = record_from_label_runs(read_label_runs(args.labels), args.name, args.command, commit, machine)
     else:
         reports = read_compare_reports(args.compare)
         stages = read_stages(Path(args.stages) if args.stages else None)

@@ -6,7 +6,8 @@
 
 `python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records` renders a
 curve run's record, `eval.records_compare` a record of compare reports, `eval.records_students` an `eval students`
-run's), and `--check` fails on a block that differs, so no figure is typed by hand where a record exists.
+run's, `eval.records_labels` one of `benchmarks/label_decoding.py` runs), and `--check` fails on a block that
+differs, so no figure is typed by hand where a record exists.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from eval.records_compare import (
     render_compare_summary,
     require_fields,
 )
+from eval.records_labels import LABELS_RECORD_FIELDS, render_labels_record, render_labels_summary
 from eval.records_students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
 RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
 # `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
-# `<!-- record: NAME summary -->` for a compare or students record's differences in one paragraph
+# `<!-- record: NAME summary -->` for a compare, students or labels record in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
     rf"(<!-- record: (?P<name>{RECORD_NAME.pattern})(?: systems=(?P<systems>[a-z0-9_.,-]+))?(?P<summary> summary)?"
@@ -38,19 +40,22 @@ BLOCK = re.compile(
     r"(?P<body>.*?)(?P<end><!-- /record -->)",
     re.S,
 )
-SUMMARIES = {"compare": render_compare_summary, "students": render_students_summary}  # the kinds with a summary
+# the kinds with a summary
+SUMMARIES = {"compare": render_compare_summary, "students": render_students_summary, "labels": render_labels_summary}
+KIND_FIELDS = {"compare": COMPARE_RECORD_FIELDS, "students": STUDENTS_RECORD_FIELDS, "labels": LABELS_RECORD_FIELDS}
+RENDERERS = {"students": render_students_record, "labels": render_labels_record}  # a kind's own full block
 MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 CLOSER = re.compile(r"^[ \t]*<!-- /record -->", re.M)  # a closing line, which must end a block
 
 
 def load_record(name: str, folder: Path = RECORDS) -> dict[str, Any]:
-    """The record `folder/NAME.json`, checked for what its rendering reads (a curve run's, `kind: compare` or
-    `kind: students`)."""
+    """The record `folder/NAME.json`, checked for what its rendering reads (a curve run's, `kind: compare`,
+    `kind: students` or `kind: labels`)."""
     path = folder / f"{name}.json"
     if not path.is_file():
         raise RecordError(f"{path}: no such record (the docs name it in a `<!-- record: {name} -->` block)")
     record = read_json_object(path, "a record")
-    fields = {"compare": COMPARE_RECORD_FIELDS, "students": STUDENTS_RECORD_FIELDS}.get(record.get("kind"))
+    fields = KIND_FIELDS.get(record.get("kind"))
     require_fields(record, path, "a record", fields or RECORD_FILE_FIELDS)
     return record
 
@@ -76,16 +81,16 @@ def _render_block(match: re.Match, folder: Path) -> list[str]:
     summary = SUMMARIES.get(record.get("kind"))
     if match["summary"] and (match["systems"] or not summary):
         raise RecordError(
-            f"record '{match['name']}': `summary` renders a compare or students record's paired differences alone"
+            f"record '{match['name']}': `summary` renders a compare, students or labels record's paragraph alone"
         )
-    if match["summary"]:  # its paired differences in one paragraph (the README's line)
+    if match["summary"]:  # its figures in one paragraph (the README's line)
         return summary(record)
     if match["systems"] and summary:
         raise RecordError(
             f"record '{match['name']}' is a {record['kind']} record: it renders every system, not `systems=`"
         )
-    if record.get("kind") == "students":
-        return render_students_record(record)
+    if record.get("kind") in RENDERERS:
+        return RENDERERS[record["kind"]](record)
     return render_record(record, match["systems"].split(",") if match["systems"] else None)
 
 
