@@ -141,6 +141,18 @@ def test_a_bad_variant_is_one_line_naming_the_file(variant, words, tmp_path):
     assert len(str(err.value).splitlines()) == 1 and all(w in str(err.value) for w in words), err.value
 
 
+def test_a_student_that_writes_the_strategy_alone_is_read_into_the_full_answer_its_reason_empty():
+    """escot-strategy-only.yaml: the full schema's reason is a non-empty text, which the student never writes."""
+    from distill.pipeline.reflection import parse_output
+    from distill.roles.declared import register
+
+    specs = register(load_pipeline(REPO / "configs" / "pipelines" / "escot-strategy-only.yaml"))
+    sr = next(spec for spec in specs if spec.name == "sr")
+    answer = parse_output(sr, '{"strategy": "Imagery"}', ("em", "sr", "re"), style="student")
+    assert isinstance(answer, sr.schema) and answer.model_dump() == {"reason": "", "strategy": "Imagery"}
+    register(load_pipeline(ESCOT))
+
+
 def test_a_variant_of_a_variant_is_refused(tmp_path):
     (tmp_path / "escot.yaml").write_text(ESCOT.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "a.yaml").write_text(yaml.safe_dump({"extends": "escot.yaml", "name": "a"}), encoding="utf-8")

@@ -174,11 +174,12 @@ def test_a_ranked_student_takes_its_lenders_adapters_and_a_label_first_one_train
 ):
     """traces-rank differs from traces only in decoding: its adapters are traces', copied, and its compare row
     ranks sr's strategy (each answer's `label scores:` event). traces-strategy-first's em and re rows are traces':
-    copied; its sr learns the strategy first, and is trained."""
+    copied; its sr learns the strategy first, and is trained. traces-strategy-only's sr writes the strategy alone,
+    its reason left empty in the trace."""
     from datasets import load_from_disk
 
-    config = tiny_config(tmp_path, tiny_model_dir, student=["traces", "traces-rank", "traces-strategy-first"],
-                         oracle=False, prompted=False)  # fmt: skip
+    chosen = ["traces", "traces-rank", "traces-strategy-first", "traces-strategy-only"]
+    config = tiny_config(tmp_path, tiny_model_dir, student=chosen, oracle=False, prompted=False)
     out = tmp_path / "out"
     assert students(config, out) == 0
     log = capsys.readouterr().out
@@ -197,6 +198,10 @@ def test_a_ranked_student_takes_its_lenders_adapters_and_a_label_first_one_train
     assert all("label scores:" in json.dumps(t) for t in ranked)
     plain = (out / "eval" / "systems" / "traces" / "traces.jsonl").read_text()
     assert "label scores:" not in plain
+    alone = [json.loads(line) for line in (out / "eval" / "systems" / "traces-strategy-only" / "traces.jsonl").open()]
+    assert [t["outputs"]["sr"]["reason"] for t in alone if t["outputs"].get("sr")] == [""] * len(alone)
+    report = json.loads((out / "eval" / "report.json").read_text())
+    assert [s["name"] for s in report["systems"]] == ["chatgpt", *chosen]
 
 
 def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_path, capsys):
