@@ -179,6 +179,8 @@ def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str
     out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} greedy+rank+calibrated", keep)
     labels, lines = pass_labels(out, role, field)
     timings = pass_timings(seconds, lines)
+    if not any(x["drafted"] for ls in lines for x in ls):  # the label is the whole answer: the ranker drafts nothing
+        labels["greedy"], timings["greedy"] = greedy_pass(backend, settings, dialogues, slot, args, tag)
     failed = sum(t.status == "failed" for t in out)
     figures = {}
     for mode in DECODINGS:
@@ -192,13 +194,25 @@ def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str
     return figures
 
 
+def greedy_pass(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], args, tag: str):
+    """The greedy decoding as a pass of its own (labels, timing), for an answer that is its label alone: the ranked
+    pass drafts no answer before ranking it, so its greedy label cannot be read from that pass."""
+    from distill.pipeline.config import PipelineConfig
+
+    role, field = slot
+    keep = args.work / "decodings" / f"{tag}-greedy"
+    out, seconds = decode(backend, PipelineConfig(**settings), dialogues, args.chunk, f"{tag} greedy", keep)
+    return [_answer(t, role, field) for t in out], {**timing(seconds, len(out)), "own_pass": True}
+
+
 DERIVATION = (
     "one pass per split with label_decoding rank-calibrated: its greedy draft (the whole answer, batched) is the "
     "greedy decoding, the drafted label its label; rank is the best raw label score after the draft's reason, "
     "rank-calibrated the best raw minus content-free score, both read from the answer's 'label scores:' event "
     "(distill.backends.label_rank.scores_event). Seconds: greedy is the pass's wall clock less its measured "
     "ranking seconds (draft_seconds: the generation alone), rank adds the raw ranking's seconds, "
-    "rank-calibrated is the whole pass (content-free scores once per adapter); the other fields are the draft's"
+    "rank-calibrated is the whole pass (content-free scores once per adapter); the other fields are the draft's. "
+    "An answer that is its label alone drafts nothing: its greedy decoding is a pass of its own (own_pass)"
 )
 
 

@@ -199,3 +199,19 @@ def test_the_emotion_mode_ranks_asi_beside_majority_and_probe(tmp_path, tiny_mod
         hits = [p == t.dialogue.emotion for p, t in zip(labels[mode], traces)]
         assert figures["i_acc"]["accuracy"]["value"] == pytest.approx(sum(hits) / len(hits))
     assert record["majority"]["i_acc"]["accuracy"]["n"] == record["probe"]["i_acc"]["accuracy"]["n"] == 8
+
+
+def test_an_answer_that_is_its_label_alone_gets_its_greedy_decoding_from_a_pass_of_its_own(bench, tmp_path):
+    """The strategy-only student: the ranker drafts nothing before the label, so greedy is decoded apart (own_pass)
+    and every answer has a greedy label (derived from the ranked pass, none would)."""
+    root, argv, _ = bench
+    variant = root / "escot-strategy-only.yaml"
+    variant.write_text(yaml.safe_dump({"extends": "escot.yaml", "name": "escot_strategy_only",
+                                       "roles": [{"name": "sr", "student_answer": ["strategy"]}]}))  # fmt: skip
+    args = [*argv[: argv.index("--pipeline")], "--pipeline", str(variant), *argv[argv.index("--pipeline") + 2 :]]
+    args[args.index("--work") + 1], args[args.index("--out") + 1] = str(tmp_path / "work"), str(tmp_path / "r.json")
+    assert main([*args, "--no-label-only"]) == 0
+    record = json.loads((tmp_path / "r.json").read_text())
+    for split in ("val", "test"):
+        greedy = record["decodings"][split]["greedy"]
+        assert greedy["own_pass"] is True and greedy["n_invalid"] == 0 and greedy["seconds"] > 0, greedy
