@@ -158,10 +158,14 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
 
 
 def _stops_in_words(students: list[dict[str, Any]]) -> str:
-    """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`"""
+    """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`, or
+    `Every role stopped at epoch 2 (of at most 2).` where they all stopped at one."""
     runs = own_runs(students)
     most = sorted({epoch_text(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
     of = f" (of at most {' or '.join(most)})" if most else ""
+    stops = {epoch_text(c.get("stopped_at_epoch")) for s in runs for c in s["roles"].values()}
+    if len(stops) == 1:  # the common case of a capped CPU run: one number says it
+        return f"Every role stopped at epoch {stops.pop()}{of}."
     each = [f"{s['system']} " + ", ".join(_stops(s["roles"])) for s in runs]
     return f"Each role stopped at epoch{of}: {'; '.join(each)}."
 

@@ -101,8 +101,11 @@ def test_a_students_run_is_recorded_with_its_figures_where_each_role_stopped_and
     stops = {s["name"]: s["seeds"][0]["roles"] for s in ran["students"]}
     epochs = {name: {role: int(c["stopped_at_epoch"]) for role, c in roles.items()} for name, roles in stops.items()}
     t, d, j = epochs["traces"], epochs["direct"], epochs["joint"]
-    assert (f"Each role stopped at epoch (of at most 2): traces em {t['em']}, sr {t['sr']}, re {t['re']}; direct reply "
-            f"{d['reply']}; joint chain {j['chain']}. Run on {MACHINE}") in summary  # fmt: skip
+    every = {e for roles in epochs.values() for e in roles.values()}
+    expected = (f"Every role stopped at epoch {every.pop()} (of at most 2)." if len(every) == 1 else
+                f"Each role stopped at epoch (of at most 2): traces em {t['em']}, sr {t['sr']}, re {t['re']}; direct "
+                f"reply {d['reply']}; joint chain {j['chain']}.")  # fmt: skip
+    assert f"{expected} Run on {MACHINE}" in summary, summary
     assert "prompted 0" not in summary and "oracle" not in summary  # the students alone
 
     assert stale_blocks([doc], tmp_path / "rec") == []  # `records render --check` knows the kind
@@ -161,6 +164,11 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
         "Each role stopped at epoch (of at most 5): traces em 3, sr 2, re 4; direct reply 5; joint chain 2." in summary
     )
     assert "Run on 2-core test CPU (95% CIs; record `docs/records/demo.json`)." in summary
+    from eval.records_students import _stops_in_words
+
+    one = {"seed": 1, "roles": {"em": _convergence(2.0, 2.0, 1.0)}}
+    capped = [{"name": "a", "seeds": [{**one, "system": "a"}]}, {"name": "b", "seeds": [{**one, "system": "b"}]}]
+    assert _stops_in_words(capped) == "Every role stopped at epoch 2 (of at most 5)."
     with pytest.raises(ValueError, match="renders every system, not `systems=`"):
         render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
 
