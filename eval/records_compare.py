@@ -172,6 +172,12 @@ def _same_ids(test: dict[str, Any], base: dict[str, Any]) -> bool:
     return sorted(map(str, test["ids"])) == sorted(map(str, base["ids"]))
 
 
+def record_head(name: str, kind: str, commit: str, machine: str, command: str) -> dict[str, Any]:
+    """What every record says first: its name and kind, and where, when and how its run was made."""
+    return {"name": name, "kind": kind, "commit": commit, "date": dt.date.today().isoformat(), "machine": machine,
+            "command": command}  # fmt: skip
+
+
 def record_from_compares(
     reports: dict[str, dict[str, Any]],
     stages: list[dict[str, Any]],
@@ -187,12 +193,7 @@ def record_from_compares(
         raise CompareRecordError(f"record '{name}': no compare report given")
     first = next(iter(reports.values()))
     return {
-        "name": name,
-        "kind": "compare",
-        "commit": commit,
-        "date": dt.date.today().isoformat(),
-        "machine": machine,
-        "command": command,
+        **record_head(name, "compare", commit, machine, command),
         "test": {k: first["test"][k] for k in ("dialogues", "split", "n")},
         "reference": first["settings"]["reference_system"],
         "points": [_point(point, report, pairs) for point, report in reports.items()],

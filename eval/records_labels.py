@@ -12,12 +12,11 @@ task (`render_labels_record`) and as a paragraph in words (`render_labels_summar
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Any, Optional
 
 from eval.compare.markdown import fmt, interval, markdown_table, wrap_paragraph
-from eval.records_compare import CompareRecordError, RecordFileError, read_json_object, require_fields
+from eval.records_compare import CompareRecordError, RecordFileError, read_json_object, record_head, require_fields
 
 LABEL_RUN = "a `benchmarks/label_decoding.py` output"
 TASKS = ("strategy", "emotion")
@@ -104,15 +103,7 @@ def record_from_label_runs(
     """The record of label_decoding runs, each kept as its own source (its task, what ran, its figures)."""
     if not runs:
         raise CompareRecordError(f"record '{name}': no label_decoding JSON given")
-    return {
-        "name": name,
-        "kind": "labels",
-        "commit": commit,
-        "date": dt.date.today().isoformat(),
-        "machine": machine,
-        "command": command,
-        "runs": [_run(data) for data in runs],
-    }
+    return {**record_head(name, "labels", commit, machine, command), "runs": [_run(data) for data in runs]}
 
 
 def _run(data: dict[str, Any]) -> dict[str, Any]:

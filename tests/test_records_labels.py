@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from test_records import _compare_report
 from test_records_bad_input import WRITE, _write_refused
+from test_records_students import _rendered as rendered
 
 from eval.__main__ import main as eval_main
-from eval.records_blocks import render_blocks, stale_blocks
+from eval.records_blocks import stale_blocks
 
 REPO = Path(__file__).resolve().parents[1]
-BLOCKS = "<!-- record: {name} -->\n<!-- /record -->\n\nSUMMARY:\n\n<!-- record: {name} summary -->\n<!-- /record -->\n"
 BY = "val macro-F1 (ties: the first of greedy, rank, rank-calibrated)"
 MACHINE = {"cpu": "Test CPU", "cores": 2, "cpu_flags": ["avx2", "avx512_bf16"], "torch_threads": 2}
 
@@ -102,12 +102,7 @@ def _write(files: list[str], rec: Path, name: str = "labels") -> dict:
 
 
 def _rendered(rec: Path, tmp_path: Path, name: str = "labels") -> tuple[Path, str, str]:
-    """A doc holding the record's full block and its summary block, rendered; (doc, full block, summary in one line)."""
-    doc = tmp_path / "doc.md"
-    doc.write_text(render_blocks(BLOCKS.format(name=name), rec, str(doc)))
-    full, summary = doc.read_text().split("SUMMARY:")
-    body = summary.split(" summary -->", 1)[1].split("<!-- /record -->")[0]
-    return doc, full, " ".join(body.split())
+    return rendered(rec, tmp_path, name)
 
 
 def test_strategy_and_emotion_runs_render_one_table_per_task_and_a_summary(tmp_path):

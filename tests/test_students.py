@@ -204,24 +204,6 @@ def test_a_ranked_student_takes_its_lenders_adapters_and_a_label_first_one_train
     assert [s["name"] for s in report["systems"]] == ["chatgpt", *chosen]
 
 
-def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_path, capsys):
-    config = tiny_config(tmp_path, "smollm2-135m")
-    data = yaml.safe_load(config.read_text())
-    data["students"][1]["label_decoding"] = {"sr": "rank"}  # direct trains `reply` alone
-    config.write_text(yaml.safe_dump(data))
-    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (direct)", "label_decoding: sr",
-             "not a role it trains")  # fmt: skip
-
-
-def test_a_student_whose_mapping_imports_another_pipeline_is_one_line(tmp_path, capsys):
-    config = tiny_config(tmp_path, "smollm2-135m")
-    data = yaml.safe_load(config.read_text())
-    data["students"][0]["pipeline"] = data["students"][2]["pipeline"]  # joint's, not a variant of escot
-    config.write_text(yaml.safe_dump(data))
-    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (traces)", "nor the pipeline it "
-             "extends")  # fmt: skip
-
-
 def chains(out: Path) -> list[dict]:
     """The imported test chains, in the compare's order (its first dialogues)."""
     return [json.loads(line) for line in (out / "imports" / "test" / "traces.jsonl").open()][:2]
@@ -237,20 +219,35 @@ def _refused(capsys, code: int, out: Path, *words: str) -> None:
     assert not out.exists()
 
 
-def test_a_missing_validation_file_is_one_line_offering_eval_fraction(tmp_path, capsys):
+def _edited(tmp_path: Path, change) -> Path:
+    """The tiny config with `change` applied to its parsed form."""
     config = tiny_config(tmp_path, "smollm2-135m")
     data = yaml.safe_load(config.read_text())
-    data["data"]["validation"] = str(tmp_path / "nowhere.json")
+    change(data)
     config.write_text(yaml.safe_dump(data))
+    return config
+
+
+def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_path, capsys):
+    config = _edited(tmp_path, lambda data: data["students"][1].update(label_decoding={"sr": "rank"}))  # direct's
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (direct)", "label_decoding: sr",
+             "not a role it trains")  # fmt: skip
+
+
+def test_a_student_whose_mapping_imports_another_pipeline_is_one_line(tmp_path, capsys):
+    config = _edited(tmp_path, lambda data: data["students"][0].update(pipeline=data["students"][2]["pipeline"]))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (traces)", "nor the pipeline it "
+             "extends")  # fmt: skip
+
+
+def test_a_missing_validation_file_is_one_line_offering_eval_fraction(tmp_path, capsys):
+    config = _edited(tmp_path, lambda data: data["data"].update(validation=str(tmp_path / "nowhere.json")))
     _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "data.validation", "nowhere.json",
              "eval_fraction")  # fmt: skip
 
 
 def test_no_validation_split_is_one_line_offering_eval_fraction(tmp_path, capsys):
-    config = tiny_config(tmp_path, "smollm2-135m")
-    data = yaml.safe_load(config.read_text())
-    data["data"]["validation"] = None
-    config.write_text(yaml.safe_dump(data))
+    config = _edited(tmp_path, lambda data: data["data"].update(validation=None))
     _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "data.validation", "eval_fraction")
 
 
