@@ -122,10 +122,16 @@ def train_stale(
 
 
 def copy_identical(
-    adapter: Path, dataset: Path, options: Mapping[str, Any], donors: Sequence[Path], config: Path | str
+    adapter: Path,
+    dataset: Path,
+    options: Mapping[str, Any],
+    donors: Sequence[tuple[Path, Path]],
+    config: Path | str,
 ) -> Optional[Path]:
-    """Copy into `adapter` the first donor adapter whose key holds for this dataset and these `options`, which is
-    what training it would give; returns the donor, or None when it trains itself.
+    """Copy into `adapter` the first donor adapter (`donors`: each adapter and the dataset it learnt) that is current
+    on its own dataset with these `options` and whose dataset has this one's rows (every column but `key`, which
+    names the trace and so its pipeline): what training it would give. Its key is then this dataset's. Returns the
+    donor, or None when it trains itself.
 
     A copy, not a link: a donor retrained later in the same run (its own options changed) must not change the
     adapter of a student that took it. A link an earlier version made is replaced."""
@@ -133,12 +139,21 @@ def copy_identical(
         adapter.unlink()
     if adapter.exists():  # trained here earlier: kept or retrained by `train_stale`
         return None
-    for donor in donors:
-        if donor.is_dir() and not donor.is_symlink() and stale_reason(donor, dataset, options, config) is None:
+    for donor, learnt in donors:
+        trained_alone = donor.is_dir() and not donor.is_symlink() and learnt.is_dir()
+        if trained_alone and stale_reason(donor, learnt, options, config) is None and _rows(learnt) == _rows(dataset):
             shutil.copytree(donor, adapter, ignore=shutil.ignore_patterns("checkpoints"))
-            print(f"{adapter}: the same inputs as {donor}; copied, not trained", flush=True)
+            write_key(adapter, adapter_inputs(dataset, options, config))
+            print(f"{adapter}: the same rows and settings as {donor}; copied, not trained", flush=True)
             return donor
     return None
+
+
+def _rows(dataset: Path) -> dict[str, list[dict]]:
+    from datasets import load_from_disk
+
+    splits = load_from_disk(str(dataset))
+    return {name: split.remove_columns(["key"]).to_list() for name, split in splits.items()}
 
 
 def resumable(adapter: Path, dataset: Path, settings: Mapping[str, Any]) -> Optional[str]:

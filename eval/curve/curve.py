@@ -303,9 +303,11 @@ def train_student(student: Student, n: int, point: Path, config: CurveConfig) ->
     datasets = point / f"datasets-{student.name}"
     flags = {"max_tokens_budget": budget, **({} if student.seed is None else {"seed": student.seed})}
     options = dict.fromkeys(student.trains, flags)
-    others = sorted(p for p in point.glob("adapters-*") if p != adapters)
+    others = sorted(p for p in point.glob("adapters-*") if p != adapters)  # each beside its datasets-<name>
+    learnt = [(p, point / f"datasets-{p.name.removeprefix('adapters-')}") for p in others]
     for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
-        copy_identical(adapters / role, datasets / role, options[role], [p / role for p in others], config.train_config)
+        copy_identical(adapters / role, datasets / role, options[role], [(a / role, d / role) for a, d in learnt],
+                       config.train_config)  # fmt: skip
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
     train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
     adapters.mkdir(parents=True, exist_ok=True)

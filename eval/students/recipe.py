@@ -147,11 +147,11 @@ def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters
     """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed. A role whose
     rows and settings an earlier student's adapter (`donors`: this seed's adapters and their datasets) was trained
     on is copied from it: a student that differs only in how it decodes, or in one role, trains nothing else."""
-    from eval.curve.adapter_runs import train_stale
+    from eval.curve.adapter_runs import copy_identical, train_stale
 
     flags = {role: train_flags(student, seed, config, role) for role in student.roles}
     for role in student.roles:
-        copy_same_rows(adapters / role, datasets / role, flags[role], [(a / role, d / role) for a, d in donors],
+        copy_identical(adapters / role, datasets / role, flags[role], [(a / role, d / role) for a, d in donors],
                        config.train_config)  # fmt: skip
     with log.stage(f"{student.name} seed {seed}: train") as status:
         trained = train_stale(datasets, adapters, flags, Path(config.train_config), card_example=False)
@@ -159,34 +159,6 @@ def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters
         if not trained:
             print(f"reusing {adapters} ({', '.join(student.roles)})", flush=True)
     return adapters
-
-
-def copy_same_rows(adapter: Path, dataset: Path, options: dict[str, Any], donors: Sequence[tuple[Path, Path]],
-                   config: str) -> Optional[Path]:  # fmt: skip
-    """Copy into `adapter` the first donor adapter, current on its own dataset, whose dataset has these very rows
-    (every column but `key`, which names the trace and so its pipeline) and whose settings are `options`: what
-    training it would give. Its key is then this dataset's. Returns the donor, or None when it trains itself."""
-    import shutil
-
-    from eval.curve.adapter_runs import adapter_inputs, stale_reason
-
-    if adapter.exists():  # trained or copied here earlier: kept or retrained by `train_stale`
-        return None
-    for donor, donor_rows in donors:
-        if donor.is_dir() and stale_reason(donor, donor_rows, options, config) is None and \
-                _rows(donor_rows) == _rows(dataset):  # fmt: skip
-            shutil.copytree(donor, adapter, ignore=shutil.ignore_patterns("checkpoints"))
-            write_key(adapter, adapter_inputs(dataset, options, config))
-            print(f"{adapter}: the same rows and settings as {donor}; copied, not trained", flush=True)
-            return donor
-    return None
-
-
-def _rows(dataset: Path) -> dict[str, list[dict]]:
-    from datasets import load_from_disk
-
-    splits = load_from_disk(str(dataset))
-    return {name: split.remove_columns(["key"]).to_list() for name, split in splits.items()}
 
 
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
