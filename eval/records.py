@@ -150,8 +150,13 @@ def machine_line() -> str:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
     flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    return machine_text(os.cpu_count(), model or platform.processor() or platform.machine(), flags)
+
+
+def machine_text(cores: object, model: str, flags: set[str]) -> str:
+    """`2-core AMD EPYC, AVX512_BF16`: a CPU's cores, model and whether it has native bf16."""
     bf16 = "AVX512_BF16" if "avx512_bf16" in flags else "AMX" if "amx_bf16" in flags else "no native bf16"
-    return f"{os.cpu_count()}-core {model or platform.processor() or platform.machine()}, {bf16}"
+    return f"{cores}-core {model}, {bf16}"
 
 
 def git_commit(where: Path = ROOT) -> str:

@@ -180,10 +180,12 @@ def _source(data: dict[str, Any]) -> str:
 
 
 def _machine_text(machine: dict[str, Any]) -> str:
-    """`2-core AMD EPYC, AVX512_BF16`: as `eval.records.machine_line` says this machine."""
-    flags = set(machine.get("cpu_flags") or [])
-    bf16 = "AVX512_BF16" if "avx512_bf16" in flags else "AMX" if "amx_bf16" in flags else "no native bf16"
-    return f"{machine.get('cores') or '?'}-core {machine.get('cpu') or 'unknown CPU'}, {bf16}"
+    """A run's machine record in the words `eval.records.machine_line` says this machine in."""
+    from eval.records import machine_text
+
+    return machine_text(
+        machine.get("cores") or "?", machine.get("cpu") or "unknown CPU", set(machine.get("cpu_flags") or [])
+    )
 
 
 def _oracle(oracle: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
