@@ -33,10 +33,19 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.label_decoding_passes import (  # noqa: E402
+    DECODINGS,
+    DERIVATION,
+    BenchError,
+    decode,
+    imported,
+    label_answer,
+    run_decodings,
+)
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,11 +55,6 @@ TRAIN_MAPPING = REPO / "configs" / "import" / "esdcot-instruction.yaml"
 SPLIT_MAPPING = REPO / "configs" / "import" / "esdcot-full-chain-em-sr-re.yaml"  # em, sr, re: the student's links
 SPLITS = {"val": ("val.json", "validation"), "test": ("test.json", "test")}  # name -> (file, its import's split)
 TRAIN_FILE = "train_em_sr_re.json"
-DECODINGS = ("greedy", "rank", "rank-calibrated")
-
-
-class BenchError(ValueError):
-    """A missing input, said in one line."""
 
 
 # --- figures ------------------------------------------------------------------------------------------
@@ -86,136 +90,6 @@ def majority_figures(train_labels: list[str], splits: dict[str, list[str]], labe
     }
 
 
-# --- runs ---------------------------------------------------------------------------------------------
-
-
-def imported(data: Path, mapping: Path, split: str, out: Path) -> list:
-    """`distill import` in process (a rerun reuses its run), its traces; its summary line goes to stderr."""
-    from distill.__main__ import main as distill
-    from distill.pipeline.store import TraceStore
-
-    argv = ["import", "--data", str(data), "--mapping", str(mapping), "--split", split, "--out", str(out)]
-    with contextlib.redirect_stdout(sys.stderr):
-        if distill(argv):
-            raise BenchError(f"distill import of {data} with {mapping.name} failed (its error is above)")
-    return TraceStore(out).read()[0]
-
-
-def decode(backend: Any, config: Any, dialogues: list, chunk: int, what: str, keep: Optional[Path] = None):
-    """The pipeline over `dialogues`, a chunk at a time under one progress bar; its traces and wall seconds.
-    `keep`: a trace run folder to write them to (replaced), for reading the answers behind the figures."""
-    from tqdm.auto import tqdm
-
-    from distill.pipeline.pipeline import Pipeline
-
-    pipeline = Pipeline(config, backend)
-    traces, start = [], time.perf_counter()
-    with tqdm(total=len(dialogues), desc=what, unit="dialogue", file=sys.stderr) as bar:
-        for at in range(0, len(dialogues), chunk):
-            traces += pipeline.run(dialogues[at : at + chunk], progress=False)
-            bar.update(len(dialogues[at : at + chunk]))
-    seconds = time.perf_counter() - start
-    if keep is not None:
-        store = _fresh_store(keep)
-        for trace in traces:
-            store.append(trace)
-    return traces, seconds
-
-
-def _fresh_store(folder: Path) -> Any:
-    from distill.pipeline.store import TraceStore
-
-    store = TraceStore(folder)  # it reads nothing until asked, so emptying its file after opening it is safe
-    store.path.unlink(missing_ok=True)
-    return store
-
-
-def _answer(trace: Any, role: str, field: str) -> Optional[str]:
-    return (trace.outputs.get(role) or {}).get(field)
-
-
-def timing(seconds: float, n: int) -> dict:
-    return {"seconds": round(seconds, 2), "seconds_per_dialogue": round(seconds / max(1, n), 4)}
-
-
-def pass_labels(traces: list, role: str, field: str) -> tuple[dict[str, list], list[list[dict]]]:
-    """Each decoding's labels derived from one ranked pass's traces, and each trace's scores lines (the role's
-    step's, every attempt's). A trace whose answer failed has no label in any decoding."""
-    from distill.backends.label_rank import decodings_from_scores, parse_scores_events
-
-    lines = [[x for s in t.steps if s.role == role for x in parse_scores_events(s.events)] for t in traces]
-    derived = [decodings_from_scores(ls[-1]) if ls and _answer(t, role, field) else {} for t, ls in zip(traces, lines)]
-    labels = {mode: [d.get(mode) for d in derived] for mode in DECODINGS}
-    stored = [_answer(t, role, field) for t in traces]
-    if labels["rank-calibrated"] != stored:  # the pass's own answers: the derivation must reproduce them
-        raise BenchError(f"{role}.{field}: labels derived from the scores lines differ from the pass's answers")
-    return labels, lines
-
-
-def pass_timings(seconds: float, lines: list[list[dict]]) -> dict[str, dict]:
-    """Each decoding's seconds from the pass's wall clock and its ranking seconds (measured, per scores line):
-    greedy is the pass less all ranking, rank adds the raw ranking, rank-calibrated is the whole pass."""
-    flat = [x["seconds"] for ls in lines for x in ls]
-    rank, free = sum(x["rank"] for x in flat), sum(x["content_free"] for x in flat)
-    n = len(lines)
-    greedy = seconds - rank - free
-    added = {"rank": rank, "rank-calibrated": rank + free}
-    return {
-        "greedy": {**timing(greedy, n), "draft_seconds": round(sum(x["draft"] for x in flat), 2)},
-        **{mode: {**timing(greedy + extra, n), "ranking_seconds_per_dialogue": round(extra / max(1, n), 4)}
-           for mode, extra in added.items()},
-    }  # fmt: skip
-
-
-def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], score, args, tag: str):
-    """`slot` (role, label field) decoded once, ranked with calibration, over `dialogues`: its greedy draft, its
-    raw ranking and its calibrated ranking (each answer's scores line) are the three decodings. Each decoding's
-    figures (`score` of its labels), failures, seconds and its labels changed from greedy."""
-    from distill.pipeline.config import PipelineConfig
-
-    role, field = slot
-    config = PipelineConfig(**settings, label_decoding={role: "rank-calibrated"})
-    keep = args.work / "decodings" / f"{tag}-pass"
-    out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} greedy+rank+calibrated", keep)
-    labels, lines = pass_labels(out, role, field)
-    timings = pass_timings(seconds, lines)
-    if not any(x["drafted"] for ls in lines for x in ls):  # the label is the whole answer: the ranker drafts nothing
-        labels["greedy"], timings["greedy"] = greedy_pass(backend, settings, dialogues, slot, args, tag)
-    failed = sum(t.status == "failed" for t in out)
-    figures = {}
-    for mode in DECODINGS:
-        changed = sum(a != b for a, b in zip(labels[mode], labels["greedy"]))
-        figures[mode] = {
-            **score(labels[mode]),
-            "failed": failed,
-            **timings[mode],
-            **({"versus_greedy": {"label_changed": changed}} if mode != "greedy" else {}),
-        }
-    return figures
-
-
-def greedy_pass(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], args, tag: str):
-    """The greedy decoding as a pass of its own (labels, timing), for an answer that is its label alone: the ranked
-    pass drafts no answer before ranking it, so its greedy label cannot be read from that pass."""
-    from distill.pipeline.config import PipelineConfig
-
-    role, field = slot
-    keep = args.work / "decodings" / f"{tag}-greedy"
-    out, seconds = decode(backend, PipelineConfig(**settings), dialogues, args.chunk, f"{tag} greedy", keep)
-    return [_answer(t, role, field) for t in out], {**timing(seconds, len(out)), "own_pass": True}
-
-
-DERIVATION = (
-    "one pass per split with label_decoding rank-calibrated: its greedy draft (the whole answer, batched) is the "
-    "greedy decoding, the drafted label its label; rank is the best raw label score after the draft's reason, "
-    "rank-calibrated the best raw minus content-free score, both read from the answer's 'label scores:' event "
-    "(distill.backends.label_rank.scores_event). Seconds: greedy is the pass's wall clock less its measured "
-    "ranking seconds (draft_seconds: the generation alone), rank adds the raw ranking's seconds, "
-    "rank-calibrated is the whole pass (content-free scores once per adapter); the other fields are the draft's. "
-    "An answer that is its label alone drafts nothing: its greedy decoding is a pass of its own (own_pass)"
-)
-
-
 # --- the strategy link --------------------------------------------------------------------------------
 
 
@@ -243,7 +117,7 @@ def strategy_record(args: argparse.Namespace) -> dict:
     PipelineConfig(**base)  # registers the pipeline's roles: the label set and sr's context come from it
     labels, turns = label_set(ROLES["sr"], "strategy"), ROLES["sr"].context_turns
     gold = {name: [t.dialogue.labels["strategy"] for t in traces] for name, traces in teacher.items()}
-    train_labels = [_answer(t, "sr", "strategy") for t in train]
+    train_labels = [label_answer(t, "sr", "strategy") for t in train]
 
     backend = LocalBackend(args.model, adapters=str(args.adapters), dtype=args.dtype, batch_size=args.batch_size)
     warm = PipelineConfig(**base, oracle={"em": "teacher"}, oracle_traces=str(runs / "val"))

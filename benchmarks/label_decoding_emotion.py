@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from benchmarks.label_decoding import DERIVATION, _strict, decode, label_figures, run_decodings
+from benchmarks.label_decoding import _strict, label_figures
+from benchmarks.label_decoding_passes import DERIVATION, decode, run_decodings
 
 
 def _folds(dialogues: list, k: int) -> list[int]:

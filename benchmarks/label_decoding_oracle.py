@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchmarks.label_decoding import _fresh_store, decode, timing
+from benchmarks.label_decoding_passes import _fresh_store, decode, timing
 
 
 def _label_only_pipeline(pipeline: Path) -> dict:
