@@ -3,6 +3,7 @@ replies shuffled across dialogues.
 
     python benchmarks/coherence_calibration.py --out benchmarks/coherence_calibration.json
     python benchmarks/coherence_calibration.py --guard ppl --out benchmarks/coherence_calibration_ppl.json
+    python benchmarks/coherence_calibration.py --guard ppl --traces <compare out>/systems/<system> [--human]
 
 Relevance (`eval.metrics.relevance`) is the MiniLM cosine of a reply with the seeker's last turn; PPL given the
 dialogue (`eval.metrics.perplexity.score_dialogue_ppl`) is the untuned reference LM's perplexity of the reply after
@@ -11,6 +12,11 @@ file is scored against its own dialogue, then against another dialogue's (a fixe
 keeps its dialogue), with the metric's own code. The JSON holds each figure with its bootstrap 95% CI, their paired
 difference (the gap), what the target's allowance is as a share of that gap and, for PPL, the allowance the target's
 `GAP_SHARE` of the gap gives; no text of the data.
+
+With `--traces`, the replies are a trace run's (a compare's system folder) on its own dialogues, or with `--human`
+those dialogues' human replies: how much a system's replies owe to their dialogue, beside the human replies' on the
+same dialogues. For PPL, `shuffled_over_own` is that as a ratio with its CI, which a reply's plain predictability (the
+decoding temperature) moves far less than the difference.
 """
 
 from __future__ import annotations
@@ -27,11 +33,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
+from data_prep.dialogues import Dialogue  # noqa: E402
 from data_prep.loaders import load_dialogues  # noqa: E402
+from distill.pipeline.store import TRACES_FILE, TraceStore  # noqa: E402
 from eval.curve.target import GAP_SHARE, GUARDS  # noqa: E402
 from eval.metrics.perplexity import DEFAULT_PPL_MODEL, corpus_figure, corpus_ppl, perplexity  # noqa: E402
 from eval.metrics.relevance import DEFAULT_RELEVANCE_MODEL, relevance_items  # noqa: E402
-from eval.metrics.stats import mean_with_ci, paired_bootstrap  # noqa: E402
+from eval.metrics.stats import bootstrap_ci, mean_with_ci, paired_bootstrap  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"
 
@@ -85,8 +93,20 @@ def calibrate_ppl(replies: list[str], contexts: list[str], model: str, seed: int
         "own": _corpus_ppl(own_kept),
         "shuffled": _corpus_ppl(shuffled_kept),
         "shuffled_minus_own": rise,
+        "shuffled_over_own": _ratio(list(zip(own_kept, shuffled_kept))),
         "shuffled_at_or_below_own": below,  # dialogues where another's reply is as likely per token as its own
     }
+
+
+def _ratio(pairs: list[tuple[tuple[float, int], tuple[float, int]]]) -> dict:
+    """PPL after a shuffled dialogue over PPL after the reply's own, with its bootstrap 95% CI over dialogues: what
+    a reply owes its dialogue, which a reply's plain predictability moves far less than the difference."""
+
+    def ratio(drawn: list) -> float:
+        return corpus_ppl([s for _, s in drawn]) / corpus_ppl([o for o, _ in drawn])
+
+    low, high = bootstrap_ci(pairs, statistic=ratio)
+    return {"value": ratio(pairs), "ci_low": low, "ci_high": high, "n": len(pairs)}
 
 
 # per guard: its target key, the figures' gap, the default model, and the share of the gap the printout reads
@@ -96,15 +116,39 @@ CALIBRATED = {
 }
 
 
+def _share(allowance: float, gap: float) -> float | None:
+    """The allowance as a share of the gap; None for no gap (replies that score the same after any dialogue)."""
+    return allowance / gap if gap else None
+
+
 def _print(figures: dict, gap_key: str, allowance: float) -> None:
     for name in ("own", "shuffled"):
         s = figures[name]
         print(f"{name}: {s['value']:.4f} [{s['ci_low']:.4f}, {s['ci_high']:.4f}] (n {s['n']})")
     gap = figures[gap_key]
     low, high = gap["ci_low"], gap["ci_high"]
-    share = allowance / gap["diff"]
+    share = _share(allowance, gap["diff"])
     words = gap_key.replace("_minus_", " − ")
-    print(f"{words}: {gap['diff']:.4f} [{low:.4f}, {high:.4f}]; the allowance {allowance} is {share:.1%} of it")
+    of_it = f"the allowance {allowance} is {share:.1%} of it" if share is not None else "no gap to share"
+    print(f"{words}: {gap['diff']:.4f} [{low:.4f}, {high:.4f}]; {of_it}")
+
+
+def _human(data: Path) -> tuple[list[Dialogue], list[str]]:
+    """An ED file's dialogues with a human reply, and those replies."""
+    if not data.is_file():
+        raise ValueError(f"{data} does not exist (pass --data)")
+    dialogues = [d for d in next(iter(load_dialogues(data).splits.values())) if (d.gold_response or "").strip()]
+    return dialogues, [d.gold_response for d in dialogues]
+
+
+def _replies(run: Path, human: bool) -> tuple[list[Dialogue], list[str]]:
+    """A trace run's dialogues with a non-empty reply (its own, or with `human` the dialogue's human one)."""
+    if not (run / TRACES_FILE).is_file():
+        raise ValueError(f"{run}: no {TRACES_FILE}; pass a trace run (a compare's systems/<system> folder)")
+    traces, _ = TraceStore(run).read()
+    pairs = [(t.dialogue, t.dialogue.gold_response if human else t.response) for t in traces]
+    kept = [(d, r) for d, r in pairs if (r or "").strip()]
+    return [d for d, _ in kept], [r for _, r in kept]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,20 +162,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=8, help="PPL: replies scored per forward pass")
     p.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
     p.add_argument("--limit", type=int, default=None, help="the file's first N dialogues with a reply; default all")
+    p.add_argument("--traces", type=Path, default=None, help="a trace run's replies and dialogues, not --data's")
+    p.add_argument("--human", action="store_true", help="with --traces: its dialogues' human replies")
     p.add_argument("--out", type=Path, default=None, help="also write the figures as JSON here")
     args = p.parse_args(argv)
-    if not args.data.is_file():
-        print(f"error: {args.data} does not exist (pass --data)", file=sys.stderr)
+    if args.human and not args.traces:
+        print("error: --human scores a trace run's dialogues: pass --traces", file=sys.stderr)
         return 2
-    dialogues = [d for d in next(iter(load_dialogues(args.data).splits.values())) if (d.gold_response or "").strip()]
-    dialogues = dialogues[: args.limit]
+    try:
+        dialogues, replies = _replies(args.traces, args.human) if args.traces else _human(args.data)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    dialogues, replies = dialogues[: args.limit], replies[: args.limit]
+    source = args.traces or args.data
     if len(dialogues) < 2:
-        print(f"error: {args.data}: {len(dialogues)} dialogue(s) with a reply; a shuffle needs two", file=sys.stderr)
+        print(f"error: {source}: {len(dialogues)} dialogue(s) with a reply; a shuffle needs two", file=sys.stderr)
         return 2
     key, gap_key, default_model = CALIBRATED[args.guard]
     model = args.model or default_model
     start = time.perf_counter()
-    replies = [d.gold_response for d in dialogues]
     if args.guard == "ppl":
         figures = calibrate_ppl(replies, [d.render_context() for d in dialogues], model, args.seed, args.batch_size)
     else:
@@ -143,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": "python " + shlex.join(["benchmarks/coherence_calibration.py", *given]),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "cpu_flags": cpu_flags()},
-        "data": str(args.data),
+        "data": str(source),
+        **({"replies": "human" if args.human else "the trace run's"} if args.traces else {}),
         "dialogues": len(dialogues),
         **({"guard": args.guard} if args.guard != "relevance" else {}),
         "model": model,
@@ -154,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         # the target's allowance as a share of this gap: the share of replies that, answering another dialogue
         # instead of their own, would cost as much as the allowance
         "target_allowance": allowance,
-        "allowance_as_share_of_gap": allowance / figures[gap_key]["diff"],
+        "allowance_as_share_of_gap": _share(allowance, figures[gap_key]["diff"]),
         # PPL's allowance is derived here: the target's share of the gap (relevance's was set first, then measured)
         **(derived if args.guard == "ppl" else {}),
     }

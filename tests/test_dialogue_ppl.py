@@ -88,3 +88,30 @@ def test_the_ppl_calibration_records_own_and_shuffled_with_their_gap_and_the_all
     assert record["allowance_from_gap"] == pytest.approx(GAP_SHARE * gap["diff"])
     assert record["allowance_as_share_of_gap"] == pytest.approx(record["target_allowance"] / gap["diff"])
     assert "shuffled − own:" in capsys.readouterr().out
+
+
+def test_the_ppl_calibration_scores_a_trace_runs_replies_or_its_dialogues_human_ones(
+    tmp_path, tiny_dialogues, tiny_model_dir, capsys
+):
+    """--traces: a system's replies against their own dialogue and shuffled ones (what a reply owes its
+    dialogue, as a ratio too); --human: the same dialogues' human replies, scored the same way."""
+    test = [d for d in tiny_dialogues if d.gold_response][:4]
+    answering = [f"Oh no, {d.last_seeker_turn().lower()} That must be hard." for d in test]
+    run = _hand_trace_run(tmp_path / "answers", test, None, split="test", replies=answering)
+    base = ["--guard", "ppl", "--model", tiny_model_dir, "--traces", run]
+    for extra, replies in (([], answering), (["--human"], [d.gold_response for d in test])):
+        out = tmp_path / f"cal{len(extra)}.json"
+        assert calibrate_main([*base, *extra, "--out", str(out)]) == 0
+        record = json.loads(out.read_text())
+        assert record["dialogues"] == 4 and record["replies"] == ("human" if extra else "the trace run's")
+        own = perplexity(replies, tiny_model_dir, "dialogue", [d.render_context() for d in test], progress=False)
+        assert record["own"]["value"] == pytest.approx(own["value"], rel=1e-3)  # these replies, their own dialogues
+        ratio = record["shuffled_over_own"]
+        assert ratio["value"] == pytest.approx(record["shuffled"]["value"] / record["own"]["value"])
+        assert ratio["ci_low"] <= ratio["value"] <= ratio["ci_high"] and ratio["n"] == 4
+    # the tiny set's four human replies are one sentence, so a shuffle changes nothing: no gap, no share of it
+    assert record["shuffled_minus_own"]["diff"] == 0 and record["allowance_as_share_of_gap"] is None
+    assert calibrate_main(["--guard", "ppl", "--human"]) == 2
+    assert calibrate_main(["--guard", "ppl", "--traces", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert "--human scores a trace run's dialogues" in err and "no traces.jsonl" in err
