@@ -239,7 +239,8 @@ def _paired(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[st
         low, high = (row["ci_low"], row["ci_high"]) if sign == 1 else (-row["ci_high"], -row["ci_low"])
         found.append({"pair": [first, second], "metric": row["metric"], "diff": sign * row["diff"], "ci_low": low,
                       "ci_high": high, "n": row["n"], "p_holm": row.get("p_holm"),
-                      "survives_holm": row.get("survives_holm")})  # fmt: skip
+                      "survives_holm": row.get("survives_holm"),
+                      **({"primary": True} if row.get("primary") else {})})  # fmt: skip
     return found
 
 
@@ -298,6 +299,9 @@ def _verdict(row: dict[str, Any]) -> str:
     if row["ci_low"] <= 0 <= row["ci_high"]:
         return "no winner: CI spans 0"
     winner = first if row["diff"] > 0 else second
+    if row.get("primary"):  # declared before the run, tested alone: Holm's family leaves it out
+        return f"{winner} ahead, " + ("the primary comparison, holds" if row.get("survives_holm") else
+                                      "the primary comparison, not at 5%")  # fmt: skip
     return f"{winner} ahead, " + ("holds after Holm" if row.get("survives_holm") else "not after Holm")
 
 
@@ -347,9 +351,11 @@ def systems_table(systems: list[dict[str, Any]]) -> list[str]:
 def paired_table(paired: list[dict[str, Any]]) -> list[str]:
     # Holm's p at the resampling floor prints 0.050 and still holds: say whether it holds, not only the p
     holds = {True: "yes", False: "no", None: "–"}
+    # the declared primary row's p is its own (tested alone), not Holm's
     rows = [[f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS[p["metric"]],
              interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), fmt(p["p_holm"], 3),
-             holds[p.get("survives_holm")]] for p in paired]  # fmt: skip
+             holds[p.get("survives_holm")] + " (primary, alone)" * bool(p.get("primary"))]
+            for p in paired]  # fmt: skip
     header = ["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)", "holds at 5% (Holm)"]
     return markdown_table(header, rows)
 

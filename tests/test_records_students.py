@@ -173,6 +173,22 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
         render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
 
 
+def test_the_declared_primary_comparison_is_said_to_be_tested_alone(tmp_path):
+    """The config's `primary` row (traces − direct relevance here) reads as the primary comparison, in the summary
+    and in the table; the other rows still read by Holm."""
+    folder = _run_folder(tmp_path / "out")
+    report = json.loads((folder / "eval" / "report.json").read_text())
+    for row in report["paired"]:
+        if row["pair"] == ["traces", "direct"] and row["metric"] == "relevance":
+            row.update(primary=True, p_holm=0.01, survives_holm=True)
+    (folder / "eval" / "report.json").write_text(json.dumps(report))
+    _write(folder, tmp_path / "rec", "demo")
+    _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
+    assert "traces − direct relevance -0.040 [-0.060, -0.030] (direct ahead, the primary comparison, holds)" in summary
+    assert "(joint ahead, not after Holm)" in summary
+    assert "| traces − direct | relevance | -0.040 [-0.060, -0.030] | 4 | 0.010 | yes (primary, alone) |" in full
+
+
 def test_a_variant_is_set_against_the_student_it_varies_and_shows_only_the_roles_it_trained():
     """traces-rank (a decoding of traces' adapters) and traces-first (its own sr): each against direct and against
     traces; the stop table keeps traces-first's sr alone and leaves traces-rank out."""

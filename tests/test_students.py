@@ -92,7 +92,7 @@ def students(config: Path, out: Path, *extra: str) -> int:
     return evaluate(["students", "--config", str(config), "--out", str(out), "--limit", "2", *extra])
 
 
-def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_variants():
+def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_variants(tmp_path):
     from eval.students.config import load_students_config
 
     config = load_students_config(str(SHIPPED))
@@ -103,6 +103,12 @@ def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_vari
                 ("traces-strategy-only", ["em", "sr", "re"], "re", {})]  # fmt: skip
     assert [(s.name, s.roles, s.reply_role, s.label_decoding) for s in config.students] == expected
     assert config.train_config.endswith("smollm2-cpu.yaml") and config.early_stopping_patience == 1
+    # the question the run is for is declared before it, and reaches the compare it runs
+    from eval.students.systems import compare_config
+
+    trained = {"traces": {42: tmp_path / "a"}, "direct": {42: tmp_path / "b"}}
+    compare = compare_config(config, tmp_path / "ref", trained, 200)
+    assert compare["primary"] == {"pair": ("traces", "direct"), "metric": "bertscore_f1"}
 
 
 @pytest.mark.slow
@@ -232,6 +238,13 @@ def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_pat
     config = _edited(tmp_path, lambda data: data["students"][1].update(label_decoding={"sr": "rank"}))  # direct's
     _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "students (direct)", "label_decoding: sr",
              "not a role it trains")  # fmt: skip
+
+
+def test_a_primary_comparison_naming_no_system_of_the_run_is_one_line(tmp_path, capsys):
+    config = _edited(tmp_path, lambda data: data["compare"].update(primary={"pair": ["traces", "nobody"],
+                                                                             "metric": "bertscore_f1"}))  # fmt: skip
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "compare.primary.pair: 'nobody' is not a "
+             "system of this run", "traces, direct")  # fmt: skip
 
 
 def test_a_student_whose_mapping_imports_another_pipeline_is_one_line(tmp_path, capsys):

@@ -20,11 +20,27 @@ from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
 from distill.pipeline.label_decoding import LabelDecodingMode
 from eval.compare.answers import AnswersSpec
-from eval.compare.systems import BertScoreSpec, CompareError, PplSpec, RelevanceSpec, loadable_model
+from eval.compare.systems import (
+    BertScoreSpec,
+    CompareError,
+    PplSpec,
+    PrimaryComparison,
+    RelevanceSpec,
+    loadable_model,
+)
 
 # flags the recipe sets itself: training to convergence, one seed per run, no token budget
 RECIPE_FLAGS = ("num_train_epochs", "early_stopping_patience", "seed", "max_tokens_budget", "output_dir",
                 "dataset_name", "roles", "model_name_or_path")  # fmt: skip
+
+
+# the report names of the prompted base's and the oracle's rows
+ORACLE, PROMPTED = "oracle", "prompted"
+
+
+def system_name(student: str, seed: int, config: StudentsConfig) -> str:
+    """`traces` with one seed, `traces-s42` with several."""
+    return student if len(config.seeds) == 1 else f"{student}-s{seed}"
 
 
 class _Strict(BaseModel):
@@ -154,6 +170,11 @@ class CompareSettings(_Strict):
     relevance: Optional[RelevanceSpec] = Field(default_factory=RelevanceSpec, description="null = no relevance")
     test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
     max_attempts: int = Field(2, ge=1, description="generations per step before it is recorded as failed")
+    primary: Optional[PrimaryComparison] = Field(
+        None,
+        description="the one comparison the run is for, declared before it (two of its systems' report names and "
+        "a paired metric): tested alone at 0.05, out of Holm's family, which covers every other row; null = none",
+    )
 
 
 class StudentsConfig(_Strict):
@@ -205,7 +226,17 @@ class StudentsConfig(_Strict):
         if (self.oracle or self.prompted) and self.per_role_student not in [s.name for s in self.students]:
             raise ValueError(f"per_role_student: '{self.per_role_student}' is not a student; "
                              "name one, or set oracle and prompted to false")  # fmt: skip
+        primary = self.compare.primary
+        if primary and (unknown := [n for n in primary.pair if n not in self.system_names()]):
+            raise ValueError(f"compare.primary.pair: '{unknown[0]}' is not a system of this run "
+                             f"({', '.join(self.system_names())})")  # fmt: skip
         return self
+
+    def system_names(self) -> list[str]:
+        """Every system the compare may score, by its report name: the reference, the prompted base, each
+        student at each seed, the oracle."""
+        students = [system_name(s.name, seed, self) for s in self.students for seed in self.seeds]
+        return [self.reference.name, *[PROMPTED] * self.prompted, *students, *[ORACLE] * self.oracle]
 
     def chosen(self) -> list[StudentSpec]:
         return [s for s in self.students if self.student is None or s.name in self.student]

@@ -14,8 +14,7 @@ from typing import Any, Optional
 
 from eval.compare.markdown import fmt, markdown_table
 from eval.records_compare import FIGURES
-from eval.students.config import StudentsConfig
-from eval.students.systems import system_name
+from eval.students.config import StudentsConfig, system_name
 
 STUDENTS_JSON, STUDENTS_MD = "students.json", "students.md"
 

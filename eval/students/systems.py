@@ -13,14 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval.students.config import StudentsConfig, StudentSpec
-
-ORACLE, PROMPTED = "oracle", "prompted"
-
-
-def system_name(student: str, seed: int, config: StudentsConfig) -> str:
-    """`traces` with one seed, `traces-s42` with several."""
-    return student if len(config.seeds) == 1 else f"{student}-s{seed}"
+from eval.students.config import ORACLE, PROMPTED, StudentsConfig, StudentSpec, system_name
 
 
 def _backend(config: StudentsConfig, adapters: Path | None = None) -> dict[str, Any]:
@@ -98,4 +91,5 @@ def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, d
         "ppl": settings.ppl.model_dump() if settings.ppl else None,
         "bertscore": settings.bertscore.model_dump() if settings.bertscore else None,
         "relevance": settings.relevance.model_dump() if settings.relevance else None,
+        "primary": settings.primary.model_dump() if settings.primary else None,
     }
