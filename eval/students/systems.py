@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from eval.students.config import ORACLE, PROMPTED, StudentsConfig, StudentSpec, system_name
+from eval.compare.systems import PrimaryComparison
+from eval.students.config import ORACLE, PROMPTED, CompareSettings, StudentsConfig, StudentSpec, system_name
 
 
 def _backend(config: StudentsConfig, adapters: Path | None = None) -> dict[str, Any]:
@@ -87,9 +89,29 @@ def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, d
         "limit": settings.test_limit,
         "reference": ref.name,
         "systems": systems,
+        **_settings(settings),
+        "primary": _primary(settings.primary, {s["name"] for s in systems}),
+    }
+
+
+def _settings(settings: CompareSettings) -> dict[str, Any]:
+    """The metric settings, as `eval compare`'s keys."""
+    return {
         "answers": settings.answers.model_dump(exclude_none=True) if settings.answers else None,
         "ppl": settings.ppl.model_dump() if settings.ppl else None,
         "bertscore": settings.bertscore.model_dump() if settings.bertscore else None,
         "relevance": settings.relevance.model_dump() if settings.relevance else None,
-        "primary": settings.primary.model_dump() if settings.primary else None,
     }
+
+
+def _primary(primary: Optional[PrimaryComparison], scored: set[str]) -> Optional[dict[str, Any]]:
+    """The declared primary comparison, where this run scores both its systems (`--student` may train fewer)."""
+    if primary is None:
+        return None
+    if missing := [name for name in primary.pair if name not in scored]:
+        print(
+            f"compare.primary: {missing[0]} is not scored in this run (--student); Holm covers every row",
+            file=sys.stderr,
+        )
+        return None
+    return primary.model_dump()
