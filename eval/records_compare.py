@@ -348,12 +348,17 @@ def systems_table(systems: list[dict[str, Any]]) -> list[str]:
     return markdown_table(header, rows)
 
 
+def _p(p: Optional[float]) -> str:
+    """A p to 3 decimals; one under 0.001 (a primary row's own p can be) reads `< 0.001`, not 0.000."""
+    return "< 0.001" if p is not None and p < 0.001 else fmt(p, 3)
+
+
 def paired_table(paired: list[dict[str, Any]]) -> list[str]:
     # Holm's p at the resampling floor prints 0.050 and still holds: say whether it holds, not only the p
     holds = {True: "yes", False: "no", None: "–"}
     # the declared primary row's p is its own (tested alone), not Holm's
     rows = [[f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS[p["metric"]],
-             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), fmt(p["p_holm"], 3),
+             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), _p(p["p_holm"]),
              holds[p.get("survives_holm")] + " (primary, alone)" * bool(p.get("primary"))]
             for p in paired]  # fmt: skip
     header = ["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)", "holds at 5% (Holm)"]

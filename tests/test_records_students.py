@@ -180,13 +180,13 @@ def test_the_declared_primary_comparison_is_said_to_be_tested_alone(tmp_path):
     report = json.loads((folder / "eval" / "report.json").read_text())
     for row in report["paired"]:
         if row["pair"] == ["traces", "direct"] and row["metric"] == "relevance":
-            row.update(primary=True, p_holm=0.01, survives_holm=True)
+            row.update(primary=True, p_holm=0.0001, survives_holm=True)
     (folder / "eval" / "report.json").write_text(json.dumps(report))
     _write(folder, tmp_path / "rec", "demo")
     _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
     assert "traces − direct relevance -0.040 [-0.060, -0.030] (direct ahead, the primary comparison, holds)" in summary
     assert "(joint ahead, not after Holm)" in summary
-    assert "| traces − direct | relevance | -0.040 [-0.060, -0.030] | 4 | 0.010 | yes (primary, alone) |" in full
+    assert "| traces − direct | relevance | -0.040 [-0.060, -0.030] | 4 | < 0.001 | yes (primary, alone) |" in full
 
 
 def test_a_variant_is_set_against_the_student_it_varies_and_shows_only_the_roles_it_trained():
