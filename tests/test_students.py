@@ -111,6 +111,10 @@ def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_vari
     assert compare["primary"] == {"pair": ("traces", "direct"), "metric": "bertscore_f1"}
     # a run of fewer students (`--student traces`) scores no `direct`: no primary row, Holm over every row
     assert compare_config(config, tmp_path / "ref", {"traces": trained["traces"]}, 200)["primary"] is None
+    # with several seeds a student is its first seed's system (each seed's own name also loads)
+    seeded = load_students_config(str(SHIPPED), seeds=[42, 43])
+    both = {name: {42: tmp_path / "a", 43: tmp_path / "b"} for name in ("traces", "direct")}
+    assert compare_config(seeded, tmp_path / "ref", both, 200)["primary"]["pair"] == ("traces-s42", "direct-s42")
 
 
 @pytest.mark.slow

@@ -172,8 +172,9 @@ class CompareSettings(_Strict):
     max_attempts: int = Field(2, ge=1, description="generations per step before it is recorded as failed")
     primary: Optional[PrimaryComparison] = Field(
         None,
-        description="the one comparison the run is for, declared before it (two of its systems' report names and "
-        "a paired metric): tested alone at 0.05, out of Holm's family, which covers every other row; null = none",
+        description="the one comparison the run is for, declared before it (two of its systems, by report name or "
+        "student name: with several seeds, a student is its first seed's system; and a paired metric): tested "
+        "alone at 0.05, out of Holm's family, which covers every other row; null = none",
     )
 
 
@@ -226,8 +227,8 @@ class StudentsConfig(_Strict):
         if (self.oracle or self.prompted) and self.per_role_student not in [s.name for s in self.students]:
             raise ValueError(f"per_role_student: '{self.per_role_student}' is not a student; "
                              "name one, or set oracle and prompted to false")  # fmt: skip
-        primary = self.compare.primary
-        if primary and (unknown := [n for n in primary.pair if n not in self.system_names()]):
+        primary, known = self.compare.primary, [*self.system_names(), *(s.name for s in self.students)]
+        if primary and (unknown := [n for n in primary.pair if n not in known]):
             raise ValueError(f"compare.primary.pair: '{unknown[0]}' is not a system of this run "
                              f"({', '.join(self.system_names())})")  # fmt: skip
         return self

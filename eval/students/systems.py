@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.systems import PrimaryComparison
 from eval.students.config import ORACLE, PROMPTED, CompareSettings, StudentsConfig, StudentSpec, system_name
 
 
@@ -90,7 +89,7 @@ def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, d
         "reference": ref.name,
         "systems": systems,
         **_settings(settings),
-        "primary": _primary(settings.primary, {s["name"] for s in systems}),
+        "primary": _primary(config, {s["name"] for s in systems}),
     }
 
 
@@ -104,14 +103,18 @@ def _settings(settings: CompareSettings) -> dict[str, Any]:
     }
 
 
-def _primary(primary: Optional[PrimaryComparison], scored: set[str]) -> Optional[dict[str, Any]]:
-    """The declared primary comparison, where this run scores both its systems (`--student` may train fewer)."""
+def _primary(config: StudentsConfig, scored: set[str]) -> Optional[dict[str, Any]]:
+    """The declared primary comparison, where this run scores both its systems (`--student` may train fewer); a
+    student named with several seeds is its first seed's system."""
+    primary = config.compare.primary
     if primary is None:
         return None
-    if missing := [name for name in primary.pair if name not in scored]:
+    students = {s.name for s in config.students}
+    pair = [system_name(n, config.seeds[0], config) if n in students and n not in scored else n for n in primary.pair]
+    if missing := [name for name in pair if name not in scored]:
         print(
             f"compare.primary: {missing[0]} is not scored in this run (--student); Holm covers every row",
             file=sys.stderr,
         )
         return None
-    return primary.model_dump()
+    return {**primary.model_dump(), "pair": tuple(pair)}
