@@ -139,9 +139,13 @@ def copy_identical(
         adapter.unlink()
     if adapter.exists():  # trained here earlier: kept or retrained by `train_stale`
         return None
+    own: Optional[dict[str, list[dict]]] = None  # this dataset's rows, read once and only when a donor is current
     for donor, learnt in donors:
         trained_alone = donor.is_dir() and not donor.is_symlink() and learnt.is_dir()
-        if trained_alone and stale_reason(donor, learnt, options, config) is None and _rows(learnt) == _rows(dataset):
+        if not trained_alone or stale_reason(donor, learnt, options, config) is not None:
+            continue
+        own = _rows(dataset) if own is None else own
+        if _rows(learnt) == own:
             shutil.copytree(donor, adapter, ignore=shutil.ignore_patterns("checkpoints"))
             write_key(adapter, adapter_inputs(dataset, options, config))
             print(f"{adapter}: the same rows and settings as {donor}; copied, not trained", flush=True)
