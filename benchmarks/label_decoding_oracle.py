@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchmarks.label_decoding_passes import _fresh_store, decode, timing
+from benchmarks.label_decoding_passes import decode, emptied_store, timing
 
 
 def _label_only_pipeline(pipeline: Path) -> dict:
@@ -33,7 +33,7 @@ def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list
     from eval.metrics.stats import paired_bootstrap
 
     derived = runs / "test-label-only"  # the oracle's run: each trace's sr answer cut to the gold strategy
-    store = _fresh_store(derived)
+    store = emptied_store(derived)
     for t in teacher:
         store.append(t.model_copy(update={"outputs": {**t.outputs, "sr": {"strategy": t.dialogue.labels["strategy"]}}}))
     base = {**base, "skip": ["es", "ia"]}

@@ -46,13 +46,13 @@ def decode(backend: Any, config: Any, dialogues: list, chunk: int, what: str, ke
             bar.update(len(dialogues[at : at + chunk]))
     seconds = time.perf_counter() - start
     if keep is not None:
-        store = _fresh_store(keep)
+        store = emptied_store(keep)
         for trace in traces:
             store.append(trace)
     return traces, seconds
 
 
-def _fresh_store(folder: Path) -> Any:
+def emptied_store(folder: Path) -> Any:
     from distill.pipeline.store import TraceStore
 
     store = TraceStore(folder)  # it reads nothing until asked, so emptying its file after opening it is safe
