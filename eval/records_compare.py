@@ -210,8 +210,15 @@ def _point(point: str, report: dict[str, Any], pairs: tuple[tuple[str, str], ...
         "majority_class": next(
             (_at(row, "label_accuracy.majority.rate") for row in report["systems"] if row.get("label_accuracy")), None
         ),
-        "paired": [p for first, second in pairs for p in _paired(report["paired"], first, second)],
+        "paired": [p for pair in pairs for p in _paired(report["paired"], *pair, _declared(report))],
     }
+
+
+def _declared(report: dict[str, Any]) -> Optional[list[str]]:
+    """The pair the report's config declared primary, in its order (a report's primary row reads first − second
+    as declared), or None."""
+    primary = report["config"].get("primary")
+    return list(primary["pair"]) if isinstance(primary, dict) and isinstance(primary.get("pair"), list) else None
 
 
 def _system(row: dict[str, Any], about: str) -> dict[str, Any]:
@@ -229,15 +236,20 @@ def _system(row: dict[str, Any], about: str) -> dict[str, Any]:
     }
 
 
-def _paired(rows: list[dict[str, Any]], first: str, second: str) -> list[dict[str, Any]]:
-    """The report's paired rows of this pair on the record's metrics, as first − second."""
+def _paired(rows: list[dict[str, Any]], first: str, second: str, declared: Optional[list[str]] = None
+            ) -> list[dict[str, Any]]:  # fmt: skip
+    """The report's paired rows of this pair on the record's metrics, as first − second; the primary row as it was
+    declared (`declared`, else as the report has it), whichever order the record asks."""
     found = []
     for row in rows:
         if row["metric"] not in PAIRED_METRICS or set(row["pair"]) != {first, second}:
             continue
-        sign = 1 if row["pair"][0] == first else -1
+        order = [first, second]
+        if row.get("primary"):
+            order = list(declared) if declared and set(declared) == {first, second} else list(row["pair"])
+        sign = 1 if row["pair"][0] == order[0] else -1
         low, high = (row["ci_low"], row["ci_high"]) if sign == 1 else (-row["ci_high"], -row["ci_low"])
-        found.append({"pair": [first, second], "metric": row["metric"], "diff": sign * row["diff"], "ci_low": low,
+        found.append({"pair": order, "metric": row["metric"], "diff": sign * row["diff"], "ci_low": low,
                       "ci_high": high, "n": row["n"], "p_holm": row.get("p_holm"),
                       "survives_holm": row.get("survives_holm"),
                       **({"primary": True} if row.get("primary") else {})})  # fmt: skip

@@ -250,6 +250,62 @@ def test_a_primary_comparison_is_tested_alone_and_left_out_of_holms_family():
     assert not any(r.get("primary") for r in plain)  # none declared: Holm over every row, as before
 
 
+@pytest.mark.parametrize("metric", ["i_acc", "dist1"])
+def test_a_primary_comparison_reads_first_minus_second_as_declared(metric):
+    """`pair: [student, teacher]` with the teacher listed first: the primary row is student − teacher, its interval
+    that of student − teacher (a corpus figure's too); the other rows keep the systems' order."""
+    from eval.compare.paired import paired_comparisons
+    from eval.metrics.diversity_ci import ReplyTokens
+
+    def replies(texts: list[str]) -> list[ReplyTokens]:
+        return [ReplyTokens(tuple(t.split()), tuple(len(w) for w in t.split()), 64) for t in texts]
+
+    rng = random.Random(1)
+    texts = {"teacher": ["same words again"] * 30, "student": [f"word{i} other{i}" for i in range(30)]}
+    systems = {name: {"i_acc": [rng.random() < rate for _ in range(30)], "diversity": replies(texts[name])}
+               for name, rate in (("teacher", 0.2), ("student", 0.9))}  # fmt: skip
+    plain = {p["metric"]: p for p in paired_comparisons(systems)}
+    declared = {p["metric"]: p for p in paired_comparisons(systems, (("student", "teacher"), metric))}
+    row, other = declared.pop(metric), plain.pop(metric)
+    assert row["primary"] and row["pair"] == ["student", "teacher"] and other["pair"] == ["teacher", "student"]
+    assert row["diff"] > 0 and row["diff"] == pytest.approx(-other["diff"])
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((-other["ci_high"], -other["ci_low"]))
+    assert all(p["pair"] == ["teacher", "student"] for p in declared.values())
+
+
+def test_the_quickstart_configs_primary_reads_as_declared_in_the_report_and_the_result_line(tmp_path, tiny_dialogues):
+    """The quickstart's own eval config (configs/eval/sample.yaml: teacher listed first, `pair: [student, teacher]`
+    on i_acc) over hand-made runs of its systems: report.json's primary row, report.md's table and its sentence
+    and the `result:` line all read student − teacher, with its sign (they read teacher − student)."""
+    from test_eval_compare import _dataset, _hand_trace_run
+
+    from eval.__main__ import main as evaluate
+    from eval.quickstart import _eval_config
+
+    (tmp_path / "qs").mkdir()
+    config = yaml.safe_load(_eval_config(tmp_path / "qs", 8, judge=False).read_text())
+    assert config["primary"] == {"pair": ["student", "teacher"], "metric": "i_acc"}
+    test = tiny_dialogues
+    # the teacher answers sadness every time, the student each dialogue's gold emotion: student − teacher > 0
+    answers = {"teacher": "sadness", "student": None}
+    runs = {name: _hand_trace_run(tmp_path / name, test, emotion, split="test") for name, emotion in answers.items()}
+    config["systems"] = [{"name": s["name"], "traces": runs[s["name"]]} for s in config["systems"]]
+    assert [s["name"] for s in config["systems"]] == ["teacher", "student"]
+    config.update(dialogues=_dataset(tmp_path, "ds", test), index=None, ppl=None, bertscore=None, relevance=None)
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert evaluate(["compare", "--config", str(path), "--out", str(tmp_path / "eval")]) == 0
+
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    [row] = [p for p in report["paired"] if p.get("primary")]
+    expected = 1 - sum(d.emotion == "sadness" for d in test) / len(test)
+    assert row["pair"] == ["student", "teacher"] and row["diff"] == pytest.approx(expected) and expected > 0
+    md = (tmp_path / "eval" / "report.md").read_text()
+    assert f"| student − teacher | i_acc | {row['diff']:.2f} [" in md and "| teacher − student | i_acc |" not in md
+    assert "The config declared `student − teacher` on `i_acc`" in " ".join(md.split())
+    assert f"minus its teacher's is {expected:+.2f} (paired bootstrap" in headline(tmp_path / "eval" / "report.json")
+
+
 def test_a_smaller_train_limit_on_a_rerun_trains_on_its_first_dialogues_alone(tmp_path):
     """The teacher annotated 6 train dialogues; a rerun with --train-limit 3 builds the datasets from the traces of
     the first 3 (it used to keep the 6-dialogue datasets, and the student was reported as having learnt from 3)."""

@@ -34,7 +34,8 @@ def paired_comparisons(
     per_system: dict[str, dict[str, list]], primary: Optional[tuple[tuple[str, str], str]] = None
 ) -> list[dict[str, Any]]:
     """One paired interval per pair of systems and metric both have (per figure, for a corpus metric with
-    `paired_figures`, by half-sampling); diff = first − second.
+    `paired_figures`, by half-sampling); diff = first − second, first the earlier system, but for the `primary`
+    row, whose first is the one its pair names first (the config's `pair: [A, B]` reads A − B everywhere).
 
     The family is every row of the table (each pair of systems × each metric or figure both have). Holm's
     adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
@@ -43,18 +44,19 @@ def paired_comparisons(
     ``primary`` marks it) and left out of the others' family.
     """
     rows, corpus = [], []
-    for first, second in combinations(per_system, 2):
-        a, b = per_system[first], per_system[second]
+    for pair in combinations(per_system, 2):
         for metric, reading in paired_metrics().items():
-            if metric not in a or metric not in b:
+            if any(metric not in per_system[name] for name in pair):
                 continue
             if METRICS[metric].paired_figures:
-                corpus += [((first, second), metric, figure, reading) for figure in METRICS[metric].paired_figures]
+                corpus += [(_as_declared(pair, figure, primary), metric, figure, reading)
+                           for figure in METRICS[metric].paired_figures]  # fmt: skip
                 continue
+            first, second = _as_declared(pair, metric, primary)
+            a, b = per_system[first][metric], per_system[second][metric]
             # a dialogue a metric cannot score (BERTScore without a gold reply) is left out on both sides
-            keep = [i for i, (x, y) in enumerate(zip(a[metric], b[metric])) if x is not None and y is not None]
-            xs, ys = [a[metric][i] for i in keep], [b[metric][i] for i in keep]
-            rows.append(((first, second), metric, reading, xs, ys))
+            keep = [i for i, (x, y) in enumerate(zip(a, b)) if x is not None and y is not None]
+            rows.append(((first, second), metric, reading, [a[i] for i in keep], [b[i] for i in keep]))
     resamples = paired_resamples(len(rows) + len(corpus))
     out = []
     for pair, metric, reading, xs, ys in rows:
@@ -69,6 +71,14 @@ def paired_comparisons(
         if i == first:
             row["primary"] = True
     return out
+
+
+def _as_declared(pair: tuple[str, str], metric: str, primary: Optional[tuple[tuple[str, str], str]]) -> tuple[str, str]:
+    """`pair` in the order the primary declares it where it is the primary's row (its difference then reads as
+    the config wrote it); any other row keeps the systems' order."""
+    if primary and set(pair) == set(primary[0]) and metric == primary[1]:
+        return primary[0][0], primary[0][1]
+    return pair
 
 
 def _is(row: dict[str, Any], pair: tuple[str, str], metric: str) -> bool:
