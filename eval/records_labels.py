@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from distill.pipeline.stage_key import digest
 from eval.compare.markdown import fmt, interval, markdown_table, wrap_paragraph
 from eval.records_compare import CompareRecordError, RecordFileError, read_json_object, record_head, require_fields
 
@@ -46,14 +47,16 @@ LABELS_RECORD_FIELDS = {"name": "text", "commit": "text", "date": "text", "comma
 
 
 def read_label_runs(paths: list[str]) -> list[dict[str, Any]]:
-    """Each `--labels` JSON, checked for what the record reads, or one line naming the file and what is wrong."""
-    runs, seen = [], set()
+    """Each `--labels` JSON, checked for what the record reads, or one line naming the file and what is wrong. The
+    same results twice (the same file, or a copy under another name: the same JSON content) are refused."""
+    runs, seen = [], {}
     for item in paths:
         path = Path(item)
-        if path.resolve() in seen:
-            raise CompareRecordError(f"--labels {item}: given twice; one record keeps each run once")
-        seen.add(path.resolve())
         data = read_json_object(path, LABEL_RUN)
+        if (key := digest(data)) in seen:
+            raise CompareRecordError(f"--labels {item}: the same results as --labels {seen[key]}; one record keeps "
+                                     "each run once")  # fmt: skip
+        seen[key] = item
         _check_run(data, path)
         runs.append(data)
     return runs

@@ -65,6 +65,7 @@ def read_students_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     require_fields(students, path, STUDENTS, STUDENTS_FIELDS)
     for name, stage in students["stages"].items():
         require_fields(stage if isinstance(stage, dict) else {}, path, f"{STUDENTS} (stage '{name}')", STAGE_FIELDS)
+    _each_once(students, path)
     report_path = folder / "eval" / "report.json"
     if not report_path.exists():
         raise RecordFileError(f"{path}: its compare report {report_path} is missing (the run writes it first)")
@@ -75,6 +76,24 @@ def read_students_run(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if unscored:
         raise CompareRecordError(f"{report_path} scores no {', '.join(unscored)}, which {path} trained: not its report")
     return students, report
+
+
+def _each_once(students: dict[str, Any], path: Path) -> None:
+    """Refuse a students.json the record cannot represent: no student, a student without a seed run, or a student,
+    a system or a seed listed twice (each would be recorded, and its rows rendered, twice)."""
+    if not students["students"]:
+        raise RecordFileError(f"{path}: `students` lists no student; a students record needs the students it trained")
+    for student in students["students"]:
+        if not student["seeds"]:
+            raise RecordFileError(f"{path}: student {student['name']} lists no seed run (`students[].seeds` is empty)")
+    listed = {
+        "student": [student["name"] for student in students["students"]],
+        "system": [s["system"] for student in students["students"] for s in student["seeds"]],
+        "seed": students["seeds"],
+    }
+    for what, names in listed.items():
+        if twice := next((name for i, name in enumerate(names) if name in names[:i]), None):
+            raise RecordFileError(f"{path}: {what} {twice} is listed twice; a record keeps each {what} once")
 
 
 def record_from_students(
@@ -144,8 +163,7 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
     baselines = {s["system"] for student in record["students"] if student["name"] == record["baseline"]
                  for s in student["seeds"]}  # fmt: skip
     variants = {s["system"] for student in record["students"] if student.get("varies") for s in student["seeds"]}
-    against = [paired_in_words(p) for p in point["paired"] if p["pair"][1] in baselines and p["metric"] in
-               (REPLY_METRICS[:1] if p["pair"][0] in variants else REPLY_METRICS)]  # fmt: skip
+    against = [paired_in_words(p) for p in point["paired"] if _against(p, baselines, variants)]
     said = f": {'; '.join(against)}" if against else f" (no paired reply figure against {record['baseline']})"
     trained = {s["system"] for student in record["students"] for s in student["seeds"]}
     students_only = {**point, "systems": [s for s in point["systems"] if s["name"] in trained]}
@@ -155,6 +173,15 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
         f" Run on {record['machine']} (95% CIs; record `docs/records/{record['name']}.json`)."
     )
     return wrap_paragraph(text)
+
+
+def _against(row: dict[str, Any], baselines: set[str], variants: set[str]) -> bool:
+    """A student against `direct` on the reply (a variant on BERTScore alone), either side first: a declared primary
+    keeps the order it was declared in."""
+    others = [name for name in row["pair"] if name not in baselines]
+    if len(others) != 1:
+        return False
+    return row["metric"] in (REPLY_METRICS[:1] if others[0] in variants else REPLY_METRICS)
 
 
 def _stops_in_words(students: list[dict[str, Any]]) -> str:

@@ -189,6 +189,63 @@ def test_the_declared_primary_comparison_is_said_to_be_tested_alone(tmp_path):
     assert "| traces − direct | relevance | -0.040 [-0.060, -0.030] | 4 | < 0.001 | yes (primary, alone) |" in full
 
 
+@pytest.mark.parametrize("as_written", ["declared", "systems' order"])
+def test_a_primary_declared_against_the_records_order_keeps_its_declared_order(tmp_path, as_written):
+    """The config declares `direct − traces` on relevance, the record asks traces − direct: the primary row reads
+    direct − traces in the record, its table and the summary, whether the report wrote it as declared or (a report
+    made before reports kept the declared order) the other way round."""
+    folder = _run_folder(tmp_path / "out")
+    report = json.loads((folder / "eval" / "report.json").read_text())
+    report["config"]["primary"] = {"pair": ["direct", "traces"], "metric": "relevance"}
+    for row in report["paired"]:
+        if row["pair"] == ["traces", "direct"] and row["metric"] == "relevance":  # -0.040 [-0.060, -0.030]
+            row.update(primary=True, p_holm=0.0001, survives_holm=True)
+            if as_written == "declared":
+                row.update(pair=["direct", "traces"], diff=0.04, ci_low=0.03, ci_high=0.06)
+    (folder / "eval" / "report.json").write_text(json.dumps(report))
+    record = _write(folder, tmp_path / "rec", "demo")
+    [primary] = [p for p in record["points"][0]["paired"] if p.get("primary")]
+    assert (primary["pair"], primary["diff"], primary["ci_low"], primary["ci_high"]) == (
+        ["direct", "traces"], 0.04, 0.03, 0.06)  # fmt: skip
+    others = [p["pair"] for p in record["points"][0]["paired"] if not p.get("primary")]
+    assert ["traces", "direct"] in others and ["direct", "traces"] not in others  # the other rows as the record asks
+    _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
+    assert "| direct − traces | relevance | 0.040 [0.030, 0.060] | 4 | < 0.001 | yes (primary, alone) |" in full
+    assert "direct − traces relevance 0.040 [0.030, 0.060] (direct ahead, the primary comparison, holds)" in summary
+    assert "traces − direct relevance" not in full + summary
+
+
+def test_a_students_json_without_students_is_refused_in_one_line(tmp_path):
+    """A students.json that lists no student (an `eval students` run whose `student:` list was empty wrote one) is
+    no students record, although its report scores traces and direct."""
+    _run_folder(tmp_path / "out")
+    ran = json.loads((tmp_path / "out" / "students.json").read_text())
+    (tmp_path / "out" / "students.json").write_text(json.dumps({**ran, "students": []}))
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json",))
+    assert "`students` lists no student" in line
+    ran["students"][1]["seeds"] = []
+    (tmp_path / "out" / "students.json").write_text(json.dumps(ran))
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json",))
+    assert "student direct lists no seed run" in line
+
+
+@pytest.mark.parametrize("what", ["student", "system", "seed"])
+def test_a_student_listed_twice_is_one_line_naming_it(tmp_path, what):
+    """`direct` twice (or one system, or one seed) would be recorded, and its rows rendered, twice."""
+    _run_folder(tmp_path / "out")
+    ran = json.loads((tmp_path / "out" / "students.json").read_text())
+    if what == "student":
+        ran["students"].append(ran["students"][1])
+    elif what == "system":  # joint's seed run names direct's system
+        ran["students"][2]["seeds"][0]["system"] = "direct"
+    else:
+        ran["seeds"] = [42, 42]
+    (tmp_path / "out" / "students.json").write_text(json.dumps(ran))
+    named = {"student": "student direct", "system": "system direct", "seed": "seed 42"}[what]
+    line = _write_refused(tmp_path, "--students", "out", "--name", "demo", *WRITE, names=("out/students.json", named))
+    assert line.endswith(f"{named} is listed twice; a record keeps each {what} once")
+
+
 def test_a_variant_is_set_against_the_student_it_varies_and_shows_only_the_roles_it_trained():
     """traces-rank (a decoding of traces' adapters) and traces-first (its own sr): each against direct and against
     traces; the stop table keeps traces-first's sr alone and leaves traces-rank out."""

@@ -292,6 +292,12 @@ def test_an_unknown_student_is_one_line(tmp_path, capsys):
     _refused(capsys, code, tmp_path / "out", "unknown student 'nobody'", "traces, direct, joint")
 
 
+def test_an_empty_student_list_is_one_line(tmp_path, capsys):
+    """`student: []` trained no student and wrote a students.json without one, which records then kept."""
+    config = _edited(tmp_path, lambda data: data.update(student=[]))
+    _refused(capsys, students(config, tmp_path / "out"), tmp_path / "out", "field 'student'", "at least 1 item")
+
+
 def test_a_pipeline_without_a_reply_role_is_one_line(tmp_path, capsys):
     config = tiny_config(tmp_path, "smollm2-135m")
     data = yaml.safe_load(config.read_text())

@@ -186,7 +186,7 @@ class StudentsConfig(_Strict):
         None, gt=0, lt=1, description="with no validation file: the share of train conversations held out for it"
     )
     students: list[StudentSpec] = Field(min_length=1, description="the students, each trained per seed")
-    student: Optional[list[str]] = Field(None, description="train only these of `students`; null = all")
+    student: Optional[list[str]] = Field(None, min_length=1, description="train only these of `students`; null = all")
     reference: ReferenceSpec
     n: Optional[int] = Field(None, ge=1, description="the first N rows of the train file; null = all")
     train_config: str = Field("configs/train/smollm2-cpu.yaml", description="the train YAML every student uses")
