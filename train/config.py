@@ -124,7 +124,7 @@ def _our_defaults() -> dict[str, Any]:
         "output_dir": "runs/adapters",  # adapters land in <output_dir>/<role>/
         "use_peft": True,  # every role is a LoRA adapter; the pipeline swaps them on one base
         "lora_target_modules": "all-linear",
-        "lora_dropout": 0.0,  # TRL's 0.05 copies every LoRA input, which costs CPU time (docs/history.md)
+        "lora_dropout": 0.0,  # TRL's 0.05 copies every LoRA input, which costs CPU time (docs/history/performance.md)
         "learning_rate": 2e-4,  # TRL's 2e-5 is a full fine-tuning rate; LoRA wants ~10x
         "bf16": "auto",  # TRL's default (on) is slower than fp32 on a CPU without native bf16
         "use_cpu": not torch.cuda.is_available(),  # bf16 on a CPU needs it (TrainingArguments checks)
