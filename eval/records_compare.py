@@ -306,15 +306,16 @@ def paired_in_words(row: dict[str, Any]) -> str:
 
 
 def _verdict(row: dict[str, Any]) -> str:
-    """Who won a paired difference, in words: by its whole CI, and whether that holds after Holm."""
+    """Who won a paired difference, in words. A win is the primary comparison at its own 5%, or a row that survives
+    Holm; any other row is "no finding", whatever its unadjusted CI says (the glossary's rule)."""
     first, second = row["pair"]
     if row["ci_low"] <= 0 <= row["ci_high"]:
-        return "no winner: CI spans 0"
+        return "no finding: CI spans 0"
     winner = first if row["diff"] > 0 else second
     if row.get("primary"):  # declared before the run, tested alone: Holm's family leaves it out
-        return f"{winner} ahead, " + ("the primary comparison, holds" if row.get("survives_holm") else
-                                      "the primary comparison, not at 5%")  # fmt: skip
-    return f"{winner} ahead, " + ("holds after Holm" if row.get("survives_holm") else "not after Holm")
+        return (f"{winner} ahead, the primary comparison, holds" if row.get("survives_holm") else
+                "no finding: the primary comparison, not at 5%")  # fmt: skip
+    return f"{winner} ahead, holds after Holm" if row.get("survives_holm") else "no finding after Holm"
 
 
 def labels_in_words(point: dict[str, Any], reference: str) -> str:

@@ -31,7 +31,7 @@ from eval.records_compare import (
     stages_lines,
     systems_table,
 )
-from eval.students.report import STUDENTS_JSON, epoch_text, own_runs, stopped_table
+from eval.students.report import STUDENTS_JSON, epoch_text, own_runs, stop_kind, stopped_table
 
 STUDENTS = "an `eval students` run's students.json"
 # what the record reads from students.json (`eval.students.report` writes it), and from each of its stages
@@ -142,8 +142,8 @@ def _pairs(students: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
 def render_students_record(record: dict[str, Any]) -> list[str]:
     """The systems' figures and cost, the paired differences, where each role stopped, the stages' costs."""
     point = record["points"][0]
-    title = (f"**{point['point']} train dialogues, each student trained to convergence** (majority class "
-             f"{fmt(point['majority_class'], 3)}):")  # fmt: skip
+    title = (f"**{point['point']} train dialogues, each student trained to early stopping or its epoch cap** "
+             f"(majority class {fmt(point['majority_class'], 3)}):")  # fmt: skip
     lines = [title, "", *systems_table(point["systems"]), ""]
     if point["paired"]:
         lines += [*paired_table(point["paired"]), ""]
@@ -168,7 +168,8 @@ def render_students_summary(record: dict[str, Any]) -> list[str]:
     trained = {s["system"] for student in record["students"] for s in student["seeds"]}
     students_only = {**point, "systems": [s for s in point["systems"] if s["name"] in trained]}
     text = (
-        f"{point['point']} train dialogues, each student trained to convergence, against {record['baseline']} on "
+        f"{point['point']} train dialogues, each student trained to early stopping or its epoch cap, against "
+        f"{record['baseline']} on "
         f"the reply{said}{labels_in_words(students_only, record['reference'])}. {_stops_in_words(record['students'])}"
         f" Run on {record['machine']} (95% CIs; record `docs/records/{record['name']}.json`)."
     )
@@ -185,18 +186,20 @@ def _against(row: dict[str, Any], baselines: set[str], variants: set[str]) -> bo
 
 
 def _stops_in_words(students: list[dict[str, Any]]) -> str:
-    """`Each role stopped at epoch (of at most 5): traces em 2, sr 2, re 1; direct reply 3; joint chain 2.`, or
-    `Every role stopped at epoch 2 (of at most 2).` where they all stopped at one."""
+    """`Each role stopped at epoch (of at most 5): traces em 2 (early), sr 2 (early), re 1 (early); ...`, or
+    `Every role stopped at epoch 2 (of at most 2), not converged at the cap.` where they all stopped alike."""
     runs = own_runs(students)
-    most = sorted({epoch_text(c.get("max_epochs")) for s in runs for c in s["roles"].values()} - {fmt(None)})
+    roles = [c for s in runs for c in s["roles"].values()]
+    most = sorted({epoch_text(c.get("max_epochs")) for c in roles} - {fmt(None)})
     of = f" (of at most {' or '.join(most)})" if most else ""
-    stops = {epoch_text(c.get("stopped_at_epoch")) for s in runs for c in s["roles"].values()}
+    stops = {(epoch_text(c.get("stopped_at_epoch")), stop_kind(c)) for c in roles}
     if len(stops) == 1:  # the common case of a capped CPU run: one number says it
-        return f"Every role stopped at epoch {stops.pop()}{of}."
+        epoch, kind = stops.pop()
+        return f"Every role stopped at epoch {epoch}{of}, {kind}."
     each = [f"{s['system']} " + ", ".join(_stops(s["roles"])) for s in runs]
     return f"Each role stopped at epoch{of}: {'; '.join(each)}."
 
 
 def _stops(roles: dict[str, dict[str, Any]]) -> list[str]:
     """`em 2`, `sr 2`: each role with the epoch it stopped at."""
-    return [f"{role} {epoch_text(c.get('stopped_at_epoch'))}" for role, c in roles.items()]
+    return [f"{role} {epoch_text(c.get('stopped_at_epoch'))} ({stop_kind(c)})" for role, c in roles.items()]

@@ -341,9 +341,9 @@ def test_a_record_of_compare_reports_states_the_pairs_as_asked(tmp_path, capsys)
     assert "**150 train dialogues** (majority class 0.185):" in text and "`abc1234`" in text
     summary = " ".join(render_blocks("<!-- record: escot-test summary -->\n<!-- /record -->", tmp_path / "rec").split())
     # the README's line: the largest point only, on BERTScore and strategy accuracy (the docs page has the rest)
-    assert "400 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020] (no winner: CI spans 0);" in summary
+    assert "400 train dialogues: traces − direct BERTScore F 0.010 [-0.010, 0.020] (no finding: CI spans 0);" in summary
     # in words: who won a pair whose CI leaves 0 out, and the labels beside the majority class (the reference aside)
-    assert "joint − direct BERTScore F 0.020 [0.010, 0.040] (joint ahead, not after Holm)" in summary
+    assert "joint − direct BERTScore F 0.020 [0.010, 0.040] (no finding after Holm)" in summary
     assert (
         "Strategy accuracy at 400: traces 0.400, joint 0.300; the majority class 0.185: traces, joint above it"
         in summary

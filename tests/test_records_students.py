@@ -59,7 +59,9 @@ def _rendered(rec: Path, tmp_path: Path, name: str = "escot-students") -> tuple[
 
 def _verdict(p: dict) -> str:
     if p["ci_low"] <= 0 <= p["ci_high"]:
-        return "no winner: CI spans 0"
+        return "no finding: CI spans 0"
+    if not p.get("survives_holm"):  # a win is the primary comparison or a row that survives Holm
+        return "no finding"
     return f"{p['pair'][0] if p['diff'] > 0 else p['pair'][1]} ahead"
 
 
@@ -85,7 +87,8 @@ def test_a_students_run_is_recorded_with_its_figures_where_each_role_stopped_and
     for student in ran["students"]:  # where each role stopped, as its adapter recorded it
         for role, c in student["seeds"][0]["roles"].items():
             epoch, best = int(c["stopped_at_epoch"]), int(c["best_epoch"])
-            assert f"| {student['name']} | 42 | {role} | {epoch} | 2 | {c['steps']} | {best} | " in full
+            stop = "early" if c["stopped_early"] else "flat at the cap" if best < epoch else "not converged at the cap"
+            assert f"| {student['name']} | 42 | {role} | {epoch} | 2 | {stop} | {c['steps']} | {best} | " in full
     for stage, cost in ran["stages"].items():
         assert f"| {stage} | {cost['seconds']:.0f} | {cost['peak_rss_mb']} | " in full
     assert "`abc1234`" in full and MACHINE in full
@@ -147,28 +150,37 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
     record = _write(_run_folder(tmp_path / "out"), tmp_path / "rec", "demo")
     assert [s["stage"] for s in record["stages"]] == ["traces seed 42: train", "compare"]
     _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
-    assert "**150 train dialogues, each student trained to convergence** (majority class 0.185):" in full
+    assert (
+        "**150 train dialogues, each student trained to early stopping or its epoch cap** (majority class 0.185):"
+        in full
+    )
     assert "| joint − direct | BERTScore F | 0.020 [0.010, 0.040] | 4 | 0.500 | no |" in full  # turned round
-    assert "| traces | 42 | re | 4 | 5 | 40 | 3 | 2.5000 | 310.5 |" in full
+    assert "| traces | 42 | re | 4 | 5 | early | 40 | 3 | 2.5000 | 310.5 |" in full
     assert "| traces seed 42: train | 930 | 2100 | yes |" in full and "| compare | 1200 | 3100 | no |" in full
     assert summary.startswith(
-        "150 train dialogues, each student trained to convergence, against direct on the reply: traces − direct "
-        "BERTScore F 0.010 [-0.010, 0.020] (no winner: CI spans 0); traces − direct relevance -0.040 [-0.060, -0.030] "
-        "(direct ahead, not after Holm); joint − direct BERTScore F 0.020 [0.010, 0.040] (joint ahead, not after Holm)."
+        "150 train dialogues, each student trained to early stopping or its epoch cap, against direct on the reply: "
+        "traces − direct "
+        "BERTScore F 0.010 [-0.010, 0.020] (no finding: CI spans 0); traces − direct relevance -0.040 [-0.060, -0.030] "
+        "(no finding after Holm); joint − direct BERTScore F 0.020 [0.010, 0.040] (no finding after Holm)."
     ), summary
     assert (
         "Strategy accuracy at 150: traces 0.400, joint 0.300; the majority class 0.185: traces, joint above it"
         in summary
     )
     assert (
-        "Each role stopped at epoch (of at most 5): traces em 3, sr 2, re 4; direct reply 5; joint chain 2." in summary
+        "Each role stopped at epoch (of at most 5): traces em 3 (early), sr 2 (early), re 4 (early); direct reply 5 "
+        "(not converged at the cap); joint chain 2 (early)." in summary
     )
     assert "Run on 2-core test CPU (95% CIs; record `docs/records/demo.json`)." in summary
     from eval.records_students import _stops_in_words
 
     one = {"seed": 1, "roles": {"em": _convergence(2.0, 2.0, 1.0)}}
     capped = [{"name": "a", "seeds": [{**one, "system": "a"}]}, {"name": "b", "seeds": [{**one, "system": "b"}]}]
-    assert _stops_in_words(capped) == "Every role stopped at epoch 2 (of at most 5)."
+    assert _stops_in_words(capped) == "Every role stopped at epoch 2 (of at most 5), early."
+    flat = {"seed": 1, "roles": {"em": _convergence(5.0, 3.0, 1.0)}}  # best before the cap: the loss had turned
+    assert _stops_in_words([{"name": "a", "seeds": [{**flat, "system": "a"}]}]) == (
+        "Every role stopped at epoch 5 (of at most 5), flat at the cap."
+    )
     with pytest.raises(ValueError, match="renders every system, not `systems=`"):
         render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
 
@@ -185,7 +197,7 @@ def test_the_declared_primary_comparison_is_said_to_be_tested_alone(tmp_path):
     _write(folder, tmp_path / "rec", "demo")
     _, full, summary = _rendered(tmp_path / "rec", tmp_path, "demo")
     assert "traces − direct relevance -0.040 [-0.060, -0.030] (direct ahead, the primary comparison, holds)" in summary
-    assert "(joint ahead, not after Holm)" in summary
+    assert "(no finding after Holm)" in summary
     assert "| traces − direct | relevance | -0.040 [-0.060, -0.030] | 4 | < 0.001 | yes (primary, alone) |" in full
 
 

@@ -107,15 +107,27 @@ def students_markdown(record: dict[str, Any], report_path: Path) -> str:
 
 def stopped_table(students: list[dict[str, Any]]) -> list[str]:
     """Per student, seed and role where training stopped: students.json's shape, which a record keeps."""
-    header = ["student", "seed", "role", "stopped at epoch", "of at most", "steps", "best epoch", "best val. loss",
-              "train s"]  # fmt: skip
+    header = ["student", "seed", "role", "stopped at epoch", "of at most", "stop", "steps", "best epoch",
+              "best val. loss", "train s"]  # fmt: skip
     rows = [
         [s["system"], str(s["seed"]), role, epoch_text(c.get("stopped_at_epoch")), epoch_text(c.get("max_epochs")),
-         fmt(c.get("steps")), epoch_text(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
+         stop_kind(c), fmt(c.get("steps")), epoch_text(c.get("best_epoch")), fmt(c.get("best_eval_loss"), 4),
          fmt(c.get("train_seconds"), 1)]
         for s in own_runs(students) for role, c in s["roles"].items()
     ]  # fmt: skip
     return markdown_table(header, rows)
+
+
+def stop_kind(role: dict[str, Any]) -> str:
+    """How a role's training ended: `early` (its patience ran out), `flat at the cap` (its best epoch came before
+    its last, so the validation loss had stopped falling) or `not converged at the cap` (its last epoch was its
+    best: the loss was still falling when the cap stopped it)."""
+    if role.get("stopped_early"):
+        return "early"
+    best, last = role.get("best_epoch"), role.get("stopped_at_epoch")
+    if best is None or last is None:
+        return fmt(None)
+    return "flat at the cap" if best < last else "not converged at the cap"
 
 
 def own_runs(students: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ def student_system(student: StudentSpec, seed: int, adapters: Path, n: int, conf
     ranked = ", ".join(f"{key} {mode}" for key, mode in student.label_decoding.items())
     if ranked:  # only where set, so a student without it keeps the compare key (and the report) it had
         pipeline["label_decoding"] = dict(student.label_decoding)
-    about = f"{student.learns}; {n} train dialogues, to convergence, seed {seed}" + (
+    about = f"{student.learns}; {n} train dialogues, to early stopping or the epoch cap, seed {seed}" + (
         f"; labels: {ranked}" * bool(ranked)
     )
     return {
