@@ -30,7 +30,8 @@ COMMANDS = {
     ),
     "students": (
         "eval.students.cli_students",
-        "per-role, direct and joint students trained to early stopping (or the epoch cap) on one teacher's chains, then one compare",
+        "per-role, direct and joint students trained to early stopping or the epoch cap on one teacher's chains, "
+        "then one compare",
     ),
     "records": (
         "eval.cli_records",

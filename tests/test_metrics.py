@@ -283,20 +283,22 @@ def test_paired_table_is_corrected_by_holm_over_the_whole_family():
     from eval.compare.paired import paired_comparisons, paired_resamples
 
     # three systems, one metric: A − B and B − C are the same constant shift, A − C is no difference
+    p = 2 / 1001  # see the p-value test: no resample on the other side of 0
+    # A and C equal on every dialogue test nothing: that row is left out of the family, so m = 2, not 3
     rows = paired_comparisons({"A": {"i_acc": [1.0] * 4}, "B": {"i_acc": [0.0] * 4}, "C": {"i_acc": [1.0] * 4}})
     by_pair = {tuple(r["pair"]): r for r in rows}
-    p = 2 / 1001  # see the p-value test: no resample on the other side of 0
+    assert by_pair[("A", "C")]["identical"] is True and by_pair[("A", "C")]["p_holm"] is None
     assert [by_pair[k]["p_value"] for k in (("A", "B"), ("A", "C"), ("B", "C"))] == pytest.approx([p, 1.0, p])
-    # Holm over m = 3: p·3 for the smallest, max(p·3, p·2) for the next, 1.0 for the last
-    assert by_pair[("A", "B")]["p_holm"] == by_pair[("B", "C")]["p_holm"] == pytest.approx(3 * p)
-    assert by_pair[("A", "C")]["p_holm"] == 1.0
-    assert [by_pair[k]["survives_holm"] for k in (("A", "B"), ("A", "C"), ("B", "C"))] == [True, False, True]
+    # Holm over m = 2 (A − C left out): p·2 for both shifts
+    assert by_pair[("A", "B")]["p_holm"] == by_pair[("B", "C")]["p_holm"] == pytest.approx(2 * p)
+    assert "identical" not in by_pair[("A", "B")] and not by_pair[("A", "C")]["survives_holm"]
     # a family too large for 1,000 resamples gets more, so a clear difference can still survive
     assert paired_resamples(3) == 1000 and paired_resamples(30) == 1200
     many = {f"S{i}": {"i_acc": [float(i % 2)] * 4} for i in range(9)}  # 36 pairs, 20 of them a shift of ±1
     rows = paired_comparisons(many)
     assert len(rows) == 36 and {r["resamples"] for r in rows} == {1440}
     assert sum(r["survives_holm"] for r in rows) == 20 and all(r["p_holm"] < 0.05 for r in rows if r["diff"])
+    assert sum(bool(r.get("identical")) for r in rows) == 16  # the pairs of equal systems, out of the family
 
 
 def test_holm_by_hand():
@@ -306,3 +308,18 @@ def test_holm_by_hand():
     assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
     assert holm({"x": 0.6, "y": 0.7}) == {"x": 1.0, "y": 1.0}
     assert holm({}) == {}
+
+
+def test_the_report_says_an_identical_row_is_left_out_of_holms_family():
+    from eval.compare.paired import paired_comparisons
+    from eval.compare.report import _family_sentence, paired_table
+
+    rows = paired_comparisons({"A": {"i_acc": [1.0] * 4}, "B": {"i_acc": [0.0] * 4}, "C": {"i_acc": [1.0] * 4}})
+    table = "\n".join(paired_table({"paired": rows}))
+    assert "| A − C | i_acc |" in table and "– (identical: left out)" in table
+    said = _family_sentence({"rows": 2, "identical_rows": 1})
+    assert said == (
+        "every row of this table (2; 1 rows whose two systems are equal on every dialogue are left out: they test "
+        "nothing)"
+    )
+    assert _family_sentence({"rows": 3}) == "every row of this table (3)"

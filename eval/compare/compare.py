@@ -19,7 +19,7 @@ from data_prep.dialogues import Dialogue
 from distill.pipeline.stage_key import stage_key
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed, imported_chain_cost
-from eval.compare.paired import ALPHA, human_gold, paired_comparisons
+from eval.compare.paired import ALPHA, human_gold, in_family, paired_comparisons
 from eval.compare.reuse import report_inputs
 from eval.compare.run_figures import reflection_figures, reply_rates, retries_per_role, trace_quality
 from eval.compare.systems import (
@@ -322,7 +322,8 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "registered_metrics": settings,
                 "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
                 "paired_family": {
-                    "rows": sum(not r.get("primary") for r in paired),
+                    "rows": sum(in_family(r) for r in paired),
+                    "identical_rows": sum(bool(r.get("identical")) for r in paired),
                     "correction": "holm",
                     "alpha": ALPHA,
                 },

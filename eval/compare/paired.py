@@ -41,7 +41,9 @@ def paired_comparisons(
     adjustment over that family gives ``p_holm``; ``survives_holm`` marks the rows whose difference
     holds at a family-wise error rate of ALPHA. A CI that excludes 0 alone is not a finding. A `primary`
     ((first, second), metric), declared before the run, is tested alone at ALPHA (its ``p_holm`` is its own p,
-    ``primary`` marks it) and left out of the others' family.
+    ``primary`` marks it) and left out of the others' family. A row whose two systems have the same value on every
+    dialogue (a label-ranked student beside the one whose replies it decodes) tests nothing; ``identical`` marks it
+    and it is left out of the family too, where it would only make every other row stricter.
     """
     rows, corpus = [], []
     for pair in combinations(per_system, 2):
@@ -61,16 +63,27 @@ def paired_comparisons(
     out = []
     for pair, metric, reading, xs, ys in rows:
         result = paired_bootstrap(xs, ys, statistic=METRICS[metric].paired_statistic, resamples=resamples)
-        out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples})
+        out.append({"pair": list(pair), "metric": metric, "reading": reading, **result, "resamples": resamples,
+                    **({"identical": True} if xs == ys else {})})  # fmt: skip
     out += _corpus_rows(per_system, corpus, resamples)
-    first = next((i for i, row in enumerate(out) if primary and _is(row, *primary)), None)
-    adjusted = holm({str(i): row["p_value"] for i, row in enumerate(out) if row["p_value"] is not None and i != first})
+    _adjust(out, next((i for i, row in enumerate(out) if primary and _is(row, *primary)), None))
+    return out
+
+
+def _adjust(out: list[dict[str, Any]], first: Optional[int]) -> None:
+    """Holm's p over the family (every row but the primary, `first`, and the identical ones), and which survive."""
+    family = {str(i): row["p_value"] for i, row in enumerate(out) if in_family(row) and i != first}
+    adjusted = holm({i: p for i, p in family.items() if p is not None})
     for i, row in enumerate(out):
         row["p_holm"] = row["p_value"] if i == first else adjusted.get(str(i))
         row["survives_holm"] = row["p_holm"] is not None and row["p_holm"] < ALPHA
         if i == first:
             row["primary"] = True
-    return out
+
+
+def in_family(row: dict[str, Any]) -> bool:
+    """The row counts in Holm's family: neither the declared primary nor two systems equal on every dialogue."""
+    return not row.get("primary") and not row.get("identical")
 
 
 def _as_declared(pair: tuple[str, str], metric: str, primary: Optional[tuple[tuple[str, str], str]]) -> tuple[str, str]:
@@ -94,7 +107,9 @@ def _corpus_rows(per_system: dict[str, dict[str, list]], asked: list[tuple], res
         items = {name: per_system[name][metric] for pair, _ in rows for name in pair}
         results = paired_differences(items, [pair for pair, _ in rows], figure, resamples)
         for (pair, reading), result in zip(rows, results):
-            out.append({"pair": list(pair), "metric": figure, "reading": reading, **result, "resamples": resamples})
+            same = items[pair[0]] == items[pair[1]]
+            out.append({"pair": list(pair), "metric": figure, "reading": reading, **result, "resamples": resamples,
+                        **({"identical": True} if same else {})})  # fmt: skip
     return out
 
 

@@ -97,13 +97,28 @@ def paired_table(report: dict) -> list[str]:
             fmt(p["n"]),
             p["reading"],
             fmt(p.get("p_value")),
-            "– (primary: tested alone)" if p.get("primary") else fmt(p.get("p_holm")),
+            _holm_cell(p),
             "yes" if p.get("survives_holm") else "no",
         ]
         for p in report.get("paired") or []
     ]
     header = ["Pair (first − second)", "metric", "difference [95% CI]", "n", "reading", "bootstrap p", "Holm p"]
     return markdown_table([*header, "survives Holm"], rows)
+
+
+def _holm_cell(row: dict) -> str:
+    """A row's Holm p, or why it has none: the primary is tested alone; identical systems test nothing."""
+    if row.get("primary"):
+        return "– (primary: tested alone)"
+    return "– (identical: left out)" if row.get("identical") else fmt(row.get("p_holm"))
+
+
+def _family_sentence(fam: dict) -> str:
+    """How many rows Holm's family holds, and the identical ones it leaves out."""
+    left_out = fam.get("identical_rows")
+    aside = (f"; {left_out} rows whose two systems are equal on every dialogue are left out: they test nothing"
+             if left_out else "")  # fmt: skip
+    return f"every row of this table ({fam.get('rows', DASH)}{aside})"
 
 
 def retries_table(report: dict) -> list[str]:
@@ -266,7 +281,7 @@ def render_markdown(report: dict) -> str:
         "",
         "Each row resamples the test dialogues and takes both systems' values on the same draw, so the "
         "interval is for the difference itself; a corpus statistic (PPL) is recomputed on each draw. The family is "
-        f"every row of this table ({fam.get('rows', DASH)}); Holm's adjustment holds its family-wise error rate "
+        f"{_family_sentence(fam)}; Holm's adjustment holds its family-wise error rate "
         f"at {fam.get('alpha', DASH)}, and only a row that survives it is a finding." + _primary_sentence(report),
         "",
         *paired_table(report),
