@@ -17,6 +17,7 @@ from eval.__main__ import main as evaluate
 
 PIPELINES, MAPPINGS = REPO / "configs" / "pipelines", REPO / "configs" / "import"
 SHIPPED = REPO / "configs" / "eval" / "escot-students.yaml"
+TRAIN_FLAGS = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
             student["pipeline"] = str(local_variant(REPO / student["pipeline"], tmp_path / "maps"))
     config["student"] = ["traces", "direct", "joint"]  # the strategy link's variants: their own test
     config.update(num_train_epochs=2, seeds=[42], backend={"model": model, "dtype": "float32", "batch_size": 4})
-    config["train_flags"] = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
+    config["train_flags"] = dict(TRAIN_FLAGS)
     config["compare"].update(ppl=None, bertscore=None, relevance=None, max_attempts=1)
     config["compare"]["primary"]["metric"] = "rouge_l"  # the shipped bertscore_f1 is off here: a metric scored
     config.update(changes)
@@ -130,8 +131,8 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
     record = json.loads((out / "students.json").read_text())
     for student in record["students"]:  # every role trained to the validation loss, its stop recorded
         for role, c in student["seeds"][0]["roles"].items():
-            assert c["best_epoch"] in (1, 2) and c["stopped_at_epoch"] <= 2 and c["steps"] >= 2, (role, c)
-            assert len(c["eval_loss_by_epoch"]) >= 1
+            kept_the_best_epoch(c, cap=2)  # patience 1 under a cap of 2: both epochs, the better kept
+            assert c["stopped_at_epoch"] == 2 and c["steps"] >= 2, (role, c)
     assert {r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in record["stages"].values()} == {True}
     assert "Where each role stopped" in (out / "students.md").read_text()
     oracle = [json.loads(line) for line in (out / "eval" / "systems" / "oracle" / "traces.jsonl").open()]
@@ -165,20 +166,34 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
         assert student["spread"]["tokens_per_dialogue"] is not None and student["spread"]["tokens_per_dialogue"] >= 0
 
 
+def kept_the_best_epoch(c: dict, cap: int) -> None:
+    """A role's convergence as students.json records it: one validation loss per epoch it trained, up to the cap; the
+    epoch kept the one with the lowest; stopped early exactly when it stopped before the cap."""
+    losses = dict(c["eval_loss_by_epoch"])
+    assert c["max_epochs"] == cap and list(losses) == list(range(1, round(c["stopped_at_epoch"]) + 1)), c
+    assert c["best_epoch"] == min(losses, key=losses.get), c
+    assert c["best_eval_loss"] == pytest.approx(losses[c["best_epoch"]], abs=1e-5), c
+    assert c["stopped_early"] == (c["stopped_at_epoch"] < cap), c
+
+
 @pytest.mark.slow
 def test_with_no_validation_file_eval_fraction_holds_out_train_conversations(tmp_path, tiny_model_dir, capsys):
-    """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train."""
+    """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train. At a
+    learning rate of 0 the second epoch's validation loss is the first's, no better: patience 1 stops the role there,
+    under a cap of 3 (--epochs), keeping epoch 1."""
     from datasets import load_from_disk
 
-    config, out = tiny_config(tmp_path, tiny_model_dir), tmp_path / "out"
-    assert students(config, out, "--student", "direct", "--eval-fraction", "0.5") == 0
+    config = tiny_config(tmp_path, tiny_model_dir, train_flags={**TRAIN_FLAGS, "learning_rate": 0.0})
+    out = tmp_path / "out"
+    assert students(config, out, "--student", "direct", "--eval-fraction", "0.5", "--epochs", "3") == 0
     reply = load_from_disk(str(out / "datasets" / "direct" / "reply"))
     assert reply["train"].num_rows == reply["validation"].num_rows == 2
     assert not (out / "imports" / "direct" / "validation").exists()
     report = json.loads((out / "eval" / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "direct"]  # no traces: no oracle row
-    roles = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]
-    assert roles["reply"]["best_epoch"] in (1, 2)
+    reply = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]["reply"]
+    kept_the_best_epoch(reply, cap=3)
+    assert reply["stopped_early"] and (reply["stopped_at_epoch"], reply["best_epoch"]) == (2, 1), reply
 
 
 @pytest.mark.slow
