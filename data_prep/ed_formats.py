@@ -39,6 +39,9 @@ _SURROGATE = re.compile("[\udc80-\udcff]")
 # C0 control characters (NUL, ESC, ...) but tab and line breaks: no text holds them, a binary file does.
 # C1 controls are left alone: mojibake such as '\x83' occurs in real ED text.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# In an id every control character, tab, line breaks and C1 included: an id is one printable token that file
+# names, log lines and reports show as it is (a line break in one forges a line; an escape code recolours it).
+_ID_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 Row = tuple[int, dict]
 
@@ -69,10 +72,17 @@ class SizeLimits:
             raise DataError(file, row, column, reason)
 
 
-def control_character(text: str) -> Optional[str]:
+def control_character(text: str, pattern: re.Pattern = _CONTROL) -> Optional[str]:
     """The first C0 control character of `text` (not tab or a line break) as 'U+0000', or None."""
-    found = _CONTROL.search(text)
+    found = pattern.search(text)
     return f"U+{ord(found.group()):04X}" if found else None
+
+
+def id_problem(ident: str) -> Optional[str]:
+    """Why `ident` cannot be an id (a control character, tab and line breaks included), or None."""
+    if code := control_character(ident, _ID_CONTROL):
+        return f"control character {code} in the id (an id is printable: no tab, line break or escape)"
+    return None
 
 
 def visible(text: str) -> bool:
@@ -213,6 +223,8 @@ def _ed_conversations(rows: Iterable[Row], file: str, skipped: Optional[list]) -
         conv_id = str(raw.get("conv_id") or "").strip()
         try:
             conv_id = clean_field(raw.get("conv_id"), file, number, "conv_id")
+            if problem := id_problem(conv_id):
+                raise DataError(file, number, "conv_id", problem)
             index_text = clean_field(raw.get("utterance_idx"), file, number, "utterance_idx")
             if not index_text.lstrip("-").isdigit():
                 raise DataError(file, number, "utterance_idx", f"not an integer: '{index_text}'")

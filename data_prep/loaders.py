@@ -34,6 +34,7 @@ from data_prep.ed_formats import (
     check_columns,
     detect_format,
     ed_dialogues,
+    id_problem,
     read_csv_rows,
     trace_dialogues,
 )
@@ -119,7 +120,7 @@ def _from_datasets(
         split = _SPLIT_ALIASES.get(split_name, split_name)
         label = f"{name}[{split_name}]" if split_name != "all" else name
         if set(_DIALOGUE_COLUMNS) <= set(ds.column_names):  # already normalised by `data_prep dialogues`
-            splits[split] = _records(ds)
+            splits[split] = _records(ds, label)
         else:
             splits[split] = _rows_to_dialogues(ds.column_names, _dataset_rows(ds), fmt, label, skipped, limits)
     return splits
@@ -279,11 +280,17 @@ def load_split(dataset_dir: str | Path, split: str) -> list[Dialogue]:
     split = _SPLIT_ALIASES.get(split, split)
     if split not in dataset:
         raise DataError(str(dataset_dir), None, None, f"no split '{split}' (has: {', '.join(dataset)})")
-    return _records(dataset[split])
+    return _records(dataset[split], f"{dataset_dir}[{split}]")
 
 
-def _records(ds) -> list[Dialogue]:
-    return [Dialogue.model_validate(row) for row in ds] if ds.num_rows else []
+def _records(ds, name: str) -> list[Dialogue]:
+    """The rows of a split `data_prep dialogues` wrote (or one in its columns), their ids printable."""
+    dialogues = [Dialogue.model_validate(row) for row in ds] if ds.num_rows else []
+    for number, dialogue in enumerate(dialogues, start=1):
+        for column in ("id", "conv_id"):
+            if problem := id_problem(getattr(dialogue, column)):
+                raise DataError(name, number, column, problem)
+    return dialogues
 
 
 def load_sample() -> list[Dialogue]:

@@ -30,6 +30,10 @@ CLIS = {
 }
 TRACE_HEADER = "utterances,prompt,emotion_id,gold_response\n"
 GOOD_ROW = '"seeker: I lost my keys again.",I lost my keys.,0,That is so annoying.\n'
+ED_HEADER = "conv_id,utterance_idx,context,prompt,speaker_idx,utterance,selfeval,tags\n"
+ED_ROWS = (
+    '"hit:0_conv:1",1,sad,My dog died.,1,My dog died last week.,,\n"hit:0_conv:1",2,sad,My dog died.,2,I am sorry.,,\n'
+)
 MANY_TURNS = "\n".join("seeker: hi" if i % 2 == 0 else "responder: oh?" for i in range(5001))
 
 
@@ -74,6 +78,7 @@ def _files(root: Path) -> dict[str, Path]:
         "zero_width.csv": (TRACE_HEADER + GOOD_ROW.replace("I lost my keys again.", "\u200b\u200c\u200d")).encode(),
         "zero_width_situation.csv": (TRACE_HEADER + GOOD_ROW.replace("I lost my keys.", "\u200b")).encode(),
         "nul.csv": (TRACE_HEADER + GOOD_ROW.replace("keys again", "keys\x00again")).encode(),
+        "tab_id.csv": (ED_HEADER + ED_ROWS.replace("conv:1", "conv\t1")).encode(),
         "zero_width.txt": "\u200b\u200c\u200d\n".encode(),
         "latin1.txt": "seeker: \xe9nervant\n".encode("latin-1"),
         "local.yaml": b"backend: {type: local, model: smollm2-135m}\npipeline: {rag: false}\n",
@@ -126,7 +131,11 @@ def built(tmp_path_factory, tiny_dialogues, dialogues_dir) -> dict[str, str]:
     system = {"name": "s", "backend": {"type": "local", "model": "/etc"}, "pipeline": {"rag": False}}
     compare = {"dialogues": dialogues_dir, "split": "train", "systems": [system], "ppl": None, "bertscore": None}
     (root / "compare_no_model.yaml").write_text(yaml.safe_dump(compare))
-    names = ("roles", "roles_corrupt", "tiny_model", "config_only_model", "trace_run", "compare_no_model.yaml")
+    from data_prep.loaders import save_dialogues
+
+    save_dialogues({"test": [tiny_dialogues[0].model_copy(update={"id": "d\n1"})]}, root / "newline_ids")
+    names = ("roles", "roles_corrupt", "tiny_model", "config_only_model", "trace_run", "compare_no_model.yaml",
+             "newline_ids")  # fmt: skip
     return {name: str(root / name) for name in names}
 
 
@@ -223,6 +232,22 @@ CASES = [
     ("data_prep", "dialogues --source {zero_width_situation.csv} --out {out}", "no visible text"),
     ("data_prep", "dialogues --source {nul.csv} --out {out}", "control character U+0000"),
     ("distill", "respond --dialogue-file {zero_width.txt}", "the dialogue is empty"),
+    # issue 78: an id is printable
+    (
+        "data_prep",
+        "dialogues --source {tab_id.csv} --out {out}",
+        "tab_id.csv row 2, column 'conv_id': control character U+0009 in the id",
+    ),
+    (
+        "data_prep",
+        "dialogues --source {newline_ids} --out {out}",
+        "newline_ids[test] row 1, column 'id': control character U+000A",
+    ),
+    (
+        "distill",
+        "generate --config {local.yaml} --dialogues {newline_ids} --split test --out {out}",
+        "row 1, column 'id': control character U+000A",
+    ),
     # 9. sizes checked up front
     ("quickstart", "--train-limit -5 --out {out}", "--train-limit"),
     ("quickstart", "--test-limit 0 --out {out}", "--test-limit"),

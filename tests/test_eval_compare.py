@@ -629,6 +629,11 @@ def test_a_generated_systems_key_holds_its_index_base_weights_and_resolved_dtype
         ({"pair": ["student", "nobody"], "metric": "i_acc"}, "primary.pair.1: no system named 'nobody'"),
         ({"pair": ["student", "student"], "metric": "i_acc"}, "primary.pair: two different systems are compared"),
         ({"pair": ["student", "teacher"], "metric": "accuracy"}, "metric 'accuracy' is no paired row's metric"),
+        (  # a metric the config turns off has no row to be primary: refused, not warned after every system ran
+            {"pair": ["student", "teacher"], "metric": "bertscore_f1"},
+            "primary.metric: bertscore_f1 is not scored here (bertscore: null)",
+        ),
+        ({"pair": ["student", "teacher"], "metric": "dist2"}, None),  # a figure of diversity: always scored
     ],
 )
 def test_a_primary_comparison_names_two_systems_and_a_paired_metric(tmp_path, primary, message):
@@ -637,7 +642,10 @@ def test_a_primary_comparison_names_two_systems_and_a_paired_metric(tmp_path, pr
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs/eval/sample.yaml").read_text())
     path = tmp_path / "compare.yaml"
-    path.write_text(yaml.safe_dump({**config, "primary": primary}))
+    path.write_text(yaml.safe_dump({**config, "primary": primary, "bertscore": None}))
+    if message is None:
+        assert load_config(str(path)).primary.metric == primary["metric"]
+        return
     with pytest.raises(CompareError) as err:
         load_config(str(path))
     assert message in str(err.value) and "\n" not in str(err.value)

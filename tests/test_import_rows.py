@@ -1,5 +1,5 @@
-"""`distill import`'s checks on each row's dialogue: an id that is a string or an integer, one dialogue per id, a
-seeker turn to answer, and a reference reply that is not already in the dialogue it answers (a failed trace,
+"""`distill import`'s checks on each row's dialogue: an id that is a printable string or an integer, one dialogue
+per id, a seeker turn to answer, and a reference reply that is not already in the dialogue it answers (a failed trace,
 counted, and the `leaked_reference` quality check, which `distill inspect` reports for an imported run as for a
 generated one).
 
@@ -58,6 +58,21 @@ def test_a_row_whose_id_is_not_a_string_or_an_integer_is_counted_and_left_out(tm
     err = capsys.readouterr().err
     assert "failed 1: dialogue: " in err and "(e.g. row 2)" in err
     assert sorted(t.dialogue.id for t in TraceStore(out).read()[0]) == ["0", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    "bad_id, code",
+    [("4\n5", "U+000A"), ("4\t5", "U+0009"), ("\x1b[31m4", "U+001B"), ("4\x00", "U+0000"), ("4\x85", "U+0085")],
+    ids=["newline", "tab", "escape", "nul", "c1-next-line"],
+)
+def test_an_id_with_a_control_character_is_refused_naming_the_row_and_field(tmp_path, capsys, bad_id, code):
+    """An id is shown as it is (file names, log lines, reports): a line break forges a line, an escape recolours."""
+    out = tmp_path / "run"
+    data = _rows(tmp_path, lambda rows: rows[1].update(id=bad_id))
+    assert run_import(data, FULL_CHAIN, out, "--max-failed-share", "1") == 2
+    error = _error(capsys)
+    assert f"{data} row 2, field 'id': control character {code} in the id" in error and bad_id not in error
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from eval.__main__ import main as evaluate
 
 PIPELINES, MAPPINGS = REPO / "configs" / "pipelines", REPO / "configs" / "import"
 SHIPPED = REPO / "configs" / "eval" / "escot-students.yaml"
+TRAIN_FLAGS = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
 
 
 @pytest.fixture(autouse=True)
@@ -52,8 +53,9 @@ def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
             student["pipeline"] = str(local_variant(REPO / student["pipeline"], tmp_path / "maps"))
     config["student"] = ["traces", "direct", "joint"]  # the strategy link's variants: their own test
     config.update(num_train_epochs=2, seeds=[42], backend={"model": model, "dtype": "float32", "batch_size": 4})
-    config["train_flags"] = {"per_device_train_batch_size": 2, "num_threads": 1, "bf16": False, "max_length": 256}
+    config["train_flags"] = dict(TRAIN_FLAGS)
     config["compare"].update(ppl=None, bertscore=None, relevance=None, max_attempts=1)
+    config["compare"]["primary"]["metric"] = "rouge_l"  # the shipped bertscore_f1 is off here: a metric scored
     config.update(changes)
     path = tmp_path / "students.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -129,8 +131,8 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
     record = json.loads((out / "students.json").read_text())
     for student in record["students"]:  # every role trained to the validation loss, its stop recorded
         for role, c in student["seeds"][0]["roles"].items():
-            assert c["best_epoch"] in (1, 2) and c["stopped_at_epoch"] <= 2 and c["steps"] >= 2, (role, c)
-            assert len(c["eval_loss_by_epoch"]) >= 1
+            kept_the_best_epoch(c, cap=2)  # patience 1 under a cap of 2: both epochs, the better kept
+            assert c["stopped_at_epoch"] == 2 and c["steps"] >= 2, (role, c)
     assert {r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in record["stages"].values()} == {True}
     assert "Where each role stopped" in (out / "students.md").read_text()
     oracle = [json.loads(line) for line in (out / "eval" / "systems" / "oracle" / "traces.jsonl").open()]
@@ -164,20 +166,34 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
         assert student["spread"]["tokens_per_dialogue"] is not None and student["spread"]["tokens_per_dialogue"] >= 0
 
 
+def kept_the_best_epoch(c: dict, cap: int) -> None:
+    """A role's convergence as students.json records it: one validation loss per epoch it trained, up to the cap; the
+    epoch kept the one with the lowest; stopped early exactly when it stopped before the cap."""
+    losses = dict(c["eval_loss_by_epoch"])
+    assert c["max_epochs"] == cap and list(losses) == list(range(1, round(c["stopped_at_epoch"]) + 1)), c
+    assert c["best_epoch"] == min(losses, key=losses.get), c
+    assert c["best_eval_loss"] == pytest.approx(losses[c["best_epoch"]], abs=1e-5), c
+    assert c["stopped_early"] == (c["stopped_at_epoch"] < cap), c
+
+
 @pytest.mark.slow
 def test_with_no_validation_file_eval_fraction_holds_out_train_conversations(tmp_path, tiny_model_dir, capsys):
-    """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train."""
+    """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train. At a
+    learning rate of 0 the second epoch's validation loss is the first's, no better: patience 1 stops the role there,
+    under a cap of 3 (--epochs), keeping epoch 1."""
     from datasets import load_from_disk
 
-    config, out = tiny_config(tmp_path, tiny_model_dir), tmp_path / "out"
-    assert students(config, out, "--student", "direct", "--eval-fraction", "0.5") == 0
+    config = tiny_config(tmp_path, tiny_model_dir, train_flags={**TRAIN_FLAGS, "learning_rate": 0.0})
+    out = tmp_path / "out"
+    assert students(config, out, "--student", "direct", "--eval-fraction", "0.5", "--epochs", "3") == 0
     reply = load_from_disk(str(out / "datasets" / "direct" / "reply"))
     assert reply["train"].num_rows == reply["validation"].num_rows == 2
     assert not (out / "imports" / "direct" / "validation").exists()
     report = json.loads((out / "eval" / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["chatgpt", "prompted", "direct"]  # no traces: no oracle row
-    roles = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]
-    assert roles["reply"]["best_epoch"] in (1, 2)
+    reply = json.loads((out / "students.json").read_text())["students"][0]["seeds"][0]["roles"]["reply"]
+    kept_the_best_epoch(reply, cap=3)
+    assert reply["stopped_early"] and (reply["stopped_at_epoch"], reply["best_epoch"]) == (2, 1), reply
 
 
 @pytest.mark.slow
@@ -238,6 +254,91 @@ def _edited(tmp_path: Path, change) -> Path:
     change(data)
     config.write_text(yaml.safe_dump(data))
     return config
+
+
+def _rows_with(split: str, change):
+    """A change to the config that writes the split's data file anew, its rows changed by `change(rows)`."""
+
+    def edit(data: dict) -> None:
+        path = Path(data["data"][split])
+        rows = json.loads(path.read_text())
+        change(rows)
+        path.write_text(json.dumps(rows))
+
+    return edit
+
+
+def _primary(*pair: str, metric: str = "rouge_l"):
+    return lambda data: data["compare"].update(primary={"pair": list(pair), "metric": metric})
+
+
+# (a change to the parsed config, extra flags, words of the one line): each refused when the config loads or when the
+# run starts (its data files, the compare it builds), before any stage; nothing written
+BAD_CONFIGS = {
+    "seed-twice": (lambda d: d.update(seeds=[42, 42]), (), ["seeds: 42 given twice"]),
+    "seed-twice-flag": (None, ("--seeds", "43", "43"), ["seeds: 43 given twice"]),
+    "seed-bool": (lambda d: d.update(seeds=[True]), (), ["field 'seeds.0'", "valid integer"]),
+    "epochs-bool": (lambda d: d.update(num_train_epochs=True), (), ["field 'num_train_epochs'", "valid integer"]),
+    "epochs-fraction": (lambda d: d.update(num_train_epochs=1.5), (), ["field 'num_train_epochs'"]),
+    "patience-bool": (lambda d: d.update(early_stopping_patience=True), (), ["field 'early_stopping_patience'"]),
+    "limit-0": (None, ("--limit", "0"), ["field 'compare.test_limit'", "greater than or equal to 1"]),
+    "n-0": (None, ("--n", "0"), ["field 'n'", "greater than or equal to 1"]),
+    "n-bool": (lambda d: d.update(n=True), (), ["field 'n'", "valid integer"]),
+    "primary-same": (_primary("direct", "direct"), (), ["compare: primary.pair: two different systems"]),
+    "primary-same-seed": (
+        lambda d: d.update(seeds=[42, 43]) or _primary("traces", "traces-s42")(d),
+        (),
+        ["compare: primary.pair: two different systems"],
+    ),
+    "primary-metric-off": (
+        _primary("traces", "direct", metric="bertscore_f1"),
+        (),
+        ["compare: primary.metric: bertscore_f1 is not scored here (bertscore: null)"],
+    ),
+    "primary-ppl-off": (_primary("traces", "direct", metric="ppl"), (), ["primary.metric: ppl is not scored here"]),
+    "primary-unscored-oracle": (
+        lambda d: d.update(oracle=False) or _primary("traces", "oracle")(d),
+        (),
+        ["compare.primary.pair: 'oracle' is not a system of this run"],
+    ),
+    "test-of-train-shape": (
+        lambda d: d["data"].update(test=d["data"]["train"]),
+        (),
+        ["data.test: ", "id names field 'id', which no row of", "train_em_sr_re.json has"],
+    ),
+    "validation-truncated": (
+        lambda d: Path(d["data"]["validation"]).write_text('[{"id": 1,'),
+        (),
+        ["data.validation: ", "val.json: cannot read its rows"],
+    ),
+    "validation-not-utf8": (
+        lambda d: Path(d["data"]["validation"]).write_bytes(b"[\xe9]"),
+        (),
+        ["data.validation: ", "cannot read its rows"],
+    ),
+    "test-id-newline": (
+        _rows_with("test", lambda rows: rows[2].update(id="7\n8")),
+        (),
+        ["data.test: ", "test.json row 3, field 'id': control character U+000A in the id"],
+    ),
+    "train-id-escape": (
+        _rows_with("train", lambda rows: rows[0].update(dialog_id="\x1b[2J")),
+        (),
+        ["data.train: ", "train_em_sr_re.json row 1, field 'dialog_id': control character U+001B"],
+    ),
+}
+
+
+@pytest.mark.parametrize("change, flags, words", BAD_CONFIGS.values(), ids=BAD_CONFIGS)
+def test_a_bad_config_is_one_line_before_any_stage_runs(tmp_path, capsys, monkeypatch, change, flags, words):
+    from eval.students.stages import StageLog
+
+    def no_stage(*_):
+        raise AssertionError("a stage ran")
+
+    monkeypatch.setattr(StageLog, "stage", no_stage)
+    config = _edited(tmp_path, change or (lambda data: None))
+    _refused(capsys, students(config, tmp_path / "out", *flags), tmp_path / "out", *words)
 
 
 def test_label_decoding_of_a_role_the_student_does_not_train_is_one_line(tmp_path, capsys):

@@ -8,7 +8,8 @@ ours to know) and spends no generation (`attempts` 0, event `imported`).
 
 Two kinds of bad input, two outcomes:
 - the mapping does not fit the pipeline, or names a field or section that no row has, or two rows give one id
-  (`one_per_id`): the import is refused (`MappingError`) before anything is written;
+  (`one_per_id`), or an id holds a control character (`check_ids`): the import is refused (`MappingError`) before
+  anything is written;
 - one example is not a dialogue the pipeline can answer (an id that is not a string or an integer, no seeker
   turn): it is counted and not stored;
 - one example lacks a link the pipeline declares (a missing field or section, a label outside its set, a text
@@ -29,6 +30,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from data_prep.dialogues import Dialogue
+from data_prep.ed_formats import id_problem
 from distill.imports.mapping import ImportMapping, Source, is_missing, lookup
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.stage_key import file_sha256
@@ -144,6 +146,15 @@ def check_data(mapping: ImportMapping, rows: list[dict[str, Any]], where: str, d
     for key, source in mapping.sources():
         if source.section is not None and source.section not in headers:
             raise MappingError(f"{where}: {key} names section '{source.section}', which no row of {data} has")
+
+
+def check_ids(mapping: ImportMapping, rows: list[dict[str, Any]], data: str) -> None:
+    """Every id is printable: a control character (a line break, an escape code) in one is refused, naming the row
+    and the field, since the id is shown as it is in file names, log lines and reports."""
+    for number, row in enumerate(rows, start=1):
+        ident = lookup(row, mapping.id)
+        if isinstance(ident, str) and (problem := id_problem(ident)):
+            raise MappingError(f"{data} row {number}, field '{mapping.id}': {problem}; nothing written")
 
 
 def to_trace(

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     chains.check_mapping(mapping, config, args.mapping)
     rows = chains.load_rows(args.data, mapping.format, args.split)
     chains.check_data(mapping, rows, args.mapping, args.data)
+    chains.check_ids(mapping, rows, args.data)
     report = chains.ImportReport(rows=len(rows))
     numbered = [(n, row, chains.to_trace(mapping, config, row, n, report)) for n, row in enumerate(rows, start=1)]
     traces = chains.one_per_id([(n, row, t) for n, row, t in numbered if t is not None], args.data)

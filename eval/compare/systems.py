@@ -168,6 +168,13 @@ class PrimaryComparison(BaseModel):
         return self
 
 
+def metric_section(metric: str) -> Optional[str]:
+    """The config section (`bertscore`, `ppl`, ...) whose null turns a paired metric, or a paired figure of one
+    (dist2), off; None for a metric no section turns off."""
+    spec = next((s for s in METRICS.values() if metric == s.name or metric in s.paired_figures), None)
+    return spec.config if spec else None
+
+
 class CompareConfig(BaseModel):
     """`configs/eval/*.yaml`: systems plus the shared test split, index, judge and metric settings."""
 
@@ -229,6 +236,10 @@ class CompareConfig(BaseModel):
                 raise ValueError(f"{where}: no system named '{name}' (systems: {', '.join(names)})")
         if self.primary and self.primary.pair[0] == self.primary.pair[1]:
             raise ValueError("primary.pair: two different systems are compared")
+        off = metric_section(self.primary.metric) if self.primary else None
+        if off and getattr(self, off) is None:
+            raise ValueError(f"primary.metric: {self.primary.metric} is not scored here ({off}: null); give "
+                             f"{off} its settings or declare a metric this compare scores")  # fmt: skip
         return self
 
     def reference_system(self) -> str:

@@ -22,7 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=None, help="the first N train rows (the config's `n`)")
     parser.add_argument("--epochs", type=int, default=None, help="the most epochs a role trains (`num_train_epochs`)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="one training run per seed")
-    parser.add_argument("--limit", type=int, default=None, help="score only the first K test dialogues")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="score the first K test dialogues (`compare.test_limit`)"
+    )
     parser.add_argument("--student", nargs="+", default=None, help="train only these of the config's students")
     parser.add_argument(
         "--eval-fraction", type=float, default=None,

@@ -4,19 +4,22 @@ scores them.
 One YAML names the data files per split (what `distill import` reads), the students (each a declared pipeline and
 the mapping that turns the train file into its trace run), the reference (the teacher's own chains on the test
 split), the training (a train YAML, the most epochs, the early-stopping patience: no token budget) and the compare
-settings. Everything is checked when the file loads, so a bad key, a missing file or a pipeline without a reply
-role is one line before anything is written.
+settings. Its keys, mappings and pipelines are checked when the file loads, its data files and the compare it
+builds when the run starts (`check_data`, `systems.check_compare`), so a bad key, a data file that will not import
+or a pipeline without a reply role is one line before any stage runs and anything is written.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from data_prep.config_file import first_error
+from data_prep.config_file import first_error, read_mapping
 from data_prep.config_file import load_config as load_config_file
 from distill.pipeline.label_decoding import LabelDecodingMode
 from eval.compare.answers import AnswersSpec
@@ -168,7 +171,9 @@ class CompareSettings(_Strict):
     ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = none")
     bertscore: Optional[BertScoreSpec] = Field(default_factory=BertScoreSpec, description="null = no BERTScore")
     relevance: Optional[RelevanceSpec] = Field(default_factory=RelevanceSpec, description="null = no relevance")
-    test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
+    test_limit: Optional[StrictInt] = Field(
+        None, ge=1, description="score the first N test dialogues (--limit); null = all"
+    )
     max_attempts: int = Field(2, ge=1, description="generations per step before it is recorded as failed")
     primary: Optional[PrimaryComparison] = Field(
         None,
@@ -188,12 +193,14 @@ class StudentsConfig(_Strict):
     students: list[StudentSpec] = Field(min_length=1, description="the students, each trained per seed")
     student: Optional[list[str]] = Field(None, min_length=1, description="train only these of `students`; null = all")
     reference: ReferenceSpec
-    n: Optional[int] = Field(None, ge=1, description="the first N rows of the train file; null = all")
+    n: Optional[StrictInt] = Field(None, ge=1, description="the first N rows of the train file; null = all")
     train_config: str = Field("configs/train/smollm2-cpu.yaml", description="the train YAML every student uses")
-    num_train_epochs: float = Field(5, gt=0, description="the most epochs a role trains")
-    early_stopping_patience: int = Field(1, ge=1, description="stop after this many epochs without a better loss")
+    num_train_epochs: StrictInt = Field(5, ge=1, description="the most epochs a role trains")
+    early_stopping_patience: StrictInt = Field(1, ge=1, description="stop after this many epochs without a better loss")
     train_flags: dict[str, Any] = Field(default_factory=dict, description="other train flags over the train YAML")
-    seeds: list[int] = Field(default_factory=lambda: [42], min_length=1, description="one training run per seed")
+    seeds: list[StrictInt] = Field(
+        default_factory=lambda: [42], min_length=1, description="one training run per seed, each a different integer"
+    )
     backend: BackendSpec = Field(default_factory=BackendSpec)
     compare: CompareSettings = Field(default_factory=CompareSettings)
     prompted: bool = Field(True, description="also score the untuned base with the teacher prompts")
@@ -208,6 +215,8 @@ class StudentsConfig(_Strict):
         names = [s.name for s in self.students]
         if dupes := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"students: name {dupes[0]} given twice")
+        if dupes := sorted({seed for seed in self.seeds if self.seeds.count(seed) > 1}):
+            raise ValueError(f"seeds: {dupes[0]} given twice (one training run per seed)")
         if unknown := [n for n in self.student or [] if n not in names]:
             raise ValueError(f"student: unknown student '{unknown[0]}' (students: {', '.join(names)})")
         if self.data.validation is None and self.eval_fraction is None:
@@ -232,6 +241,38 @@ class StudentsConfig(_Strict):
             raise ValueError(f"compare.primary.pair: '{unknown[0]}' is not a system of this run "
                              f"({', '.join(self.system_names())})")  # fmt: skip
         return self
+
+    def check_data(self) -> None:
+        """Each data file is there, reads, and fits every mapping that imports it, by the import's own checks on the
+        rows it will import (each field a mapping names is in some row, each id printable): one line naming the
+        split, before any stage. A JSON or JSONL file is read here; another format is left to `distill import`."""
+        from distill.imports.chains import MappingError, check_data, check_ids
+        from distill.imports.mapping import load_mapping
+
+        if why := self.data.missing():
+            raise CompareError(why)
+        for split, path, mappings in self._imports():
+            if not Path(path).is_file() or Path(path).suffix.lower() not in (".json", ".jsonl"):
+                continue
+            rows = read_rows(path, split)[: self.n if split == "train" else None]
+            for name in mappings:
+                mapping = load_mapping(name)
+                if mapping.format not in (None, "json"):
+                    continue
+                try:
+                    check_data(mapping, rows, name, path)
+                    check_ids(mapping, rows, path)
+                except MappingError as err:
+                    raise CompareError(f"data.{split}: {err}") from None
+
+    def _imports(self) -> Iterator[tuple[str, str, list[str]]]:
+        """(split, data file, the mappings that import it) for each file the run imports."""
+        chosen = self.chosen()
+        yield "train", self.data.train, list(dict.fromkeys(s.mapping for s in chosen))
+        if self.data.validation is not None:
+            mappings = dict.fromkeys(s.validation_mapping or s.mapping for s in chosen)
+            yield "validation", self.data.validation, list(mappings)
+        yield "test", self.data.test, [self.reference.mapping]
 
     def system_names(self) -> list[str]:
         """Every system the compare may score, by its report name: the reference, the prompted base, each
@@ -259,12 +300,26 @@ class StudentsConfig(_Strict):
         return None
 
 
+def read_rows(path: str, split: str = "train") -> list[Any]:
+    """The rows of a JSON list or a JSON lines file (.jsonl, or a .json of one object a line, as `datasets` reads
+    it), as written (a subset is written back exactly); one line naming the split and the file otherwise."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        if path.endswith(".jsonl") or text.lstrip().startswith("{"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json.loads(text)
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON: the file named, in one line
+        raise CompareError(f"data.{split}: {path}: cannot read its rows ({str(err).splitlines()[0]})") from None
+    if not isinstance(rows, list):
+        raise CompareError(f"data.{split}: {path} is not a JSON list of rows")
+    return rows
+
+
 def load_students_config(path: str, **overrides: Any) -> StudentsConfig:
-    """The YAML, with the CLI's overrides (n, num_train_epochs, seeds, student, compare.test_limit) on top; one line
-    naming the key."""
-    compare_limit = overrides.pop("test_limit", None)
-    config = load_config_file(path, StudentsConfig, {k: v for k, v in overrides.items() if v is not None},
-                              error=CompareError)  # fmt: skip
-    if compare_limit is not None:
-        config.compare.test_limit = compare_limit
-    return config
+    """The YAML, with the CLI's overrides (n, num_train_epochs, seeds, student, compare.test_limit) on top, checked
+    whole; one line naming the key."""
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if (limit := overrides.pop("test_limit", None)) is not None:  # checked with the rest, as compare.test_limit
+        compare = read_mapping(path, CompareError).get("compare") or {}
+        overrides["compare"] = {**compare, "test_limit": limit} if isinstance(compare, dict) else compare
+    return load_config_file(path, StudentsConfig, overrides, error=CompareError)

@@ -27,28 +27,12 @@ from typing import Any, Optional
 
 from distill.pipeline.stage_key import digest, read_key, regenerating, stale, write_key
 from eval.compare.systems import CompareError
-from eval.students.config import StudentsConfig, StudentSpec
+from eval.students.config import StudentsConfig, StudentSpec, read_rows
 from eval.students.stages import StageLog
-
-
-def read_rows(path: str) -> list[Any]:
-    """The rows of a JSON list or JSONL file, as written (a subset is written back exactly)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        if path.endswith(".jsonl"):
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        rows = json.loads(text)
-    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON: the file named, in one line
-        raise CompareError(f"data.train: {path}: cannot read its rows ({str(err).splitlines()[0]})") from None
-    if not isinstance(rows, list):
-        raise CompareError(f"data.train: {path} is not a JSON list of rows")
-    return rows
 
 
 def train_subset(config: StudentsConfig, out: Path) -> tuple[Path, int]:
     """The train file the students import: the first N rows, written once (a rerun finds it unchanged)."""
-    if why := config.data.missing():
-        raise CompareError(why)
     rows = read_rows(config.data.train)
     n = config.n or len(rows)
     if n > len(rows):
@@ -133,7 +117,7 @@ def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: s
     return {
         "model_name_or_path": config.backend.model,
         "pipeline": variant[0] if unchanged else student.pipeline,
-        "num_train_epochs": config.num_train_epochs,
+        "num_train_epochs": float(config.num_train_epochs),  # a float, as it was: earlier adapters keep their key
         "early_stopping_patience": config.early_stopping_patience,
         "max_tokens_budget": 0,
         "seed": seed,
@@ -163,8 +147,10 @@ def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters
 
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
     """Every stage in turn; returns the compare's report.json and what `students.json` needs to be written."""
-    from eval.students.systems import compare_config
+    from eval.students.systems import check_compare, compare_config
 
+    check_compare(config)  # before any stage: nothing is written when the compare or a data file would be refused
+    config.check_data()
     train_file, n = train_subset(config, out)
     out.mkdir(parents=True, exist_ok=True)
     log = StageLog(out)

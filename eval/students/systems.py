@@ -14,6 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from pydantic import ValidationError
+
+from data_prep.config_file import first_error
+from eval.compare.systems import CompareConfig, CompareError
 from eval.students.config import ORACLE, PROMPTED, CompareSettings, StudentsConfig, StudentSpec, system_name
 
 
@@ -91,6 +95,16 @@ def compare_config(config: StudentsConfig, reference: Path, trained: dict[str, d
         **_settings(settings),
         "primary": _primary(config, {s["name"] for s in systems}),
     }
+
+
+def check_compare(config: StudentsConfig) -> None:
+    """The compare a run of every student builds passes eval compare's own checks before any stage, not after
+    training: its primary two different systems (a student is its first seed's), on a metric this compare scores."""
+    every = {s.name: dict.fromkeys(config.seeds, Path("adapters")) for s in config.students}
+    try:
+        CompareConfig.model_validate(compare_config(config, Path("imports/test"), every, config.n or 1))
+    except ValidationError as err:
+        raise CompareError(first_error(err, "compare.")) from None
 
 
 def _settings(settings: CompareSettings) -> dict[str, Any]:
