@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
 from data_prep.dialogues import Dialogue  # noqa: E402
 from data_prep.loaders import load_dialogues  # noqa: E402
+from data_prep.models import ModelNotAvailable, check_causal_lm  # noqa: E402
 from distill.pipeline.store import TRACES_FILE, TraceStore  # noqa: E402
 from eval.curve.target import GAP_SHARE, GUARDS  # noqa: E402
 from eval.metrics.perplexity import DEFAULT_PPL_MODEL, corpus_figure, corpus_ppl, perplexity  # noqa: E402
@@ -181,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     key, gap_key, default_model = CALIBRATED[args.guard]
     model = args.model or default_model
+    try:
+        if args.guard == "ppl":
+            check_causal_lm(model)  # an encoder's LM head is random: another PPL every run
+    except ModelNotAvailable as e:
+        print(f"error: --model {e}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     if args.guard == "ppl":
         figures = calibrate_ppl(replies, [d.render_context() for d in dialogues], model, args.seed, args.batch_size)

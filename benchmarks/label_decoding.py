@@ -6,12 +6,13 @@
 
 The `sr` role runs on ESD-CoT's val (172) and test (341) dialogues with ChatGPT's own `em` answer fed in
 (`oracle: {em: teacher}`, from `distill import` of that split), so only the strategy link is measured, in three
-decodings: greedy JSON, `label_decoding: {sr: rank}` and `rank-calibrated` (distill.backends.label_rank), all
-from ONE pass per split: the ranker drafts the whole answer greedily, then scores every label after the drafted
-reason, and each answer's `label scores:` event holds the drafted label, the raw and the content-free scores,
-so greedy is the drafted label, rank the best raw score, rank-calibrated the best calibrated one. Each has
-strategy accuracy and macro-F1 with seeded bootstrap 95% CIs and its seconds per dialogue: greedy the pass less
-its measured ranking, the ranked ones that plus their ranking's seconds (stated apart). Beside them: the train
+decodings: greedy JSON, `label_decoding: {sr: rank}` and `rank-calibrated` (distill.backends.label_rank), from
+two passes per split: a greedy one, and a ranked one in which the ranker drafts the whole answer greedily, then
+scores every label after the drafted reason, each answer's `label scores:` event holding the drafted label, the
+raw and the content-free scores, so rank is the best raw score, rank-calibrated the best calibrated one. Each has
+strategy accuracy and macro-F1 with seeded bootstrap 95% CIs and its seconds per dialogue, each from a stopwatch:
+greedy its pass's, rank-calibrated the ranked pass's, rank that less the content-free scoring the ranker timed
+(the ranking's own seconds stated apart). Beside them: the train
 split's majority class and a probe (logistic regression on MiniLM embeddings of the dialogue text `sr` sees,
 eval.compare.probe) fitted on the train split's strategies. The decoding with the best val macro-F1 is `chosen`
 and its test figures are reported: no setting is chosen on test. `--label-only` adds the re role given ChatGPT's

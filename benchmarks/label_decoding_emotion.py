@@ -1,8 +1,8 @@
-"""`benchmarks/label_decoding.py --emotion`: TRACE's emotion role `asi` decoded three ways from one pass.
+"""`benchmarks/label_decoding.py --emotion`: TRACE's emotion role `asi` decoded three ways in two passes.
 
 The untuned base with the teacher prompts on the ED dev file (`oracle: {ers: gold}` so no reply is generated):
-`asi`'s teacher answer (reasoning, then the emotion) is decoded once with `label_decoding: {asi: rank-calibrated}`,
-its greedy draft, raw ranking and calibrated ranking giving the three decodings (label_decoding.run_decodings).
+`asi`'s teacher answer (reasoning, then the emotion) is decoded greedily, then with `label_decoding: {asi:
+rank-calibrated}`, whose raw and calibrated rankings give the other two decodings (label_decoding.run_decodings).
 I-ACC (Ekman's six) with CI, beside the majority class and the emotion probe, both cross-fitted over `--folds`
 conversation folds of the file. The command line, its checks and the record's common keys are label_decoding's.
 """

@@ -1,5 +1,5 @@
 """The decoding passes of `benchmarks/label_decoding.py`: its imports and pipeline runs, and the three decodings
-(greedy, rank, rank-calibrated) derived from one ranked pass, each with its seconds."""
+(greedy from a pass of its own; rank and rank-calibrated from one ranked pass), each with its measured seconds."""
 
 from __future__ import annotations
 
@@ -84,35 +84,37 @@ def pass_labels(traces: list, role: str, field: str) -> tuple[dict[str, list], l
     return labels, lines
 
 
-def pass_timings(seconds: float, lines: list[list[dict]]) -> dict[str, dict]:
-    """Each decoding's seconds from the pass's wall clock and its ranking seconds (measured, per scores line):
-    greedy is the pass less all ranking, rank adds the raw ranking, rank-calibrated is the whole pass."""
+def pass_timings(seconds: float, lines: list[list[dict]], greedy: dict) -> dict[str, dict]:
+    """Each decoding's seconds, each read off a stopwatch: greedy's from its own pass (`greedy`), rank-calibrated's
+    the ranked pass's wall clock, rank's that less its content-free scoring, which the ranker times per scores line
+    (as it times the raw ranking: `ranking_seconds_per_dialogue`)."""
     flat = [x["seconds"] for ls in lines for x in ls]
     rank, free = sum(x["rank"] for x in flat), sum(x["content_free"] for x in flat)
-    n = len(lines)
-    greedy = seconds - rank - free
-    added = {"rank": rank, "rank-calibrated": rank + free}
+    n = max(1, len(lines))
     return {
-        "greedy": {**timing(greedy, n), "draft_seconds": round(sum(x["draft"] for x in flat), 2)},
-        **{mode: {**timing(greedy + extra, n), "ranking_seconds_per_dialogue": round(extra / max(1, n), 4)}
-           for mode, extra in added.items()},
-    }  # fmt: skip
+        "greedy": greedy,
+        "rank": {**timing(seconds - free, n), "ranking_seconds_per_dialogue": round(rank / n, 4)},
+        "rank-calibrated": {**timing(seconds, n), "ranking_seconds_per_dialogue": round((rank + free) / n, 4)},
+    }
 
 
 def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], score, args, tag: str):
-    """`slot` (role, label field) decoded once, ranked with calibration, over `dialogues`: its greedy draft, its
-    raw ranking and its calibrated ranking (each answer's scores line) are the three decodings. Each decoding's
-    figures (`score` of its labels), failures, seconds and its labels changed from greedy."""
+    """`slot` (role, label field) decoded greedily in a pass of its own, then once ranked with calibration over
+    the same `dialogues`: the first pass is the greedy decoding, the second's raw and calibrated rankings (each
+    answer's scores line) the other two. Each decoding's figures (`score` of its labels), failures, seconds and its
+    labels changed from greedy; greedy's says how many of the ranked pass's drafted labels differ from its own."""
     from distill.pipeline.config import PipelineConfig
 
     role, field = slot
+    greedy, greedy_timing = greedy_pass(backend, settings, dialogues, slot, args, tag)
     config = PipelineConfig(**settings, label_decoding={role: "rank-calibrated"})
     keep = args.work / "decodings" / f"{tag}-pass"
-    out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} greedy+rank+calibrated", keep)
+    out, seconds = decode(backend, config, dialogues, args.chunk, f"{tag} greedy draft+rank+calibrated", keep)
     labels, lines = pass_labels(out, role, field)
-    timings = pass_timings(seconds, lines)
-    if not any(x["drafted"] for ls in lines for x in ls):  # the label is the whole answer: the ranker drafts nothing
-        labels["greedy"], timings["greedy"] = greedy_pass(backend, settings, dialogues, slot, args, tag)
+    if any(x["drafted"] for ls in lines for x in ls):  # else the label is the whole answer: nothing was drafted
+        greedy_timing["drafted_label_differs"] = sum(a != b for a, b in zip(labels["greedy"], greedy))
+    labels["greedy"] = greedy
+    timings = pass_timings(seconds, lines, greedy_timing)
     failed = sum(t.status == "failed" for t in out)
     figures = {}
     for mode in DECODINGS:
@@ -127,8 +129,8 @@ def run_decodings(backend: Any, settings: dict, dialogues: list, slot: tuple[str
 
 
 def greedy_pass(backend: Any, settings: dict, dialogues: list, slot: tuple[str, str], args, tag: str):
-    """The greedy decoding as a pass of its own (labels, timing), for an answer that is its label alone: the ranked
-    pass drafts no answer before ranking it, so its greedy label cannot be read from that pass."""
+    """The greedy decoding, a pass of its own: its labels and its wall clock (the ranked pass's draft decodes the
+    same answers, but its seconds cannot be told apart from the ranking's by a stopwatch)."""
     from distill.pipeline.config import PipelineConfig
 
     role, field = slot
@@ -138,11 +140,10 @@ def greedy_pass(backend: Any, settings: dict, dialogues: list, slot: tuple[str, 
 
 
 DERIVATION = (
-    "one pass per split with label_decoding rank-calibrated: its greedy draft (the whole answer, batched) is the "
-    "greedy decoding, the drafted label its label; rank is the best raw label score after the draft's reason, "
-    "rank-calibrated the best raw minus content-free score, both read from the answer's 'label scores:' event "
-    "(distill.backends.label_rank.scores_event). Seconds: greedy is the pass's wall clock less its measured "
-    "ranking seconds (draft_seconds: the generation alone), rank adds the raw ranking's seconds, "
-    "rank-calibrated is the whole pass (content-free scores once per adapter); the other fields are the draft's. "
-    "An answer that is its label alone drafts nothing: its greedy decoding is a pass of its own (own_pass)"
+    "two passes per split: greedy (no label_decoding) and label_decoding rank-calibrated; rank is the best raw label "
+    "score after the ranked pass's greedy draft of the reason, rank-calibrated the best raw minus content-free score, "
+    "both read from the answer's 'label scores:' event (distill.backends.label_rank.scores_event). Seconds, each "
+    "from a stopwatch: greedy is its own pass's wall clock (drafted_label_differs: the ranked pass's drafted labels "
+    "that differ from it), rank-calibrated the ranked pass's, rank that less its content-free scoring (timed per "
+    "answer, once per adapter); ranking_seconds_per_dialogue is the ranking the ranker timed per answer"
 )

@@ -145,6 +145,51 @@ def _not_loadable(path: Path, need: Need) -> str | None:
     return None
 
 
+def check_causal_lm(name: str) -> None:
+    """What a perplexity model must be, read from its config.json without loading any weights: a causal LM, one of
+    whose `architectures` is in transformers' causal-LM mapping. An encoder such as `minilm` would load under
+    AutoModelForCausalLM with a randomly initialised LM head and score a different PPL on every run. A hub id
+    that is not in the local cache cannot be read here; it is checked when `resolve_model` has fetched it."""
+    if name.strip().lower() == SMOLLM2_ALIAS:
+        return  # the embedded model is a causal LM; reading its config would mean converting it
+    config = _config_json(name)
+    if config is not None and (why := _not_causal(config)):
+        needs = f"perplexity needs a causal LM (a model that predicts the next token), e.g. '{SMOLLM2_ALIAS}'"
+        raise ModelNotAvailable(f"'{name}' {why}: {needs}")
+
+
+def _config_json(name: str) -> dict | None:
+    """The model's config.json, from the packaged encoder, a local folder or the local hub cache; None if absent."""
+    import json
+
+    if name.strip().lower() == MINILM_ALIAS:
+        path: Path | str | None = minilm_dir() / "config.json"
+    elif Path(name).expanduser().exists():
+        path = Path(name).expanduser() / "config.json"
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(name, "config.json")
+    if not isinstance(path, (str, Path)) or not Path(path).is_file():
+        return None
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None  # unreadable: loading it says why
+    return config if isinstance(config, dict) else None
+
+
+def _not_causal(config: dict) -> str | None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as causal
+
+    if architectures := config.get("architectures"):
+        if not set(architectures) & set(causal.values()):
+            return f"is a {', '.join(map(str, architectures))} (its config.json's architectures), not a causal LM"
+    elif config.get("model_type") not in causal:
+        return f"has model_type {config.get('model_type')!r}, for which transformers has no causal LM"
+    return None
+
+
 def resolve_model(name: str, need: Need = "model") -> str:
     """Turn an alias, a local path or a hub id into something ``from_pretrained`` can load offline.
 

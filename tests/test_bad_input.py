@@ -86,6 +86,9 @@ def _files(root: Path) -> dict[str, Path]:
         # issue 50: a folder that holds no model (relative to the case's working directory)
         "no_model.yaml": b"backend: {type: local, model: empty_dir}\n",
         "eval_no_ppl_model.yaml": b"dialogues: x\nsystems: [{name: a, traces: r}]\nppl: {model: /etc}\n",
+        # issue 78: an encoder as the reference LM (a random LM head: another PPL every run)
+        "eval_encoder_ppl.yaml": b"dialogues: x\nsystems: [{name: a, traces: r}]\nppl: {model: minilm}\n",
+        "eval_encoder_guard.yaml": b"dialogues: x\nsystems: [{name: a, traces: r}]\ndialogue_ppl: {model: minilm}\n",
         "train_report.yaml": b"report_to: bogus\n",
         "train_empty.yaml": b"",
     }
@@ -140,6 +143,7 @@ def built(tmp_path_factory, tiny_dialogues, dialogues_dir) -> dict[str, str]:
 
 
 _NO_MODEL = "'{}' is a directory but holds no model (no config.json): give a model folder, a hub id or an alias"
+_ENCODER = "'minilm' is a BertModel (its config.json's architectures), not a causal LM: perplexity needs a causal LM"
 # (cli, argv with {name} placeholders for the files above, a piece of the message)
 CASES = [
     ("data_prep", "dialogues --source {missing.csv} --out {out}", "missing.csv"),
@@ -269,6 +273,10 @@ CASES = [
     ("eval", "compare --config {compare_no_model.yaml} --out {out}", _NO_MODEL.format("/etc")),
     ("eval", "compare --config {eval_no_ppl_model.yaml} --out {out}", "field 'ppl.model': " + _NO_MODEL.format("/etc")),
     ("eval", "score --responses {bom_quoted.csv} --column response --ppl-model /etc", _NO_MODEL.format("/etc")),
+    # issue 78: a model that cannot score perplexity, refused from its config.json before anything loads
+    ("eval", "compare --config {eval_encoder_ppl.yaml} --out {out}", "field 'ppl.model': " + _ENCODER),
+    ("eval", "compare --config {eval_encoder_guard.yaml} --out {out}", "field 'dialogue_ppl.model': " + _ENCODER),
+    ("eval", "score --responses {bom_quoted.csv} --column response --ppl-model minilm", _ENCODER),
 ]
 
 

@@ -168,3 +168,65 @@ def test_import_as_a_pipeline_that_is_not_the_mappings_variant_is_one_line(tmp_p
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "not" in err and "a variant of it" in err, err
     assert not (tmp_path / "out").exists()
+
+
+# --- a variant names itself -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["escot", None])
+def test_a_variant_that_takes_its_bases_name_is_refused_in_one_line_before_the_import(name, tmp_path, capsys):
+    """Named like escot (or not named, so escot's name carries over), a variant's traces would say `escot` while
+    holding the variant's answers: refused when the file is read, with nothing imported."""
+    (tmp_path / "escot.yaml").write_text(ESCOT.read_text(encoding="utf-8"), encoding="utf-8")
+    variant = {"extends": "escot.yaml", "roles": [{"name": "sr", "student_answer": ["strategy", "reason"]}]}
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump({**variant, **({"name": name} if name else {})}), encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        load_pipeline(path)
+    assert str(err.value) == (f"{path}: name: 'escot' is the name of {tmp_path / 'escot.yaml'}, which it extends; "
+                              "give the variant a name of its own")  # fmt: skip
+    mapping = yaml.safe_load(FULL_CHAIN.read_text(encoding="utf-8"))
+    mapping["pipeline"] = str(tmp_path / "escot.yaml")
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["import", "--data", str(tmp_path / "d.json"), "--mapping", str(tmp_path / "m.yaml"), "--out", str(out),
+            "--pipeline", str(path)]  # fmt: skip
+    assert distill(argv) == 2
+    said = capsys.readouterr().err.strip()
+    assert len(said.splitlines()) == 1 and str(path) in said and "name: 'escot'" in said, said
+    assert not out.exists()
+
+
+def test_a_variants_traces_datasets_and_adapter_card_name_the_variant(tmp_path, capsys, monkeypatch):
+    """escot-strategy-first.yaml imported over the instruction fixture: every trace, the run, each role dataset's
+    card and an adapter card made from that dataset say `escot_strategy_first`, never its base's `escot`."""
+    import json
+
+    from datasets import load_from_disk
+    from test_import import INSTRUCTION, write_instruction
+
+    from distill.adapters.adapters import write_metadata
+    from distill.pipeline.store import TraceStore
+    from train.adapter_card import write_adapter_card
+
+    monkeypatch.chdir(REPO)  # the shipped mapping names escot.yaml relative to the repository
+    variant = REPO / "configs" / "pipelines" / "escot-strategy-first.yaml"
+    data, run, datasets = write_instruction(tmp_path / "train.json"), tmp_path / "run", tmp_path / "datasets"
+    argv = ["import", "--data", str(data), "--mapping", str(INSTRUCTION), "--split", "train", "--out", str(run),
+            "--pipeline", str(variant)]  # fmt: skip
+    assert distill(argv) == 0
+    traces, _ = TraceStore(run).read()
+    assert len(traces) == 4 and {t.config["pipeline"]["name"] for t in traces} == {"escot_strategy_first"}
+    assert TraceStore(run).run_info().pipeline["pipeline"]["name"] == "escot_strategy_first"
+    assert distill(["datasets", "--traces", str(run), "--out", str(datasets), "--eval-fraction", "0"]) == 0
+    completion = load_from_disk(str(datasets / "sr"))["train"][0]["completion"][0]["content"]
+    assert list(json.loads(completion)) == ["strategy", "reason"]  # the variant's order, under the variant's name
+    for role in ("em", "sr", "re"):
+        card = (datasets / role / "README.md").read_text(encoding="utf-8")
+        assert '"name": "escot_strategy_first"' in card and '"name": "escot"' not in card, role
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    write_metadata(adapter, {"role": "sr", "base_model": "smollm2-135m", "dataset_dir": str(datasets / "sr"),
+                             "tokens_seen": 10, "lora": {"r": 4}})  # fmt: skip
+    card = write_adapter_card(adapter).read_text(encoding="utf-8")
+    assert "- pipeline: `escot_strategy_first` (declared)" in card

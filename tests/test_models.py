@@ -133,3 +133,31 @@ def test_auto_dtype_override_runs_a_bf16_machine_as_an_avx2_one(monkeypatch):
     monkeypatch.setenv(models.AUTO_DTYPE_ENV, "")
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert models.resolve_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)
+
+
+def test_only_a_causal_lm_is_taken_for_perplexity_read_from_its_config_alone(tmp_path, tiny_model_dir):
+    """An encoder loads under AutoModelForCausalLM with a randomly initialised LM head, so its PPL changes from run
+    to run: refused from config.json (the folders below hold no weights, so nothing can have been loaded)."""
+    import json
+
+    models.check_causal_lm("smollm2-135m")  # the embedded model
+    models.check_causal_lm(tiny_model_dir)  # a llama saved by AutoModelForCausalLM: LlamaForCausalLM
+    with pytest.raises(ModelNotAvailable) as err:
+        models.check_causal_lm("minilm")
+    assert str(err.value) == (
+        "'minilm' is a BertModel (its config.json's architectures), not a causal LM: perplexity needs a causal LM "
+        "(a model that predicts the next token), e.g. 'smollm2-135m'"
+    )
+    configs = {
+        "masked": ({"architectures": ["BertForMaskedLM"], "model_type": "bert"}, "is a BertForMaskedLM"),
+        "seq2seq": ({"model_type": "t5"}, "model_type 't5', for which transformers has no causal LM"),
+        "gpt2": ({"model_type": "gpt2"}, None),  # no architectures written: its type has a causal LM
+    }
+    for name, (config, refused) in configs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        if refused is None:
+            models.check_causal_lm(str(tmp_path / name))
+            continue
+        with pytest.raises(ModelNotAvailable, match=refused):
+            models.check_causal_lm(str(tmp_path / name))

@@ -48,6 +48,7 @@ def _dataset_section(meta: dict) -> str:
     drops = ", ".join(f"{why}: {n}" for why, n in counts["dropped"].items()) or "none"
     return "\n".join(
         [
+            f"- pipeline: {_pipeline_named(teacher)}",
             f"- teacher: `{backend.get('model')}` via the `{backend.get('backend_name') or backend.get('backend')}` "
             f"backend, teacher prompt version(s) {', '.join(map(str, teacher['prompt_versions']))}",
             f"- gold guidance shown to the teacher: emotion {'yes' if teacher['gold_emotion'] else 'no'}, "
@@ -57,6 +58,12 @@ def _dataset_section(meta: dict) -> str:
             + ", ".join(f"{s} {n}" for s, n in record["rows"].items()),
         ]
     )
+
+
+def _pipeline_named(teacher: dict) -> str:
+    """The pipeline the dataset's traces were made with, by name: a variant's traces carry the variant's."""
+    declared = (teacher.get("config") or {}).get("pipeline")
+    return f"`{declared['name']}` (declared)" if isinstance(declared, dict) else "TRACE's (built in)"
 
 
 def _training_section(meta: dict) -> str:

@@ -223,6 +223,10 @@ def _extended(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     base = read_mapping(base_path, ValueError)
     if "extends" in base:  # one level: a variant reads as its base plus what it says
         raise ValueError(f"{path}: extends {base_path}, itself a variant: extend the pipeline it extends")
+    # the name is what a trace, dataset card and adapter says made it: the base's would pass the variant for it
+    if variant.get("name", base.get("name")) == base.get("name"):
+        raise ValueError(f"{path}: name: {base.get('name')!r} is the name of {base_path}, which it extends; "
+                         "give the variant a name of its own")  # fmt: skip
     roles = {role.get("name"): role for role in base.get("roles") or [] if isinstance(role, dict)}
     for role in variant.pop("roles", None) or []:
         name = role.get("name") if isinstance(role, dict) else None

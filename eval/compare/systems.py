@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from data_prep.config_file import first_error
 from data_prep.dialogues import Dialogue
-from data_prep.models import ModelNotAvailable, check_model_name
+from data_prep.models import ModelNotAvailable, check_causal_lm, check_model_name
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
@@ -51,9 +51,20 @@ def loadable_model(name: str) -> str:
     return name
 
 
+def reference_lm(name: str) -> str:
+    """`name` when it is a loadable causal LM (`check_causal_lm`: PPL's reference model), else a ValueError."""
+    loadable_model(name)
+    try:
+        check_causal_lm(name)
+    except ModelNotAvailable as err:
+        raise ValueError(str(err)) from None
+    return name
+
+
 # `paper_reference:` of a compare or a curve config: a shipped table (trace-table1) or a JSON file
 PaperReference = Annotated[Optional[str], AfterValidator(_known_paper)]
 ModelName = Annotated[str, AfterValidator(loadable_model)]  # an alias, a model folder or a hub id
+ReferenceLm = Annotated[str, AfterValidator(reference_lm)]  # a ModelName that is a causal LM, for PPL
 
 
 class ProbeSpec(BaseModel):
@@ -115,7 +126,7 @@ def setting(metric: str, name: str) -> Any:
 class PplSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelName = setting("ppl", "model")  # each default and help is the registry's (eval.metrics.registry)
+    model: ReferenceLm = setting("ppl", "model")  # each default and help is the registry's (eval.metrics.registry)
     context: PplContext = setting("ppl", "context")
     batch_size: int = setting("ppl", "batch_size")
 
@@ -126,7 +137,7 @@ class DialoguePplSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: ModelName = Field(METRICS["dialogue_ppl"].settings["model"], description="the untuned reference LM")
+    model: ReferenceLm = Field(METRICS["dialogue_ppl"].settings["model"], description="the untuned reference causal LM")
     batch_size: int = Field(METRICS["dialogue_ppl"].settings["batch_size"], ge=1, description="replies per pass")
 
 

@@ -31,9 +31,10 @@ def load_reference_lm(model: str, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from data_prep.models import resolve_model
+    from data_prep.models import check_causal_lm, resolve_model
 
     path = resolve_model(model)
+    check_causal_lm(model)  # after resolving: a hub id is then in the local cache, its config readable
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     lm.eval()
     return lm, AutoTokenizer.from_pretrained(path)

@@ -195,7 +195,10 @@ for _spec in (
         paper_note="PPL is left out: the paper's reference LM differs.",
         paired_statistic=corpus_ppl, prepare=load_ppl, config="ppl", opt_in=True,
         options={
-            "model": {"help": "reference LM alias/path for PPL (e.g. smollm2-135m); off when not given"},
+            "model": {
+                "help": "reference causal LM alias/path for PPL (e.g. smollm2-135m; an encoder is refused); off when "
+                "not given"
+            },
             "context": {
                 "choices": PPL_CONTEXTS,
                 "help": "response: TRACE's PPL (no start token, first token unscored); document_start: every "
