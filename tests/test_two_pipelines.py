@@ -101,3 +101,48 @@ def test_each_pipeline_renders_its_own_roles(tmp_path, tiny_dialogues):
     assert "the Appraisal Reader read the appraisal" in renamed_user and "Appraisal Reader" not in escot_user
     assert '"tactic"' in renamed_user and '"tactic"' not in escot_user
     assert seen[2] == seen[0], "rendering escot in between changed the variant's prompt"
+
+
+# --- what a run leaves knows its pipeline: no process state says which one --------------------------------------
+
+
+def test_datasets_and_adapter_cards_read_each_runs_own_pipeline(tmp_path, monkeypatch):
+    """escot's and its variant's runs imported in one process: each run's sr rows and its adapter's card follow the
+    declaration its traces carry (the card reads it from the dataset's build record), whichever was read last."""
+    from datasets import load_from_disk
+    from test_import import FULL_CHAIN, REPO, run_import, write_full_chain
+
+    from distill.__main__ import main as distill
+    from distill.adapters.adapters import write_metadata
+    from train.adapter_card import write_adapter_card
+
+    monkeypatch.chdir(REPO)  # the shipped mapping names its pipeline relative to the repository
+    data = write_full_chain(tmp_path / "full.json")
+    for name, extra in (("escot", ()), ("escot_strategy_first", ("--pipeline", str(FIRST)))):
+        assert run_import(data, FULL_CHAIN, tmp_path / name, *extra) == 0
+    for name in SR_ORDER:
+        argv = ["datasets", "--traces", str(tmp_path / name), "--out", str(tmp_path / f"ds-{name}")]
+        assert distill([*argv, "--roles", "sr", "--eval-fraction", "0"]) == 0
+    for name, order in SR_ORDER.items():
+        rows = json.loads((tmp_path / f"ds-{name}" / "sr" / "trace_distill_dataset.json").read_text())["rows"]
+        completion = load_from_disk(str(tmp_path / f"ds-{name}" / "sr"))["train"][0]["completion"][0]["content"]
+        assert rows["train"] == 4 and list(json.loads(completion)) == order
+        adapter = tmp_path / f"adapter-{name}"
+        adapter.mkdir()
+        dataset = str(tmp_path / f"ds-{name}" / "sr")
+        write_metadata(adapter, {"role": "sr", "dataset_dir": dataset, "tokens_seen": 1, "lora": {"r": 8}})
+        card = write_adapter_card(adapter).read_text()
+        assert f"with fields {', '.join(f'`{f}`' for f in order)}" in card, card
+
+
+def test_swapped_adapters_of_declared_roles_are_refused(tmp_path):
+    """A folder named after a role whose metadata gives another is refused for a declared role as for a built-in one:
+    the adapters themselves say which names are roles, not the pipelines this process happens to have read."""
+    from distill.adapters.adapters import PEFT_CONFIG_FILE, AdapterError, find_adapters, write_metadata
+
+    for folder, role in (("em", "sr"), ("sr", "em")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / PEFT_CONFIG_FILE).write_text("{}", encoding="utf-8")
+        write_metadata(tmp_path / folder, {"role": role})
+    with pytest.raises(AdapterError, match="em: holds the adapter for role 'sr'"):
+        find_adapters(tmp_path)
