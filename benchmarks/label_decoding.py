@@ -99,7 +99,6 @@ def strategy_record(args: argparse.Namespace) -> dict:
     from distill.backends.local import LocalBackend
     from distill.pipeline.config import PipelineConfig
     from distill.roles.declared import label_set
-    from distill.roles.roles import ROLES
 
     runs = args.work / "imports"
     train = [t for t in imported(args.data / TRAIN_FILE, TRAIN_MAPPING, "train", runs / "train") if t.status == "ok"]
@@ -115,8 +114,8 @@ def strategy_record(args: argparse.Namespace) -> dict:
         "max_attempts": args.max_attempts,
         "seed": args.seed,
     }
-    PipelineConfig(**base)  # registers the pipeline's roles: the label set and sr's context come from it
-    labels, turns = label_set(ROLES["sr"], "strategy"), ROLES["sr"].context_turns
+    sr = PipelineConfig(**base).roles["sr"]  # the label set and sr's context come from the pipeline
+    labels, turns = label_set(sr, "strategy"), sr.context_turns
     gold = {name: [t.dialogue.labels["strategy"] for t in traces] for name, traces in teacher.items()}
     train_labels = [label_answer(t, "sr", "strategy") for t in train]
 
@@ -135,7 +134,7 @@ def strategy_record(args: argparse.Namespace) -> dict:
         )
         for name, traces in teacher.items()
     }
-    probe = probe_figures([t.dialogue.render_context(turns) for t in train], train_labels, teacher, gold, labels)
+    probe = probe_figures(turns, [t.dialogue.render_context(turns) for t in train], train_labels, teacher, gold, labels)
     best = max(DECODINGS, key=lambda mode: splits["val"][mode]["macro_f1"]["value"] or -1.0)  # ties: the first
     record = {
         "task": "strategy",
@@ -163,12 +162,13 @@ def strategy_record(args: argparse.Namespace) -> dict:
     return record
 
 
-def probe_figures(train_texts: list[str], train_labels: list, teacher: dict, gold: dict, labels: tuple) -> dict:
-    """The probe fitted once on the train split, each split's dialogues (as sr sees them) answered in one pass."""
-    from distill.roles.roles import ROLES
+def probe_figures(
+    turns: Optional[int], train_texts: list[str], train_labels: list, teacher: dict, gold: dict, labels: tuple
+) -> dict:
+    """The probe fitted once on the train split, each split's dialogues (as sr sees them: its last `turns`)
+    answered in one pass."""
     from eval.compare.probe import fit_and_predict
 
-    turns = ROLES["sr"].context_turns
     texts = [t.dialogue.render_context(turns) for traces in teacher.values() for t in traces]
     predicted, info = fit_and_predict(train_texts, train_labels, texts, label_set=labels)
     per_dialogue, at = round(info.pop("seconds_per_dialogue"), 4), 0

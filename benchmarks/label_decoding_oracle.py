@@ -27,7 +27,6 @@ def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list
     """re's replies on the test split given ChatGPT's em and the gold strategy alone, beside re given the full
     oracle (em and sr with its reason), both against the reference reply: what the reason text adds."""
     from distill.pipeline.config import PipelineConfig
-    from distill.roles.roles import ROLES
     from eval.metrics.bertscore import bertscore
     from eval.metrics.overlap import score_rouge_l
     from eval.metrics.stats import paired_bootstrap
@@ -38,7 +37,7 @@ def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list
         store.append(t.model_copy(update={"outputs": {**t.outputs, "sr": {"strategy": t.dialogue.labels["strategy"]}}}))
     base = {**base, "skip": ["es", "ia"]}
     oracle = {"em": "teacher", "sr": "teacher"}
-    systems = {  # each config built just before its run: building one registers its pipeline's roles
+    systems = {
         "full": {**base, "oracle": oracle, "oracle_traces": str(runs / "test")},
         "label_only": {
             **base,
@@ -51,7 +50,8 @@ def label_only(args: argparse.Namespace, backend: Any, base: dict, teacher: list
     result: dict[str, Any] = {
         "split": "test",
         "reference": "the data's reply (ChatGPT's)",
-        "re_temperature": ROLES["re"].temperature,  # the same in both pipelines: re samples, from one seed
+        # the same in both pipelines: re samples, from one seed
+        "re_temperature": PipelineConfig(**systems["full"]).roles["re"].temperature,
         "seed": args.seed,
     }
     items = {}

@@ -138,16 +138,3 @@ def require_shared_data(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def shared_ed_csv() -> Path:
     return require_shared_data(SHARED_ED)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _role_registry_per_file():
-    """A declared pipeline registers its roles into the one global registry (distill.roles.declared.register); the
-    registry is given back as it was after each test file, so a file's declared roles never reach the next file's
-    tests that walk every role (the workers run several files in one process)."""
-    from distill.roles.roles import ROLES
-
-    before = dict(ROLES)
-    yield
-    ROLES.clear()
-    ROLES.update(before)

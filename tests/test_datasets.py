@@ -467,9 +467,9 @@ def test_a_declared_roles_card_lists_the_checks_its_rows_were_read_by():
     where none fired, as a built-in role's card lists its own."""
     from distill.datasets.dataset_card import quality_section
     from distill.quality.checks import role_checks
-    from distill.roles.declared import load_pipeline, register
+    from distill.roles.declared import load_pipeline, pipeline_roles
 
-    register(load_pipeline(Path(__file__).resolve().parents[1] / "configs" / "pipelines" / "escot.yaml"))
-    section = quality_section("re", {"mode": "filter", "failed": {"leaked_reference": 2}})
-    assert role_checks("re") and "| `leaked_reference` | 2 |" in section
-    assert all(f"| `{name}` |" in section for name in role_checks("re"))
+    roles = pipeline_roles(load_pipeline(Path(__file__).resolve().parents[1] / "configs" / "pipelines" / "escot.yaml"))
+    section = quality_section("re", {"mode": "filter", "failed": {"leaked_reference": 2}}, roles)
+    assert role_checks("re", roles) and "| `leaked_reference` | 2 |" in section
+    assert all(f"| `{name}` |" in section for name in role_checks("re", roles))

@@ -110,18 +110,17 @@ def test_an_optional_text_left_empty_and_whole_numbers_still_load(tmp_path):
 
 def test_a_variant_is_its_base_with_its_role_keys_over_the_base_roles():
     """escot-strategy-first.yaml: escot's roles, sr's student writing the strategy first; the teacher's order kept."""
-    from distill.roles.declared import register, variant_of
+    from distill.roles.declared import variant_of
 
     variant = load_pipeline(REPO / "configs" / "pipelines" / "escot-strategy-first.yaml")
     base = load_pipeline(ESCOT)
     assert variant.name == "escot_strategy_first" and [r.name for r in variant.roles] == [r.name for r in base.roles]
     assert variant.role("sr").task == base.role("sr").task and variant.role("em") == base.role("em")
-    sr = next(spec for spec in register(variant) if spec.name == "sr")
+    sr = next(spec for spec in variant.specs() if spec.name == "sr")
     assert list(sr.student_schema.model_fields) == ["strategy", "reason"]
     assert list(sr.schema.model_fields) == ["reason", "strategy"]
     assert variant_of(REPO / "configs" / "pipelines" / "escot-strategy-first.yaml")[1] == {"sr"}
     assert variant_of(ESCOT) is None
-    register(base)  # the registry as the other tests expect it
 
 
 @pytest.mark.parametrize(
@@ -144,13 +143,11 @@ def test_a_bad_variant_is_one_line_naming_the_file(variant, words, tmp_path):
 def test_a_student_that_writes_the_strategy_alone_is_read_into_the_full_answer_its_reason_empty():
     """escot-strategy-only.yaml: the full schema's reason is a non-empty text, which the student never writes."""
     from distill.pipeline.reflection import parse_output
-    from distill.roles.declared import register
 
-    specs = register(load_pipeline(REPO / "configs" / "pipelines" / "escot-strategy-only.yaml"))
+    specs = load_pipeline(REPO / "configs" / "pipelines" / "escot-strategy-only.yaml").specs()
     sr = next(spec for spec in specs if spec.name == "sr")
     answer = parse_output(sr, '{"strategy": "Imagery"}', ("em", "sr", "re"), style="student")
     assert isinstance(answer, sr.schema) and answer.model_dump() == {"reason": "", "strategy": "Imagery"}
-    register(load_pipeline(ESCOT))
 
 
 def test_a_variant_of_a_variant_is_refused(tmp_path):

@@ -151,17 +151,17 @@ def test_any_file_datasets_loads_goes_the_same_way(tmp_path, capsys):
 def test_declared_roles_render_with_their_truncation_and_trace_roles_stay():
     from data_prep.dialogues import Dialogue, Turn
     from distill.pipeline.config import PipelineConfig
-    from distill.roles.roles import ROLES, RoleInput
+    from distill.roles.roles import RoleInput
 
     config = PipelineConfig(pipeline=str(ESCOT), skip=["es"])
     assert config.stages() == ["em", "ia", "sr", "re"] and PipelineConfig().stages() == ["asi", "cae", "srp", "ers"]
-    trace_config = PipelineConfig()  # TRACE's: a registered declared role never runs in it, nor TRACE's in escot
+    trace_config = PipelineConfig()  # TRACE's: a declared role never runs in it, nor TRACE's in escot
     assert not any(trace_config.runs(r) for r in ("em", "es", "ia", "sr", "re")) and not config.runs("asi")
     turns = [Turn(speaker="seeker" if i % 2 else "responder", text=f"turn {i}") for i in range(30)]
     dialogue = Dialogue(id="x", conv_id="x", turns=turns, situation="", emotion="")
-    prompt = ROLES["em"].render(RoleInput(dialogue=dialogue), "student")[1]["content"]
+    prompt = config.roles["em"].render(RoleInput(dialogue=dialogue), "student")[1]["content"]
     assert prompt.splitlines() == [f"{t.speaker}: {t.text}" for t in turns[-12:]]  # the declared last 12 turns
-    schema = ROLES["sr"].schema.model_json_schema()
+    schema = config.roles["sr"].schema.model_json_schema()
     assert len(schema["properties"]["strategy"]["enum"]) == 13 and schema["properties"]["reason"]["maxLength"] == 960
 
 
@@ -327,13 +327,13 @@ def test_real_esd_cot_imports_with_its_counts(tmp_path, capsys):
             assert not failed and all(len(t.outputs) == 5 for t in traces)
 
 
-def test_a_registered_declared_pipeline_leaves_the_built_in_prompt_keys_alone():
+def test_a_declared_pipeline_leaves_the_built_in_prompt_keys_alone():
     """The prompts in a stage's key are those of the roles it renders: which declared pipelines a process has
-    registered (a compare with an escot system beside TRACE's) must not make TRACE's stored systems stale."""
+    read (a compare with an escot system beside TRACE's) must not make TRACE's stored systems stale."""
     from distill.pipeline.stage_key import prompt_fingerprint
-    from distill.roles.declared import load_pipeline, register
+    from distill.roles.declared import load_pipeline
 
     before = {style: prompt_fingerprint(style) for style in ("teacher", "student")}
-    escot = register(load_pipeline(ESCOT))
+    escot = load_pipeline(ESCOT).specs()
     assert {style: prompt_fingerprint(style) for style in ("teacher", "student")} == before
-    assert prompt_fingerprint("student", [s.name for s in escot]) != before["student"]
+    assert prompt_fingerprint("student", escot) != before["student"]

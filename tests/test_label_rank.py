@@ -175,7 +175,7 @@ def test_the_pipeline_ranks_end_to_end_and_the_answers_validate(backend, tiny_di
         assert trace.outputs["mood"]["mood"] in PIPELINE["labels"]["mood"]
         assert trace.outputs["move"]["move"] in PIPELINE["labels"]["move"]
         for step in trace.steps:
-            ROLES[step.role].schema.model_validate(step.parsed)
+            trace.roles[step.role].schema.model_validate(step.parsed)  # the trace's own pipeline's schema
             assert any(e.startswith("label ranked") for e in step.events) and step.latency_s > 0
     assert config.key_dict()["label_decoding"] == {"mood": "rank-calibrated", "move": "rank"}
     assert "label_decoding" not in PipelineConfig().key_dict()  # older runs keep their keys

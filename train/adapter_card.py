@@ -21,7 +21,8 @@ from distill.adapters.adapters import (
 )
 from distill.datasets.dataset_card import label_section, read_build_record
 from distill.datasets.sft_tasks import JOINT
-from distill.roles.roles import CORE_ROLES, ROLES
+from distill.roles.declared import load_pipeline, pipeline_roles, stored_roles
+from distill.roles.roles import CORE_ROLES, RoleSpec
 
 # Training options worth quoting; the full config is in the metadata file.
 _TRAIN_KEYS = (
@@ -131,16 +132,16 @@ def run_answer(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_n
     return scope["answer"]
 
 
-def card_example(model: Any, tokenizer: Any, data: Any, role: str) -> dict[str, Any]:
-    """The first prompt of the role's validation split (train when that is empty) and the model's answer."""
+def card_example(model: Any, tokenizer: Any, data: Any, budget: int) -> dict[str, Any]:
+    """The first prompt of the role's validation split (train when that is empty) and the model's answer, at most
+    `budget` (the role's max_new_tokens) tokens."""
     split = "validation" if "validation" in data and len(data["validation"]) else "train"
     messages = [{"role": m["role"], "content": m["content"]} for m in data[split][0]["prompt"]]
-    budget = ROLES[role].max_new_tokens
     answer = run_answer(model, tokenizer, messages, budget)
     return {"split": split, "messages": messages, "max_new_tokens": budget, "answer": answer}
 
 
-def _example_section(meta: dict, role: str, repo: str) -> str:
+def _example_section(meta: dict, spec: RoleSpec, repo: str) -> str:
     base = base_hub_id(meta) or meta.get("base_model")
     example = meta.get("example")
     if not example:
@@ -148,7 +149,7 @@ def _example_section(meta: dict, role: str, repo: str) -> str:
             "`messages` must be the student prompt this adapter learned (`trace-distill` renders it; see\n"
             f"`distill/roles/roles.py`, prompt version `{meta.get('prompt_version')}`). With them, plain\n"
             "transformers and PEFT run it:\n\n"
-            f"```python\n{''.join(snippet(base, repo, ROLES[role].max_new_tokens))}{_PRINT}```"
+            f"```python\n{''.join(snippet(base, repo, spec.max_new_tokens))}{_PRINT}```"
         )
     load, answer = snippet(base, repo, example["max_new_tokens"])
     ordered = [{"role": m["role"], "content": m["content"]} for m in example["messages"]]  # stored key-sorted
@@ -202,11 +203,22 @@ the prompts and answers are those of the per-role adapters (see their cards).
 """
 
 
+def _role_spec(meta: dict) -> RoleSpec:
+    """The adapter's role: a built-in one, or its declared pipeline's, which the dataset's build record carries
+    (else the train config names its file)."""
+    record = read_build_record(meta.get("dataset_dir", "")) or {}
+    roles = stored_roles(record.get("teacher", {}).get("config", {}))
+    pipeline = meta.get("train_config", {}).get("pipeline")
+    if meta["role"] not in roles and pipeline:
+        roles = pipeline_roles(load_pipeline(pipeline))
+    return roles[meta["role"]]
+
+
 def render_adapter_card(meta: dict, repo: str, figures: Optional[dict[str, Any]] = None) -> str:
     role = meta["role"]
     if role == JOINT:
         return render_joint_card(meta, figures)
-    spec = ROLES[role]
+    spec = _role_spec(meta)
     answer = spec.schema_for("student")
     return f"""{_front_matter(meta)}
 # trace-distill adapter: `{role}` ({spec.title})
@@ -236,7 +248,7 @@ A LoRA adapter for the `{role}` agent of trace-distill's distilled empathetic-re
 
 ## Use
 
-{_example_section(meta, role, repo)}
+{_example_section(meta, spec, repo)}
 
 {_serving_section(meta, role, repo)}
 

@@ -20,6 +20,7 @@ import importlib.util
 import os
 import typing
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +29,7 @@ from trl import ModelConfig, SFTConfig, TrlParser
 
 from data_prep.config_file import read_mapping
 from distill.datasets.sft_tasks import JOINT
-from distill.roles.roles import CORE_ROLES, ROLES
+from distill.roles.roles import CORE_ROLES, ROLES, RoleSpec
 from train import TOKENS_BUDGET
 
 
@@ -176,25 +177,26 @@ class TrainConfig:
     source: str = "command line"  # the YAML file (or flags) the options came from, for error messages
 
     def role_list(self) -> list[str]:
-        declared = self._declared_roles()
+        roles = self.roles()
+        declared = [name for name, spec in roles.items() if spec.pipeline is not None]
         if self.distill.roles.strip() == "all":
-            return list(declared or CORE_ROLES)
+            return declared or list(CORE_ROLES)
         names = [r.strip() for r in self.distill.roles.split(",") if r.strip()]
-        unknown = [r for r in names if r not in ROLES and r != JOINT]
+        unknown = [r for r in names if r not in roles and r != JOINT]
         if not names or unknown:
             raise ConfigError(
-                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(ROLES)}, {JOINT})"
+                f"roles: unknown role(s) {unknown or [self.distill.roles]} (known: all, {', '.join(roles)}, {JOINT})"
             )
         return names
 
-    def _declared_roles(self) -> tuple[str, ...]:
-        """The declared pipeline's roles, registered so the recipe finds them like TRACE's (none without one)."""
+    def roles(self) -> Mapping[str, RoleSpec]:
+        """The roles this run may train: the built-in ones, and its declared pipeline's (`pipeline`) in stage order."""
         if not self.distill.pipeline:
-            return ()
-        from distill.roles.declared import load_pipeline, register
+            return ROLES
+        from distill.roles.declared import load_pipeline, pipeline_roles
 
         try:
-            return tuple(spec.name for spec in register(load_pipeline(self.distill.pipeline)))
+            return pipeline_roles(load_pipeline(self.distill.pipeline))
         except ValueError as exc:
             raise ConfigError(f"pipeline: {exc}") from None
 

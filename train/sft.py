@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from data_prep.models import hub_id, resolve_model
 from distill.adapters.adapters import point_config_at_hub, push_adapter, role_repo, write_metadata
 from distill.backends.attention import use_cpu_attention
-from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
+from distill.roles.roles import STUDENT_PROMPT_VERSION
 from distill.version import __version__
 from train import convergence
 from train.adapter_card import card_example
@@ -372,8 +372,9 @@ def train_role(
     if trainer.is_world_process_zero():
         # sharded: rank 0 alone cannot decode; the joint adapter's card shows no single role's example
         sharded = trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled
-        if role in ROLES and cfg.distill.card_example and not sharded:
-            meta["example"] = card_example(model, tokenizer, data, role)
+        spec = cfg.roles().get(role)  # None for the joint adapter
+        if spec is not None and cfg.distill.card_example and not sharded:
+            meta["example"] = card_example(model, tokenizer, data, spec.max_new_tokens)
         write_metadata(out, meta)
         publish(out, meta, cfg)
         log(f"{role}: saved adapter to {out} ({seconds:.1f} s, loss {meta['train_loss']})")

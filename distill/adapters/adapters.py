@@ -63,17 +63,22 @@ def find_adapters(root: str | Path) -> dict[str, Path]:
     """role -> folder for every `<root>/<sub>/adapter_config.json`; the role is the metadata's, else the folder's.
 
     A folder named after one role whose metadata gives another (another role's adapter copied in), or two
-    folders giving the same role, is an error naming the folder: one of the roles would silently have none."""
+    folders giving the same role, is an error naming the folder: one of the roles would silently have none. A
+    role name is a built-in role's or one an adapter here gives (a declared pipeline's: the folder knows no other)."""
     from distill.roles.roles import ROLES
 
     root = Path(root)
     if not root.is_dir():
         raise AdapterError(f"{root}: adapters directory does not exist")
+    given = [
+        (config.parent, (read_metadata(config.parent).get("role") if has_metadata(config.parent) else None))
+        for config in sorted(root.glob(f"*/{PEFT_CONFIG_FILE}"))
+    ]
+    named = set(ROLES) | {role for _, role in given if role}
     found: dict[str, Path] = {}
-    for config in sorted(root.glob(f"*/{PEFT_CONFIG_FILE}")):
-        folder = config.parent
-        role = (read_metadata(folder).get("role") if has_metadata(folder) else None) or folder.name
-        if folder.name in ROLES and role != folder.name:
+    for folder, role in given:
+        role = role or folder.name
+        if folder.name in named and role != folder.name:
             raise AdapterError(
                 f"{folder}: holds the adapter for role '{role}' (its {METADATA_FILE}), not for '{folder.name}'; "
                 f"put the '{folder.name}' adapter there"

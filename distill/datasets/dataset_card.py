@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +22,8 @@ from distill.pipeline.trace import Trace
 from distill.quality.checks import role_checks
 from distill.quality.report import QUALITY_FILE
 from distill.quality.thresholds import QualityThresholds
-from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION
+from distill.roles.declared import stored_roles
+from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleSpec
 from distill.version import __version__
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def _teacher(traces: Sequence[Trace], run: Optional[RunInfo]) -> dict[str, Any]:
 def render_card(dd: DatasetDict, record: dict[str, Any]) -> str:
     """The role dataset's README.md, from its build record (`build_record`) and the saved splits."""
     role, options, counts = record["role"], record["options"], record["counts"]
-    spec = ROLES[role]
+    roles = stored_roles(record["teacher"]["config"])  # the declared pipeline the rows' traces ran, if any
+    spec = roles[role]
     drops = "\n".join(f"| {why} | {n} |" for why, n in sorted(counts["dropped"].items())) or "| (none) | 0 |"
     splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
     target = (
@@ -129,7 +131,7 @@ Traces read: {counts["read"]}; kept: {counts["kept"]}.
 
 ## Quality checks
 
-{quality_section(role, counts["quality"])}
+{quality_section(role, counts["quality"], roles)}
 
 ## Splits (by conversation: no `conv_id` is in both)
 
@@ -156,8 +158,9 @@ Pipeline config:
 ```"""
 
 
-def quality_section(role: str, quality: dict[str, Any]) -> str:
-    """What the trace quality checks (distill.quality, docs/quality.md) found in this role's rows, per check."""
+def quality_section(role: str, quality: dict[str, Any], roles: Mapping[str, RoleSpec] = ROLES) -> str:
+    """What the trace quality checks (distill.quality, docs/quality.md) found in this role's rows, per check
+    (`roles`: its pipeline's)."""
     mode, failed = quality["mode"], quality["failed"]
     if mode == "off":
         return "Not run: `--quality off`, or the rows' targets are the data's answers, not the teacher's."
@@ -170,7 +173,7 @@ def quality_section(role: str, quality: dict[str, Any]) -> str:
             "meant to be dropped, but filtering left no rows to train on, so all were kept "
             "(`--keep-unfiltered-when-empty`)"
         )
-    rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name in role_checks(role))
+    rows = "\n".join(f"| `{name}` | {failed.get(name, 0)} |" for name in role_checks(role, roles))
     return f"""Mode `{mode}`: rows whose own `{role}` output failed a check were {done}. A row can fail more than \
 one check.
 

@@ -1,7 +1,7 @@
 """Traces → one SFT dataset per role (`python -m distill datasets`).
 
 Each role gets a `DatasetDict` (train / validation) in TRL's conversational prompt-completion form:
-`prompt` is the role's *student* prompt rendered from the registry (the exact prompt the student sees at
+`prompt` is the role's *student* prompt rendered from its spec (the exact prompt the student sees at
 inference), `completion` is the teacher's final parsed answer serialised as the compact JSON the student
 must produce (for classification roles the decision alone: `RoleSpec.student_schema`). Upstream fields come
 from the teacher's own final outputs (teacher forcing). Filters drop
@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -32,8 +32,8 @@ from distill.datasets.options import QUALITY_DROP, DatasetOptions, RoleCounts, q
 from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_twins
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo
-from distill.pipeline.trace import Trace
-from distill.roles.roles import CORE_ROLES, ROLES, build_role_input
+from distill.pipeline.trace import Trace, roles_of
+from distill.roles.roles import CORE_ROLES, RoleSpec, build_role_input
 
 SPLITS = ("train", "validation")
 
@@ -74,10 +74,10 @@ def enabled_roles(traces: Sequence[Trace]) -> list[str]:
     for t in traces:
         try:
             config = PipelineConfig.model_validate(t.config)
-            on.update(r for r in ROLES if config.runs(r))
+            on.update(r for r in config.roles if config.runs(r))
         except ValidationError:
             on.update(t.outputs)  # a config from another version: trust what was actually produced
-    return [r for r in ROLES if r in on]
+    return [r for r in roles_of(traces) if r in on]
 
 
 def validation_conv_ids(conv_ids: Sequence[str], eval_fraction: float, seed: int) -> set[str]:
@@ -137,7 +137,7 @@ def role_row(
     parsed, why = _target(role, trace, options)
     if why:
         return None, why
-    spec = ROLES[role]
+    spec = trace.roles[role]
     try:
         answer = spec.schema.model_validate(parsed)
     except ValidationError:
@@ -205,7 +205,7 @@ def build_role_datasets(
     if options.split:
         traces = _only_split(traces, options.split, run, report)
     run_roles = enabled_roles(traces)
-    wanted = _wanted_roles(roles, run_roles, options, report)
+    wanted = _wanted_roles(roles, run_roles, roles_of(traces), options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
     failing = quality_failures(traces, options)
     result: dict[str, DatasetDict] = {}
@@ -237,7 +237,11 @@ def build_role_datasets(
 
 
 def _wanted_roles(
-    roles: Optional[Sequence[str]], run_roles: list[str], options: DatasetOptions, report: BuildReport
+    roles: Optional[Sequence[str]],
+    run_roles: list[str],
+    known: Mapping[str, RoleSpec],
+    options: DatasetOptions,
+    report: BuildReport,
 ) -> list[str]:
     """The roles to build: the requested ones the run can give rows for.
 
@@ -250,10 +254,10 @@ def _wanted_roles(
         if bad:
             raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
         return requested
-    roles = roles or [r for r in run_roles if r in CORE_ROLES or ROLES[r].pipeline is not None]
+    roles = roles or [r for r in run_roles if r in CORE_ROLES or known[r].pipeline is not None]
     for role in roles:
-        if role not in ROLES:
-            raise ValueError(f"unknown role '{role}' (known: {', '.join(ROLES)})")
+        if role not in known:
+            raise ValueError(f"unknown role '{role}' (known: {', '.join(known)})")
         if role not in run_roles:
             report.skipped_roles[role] = "role not enabled in this trace run"
     return [r for r in roles if r in run_roles]
@@ -305,7 +309,7 @@ def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[t
 
     thresholds = QualityThresholds(**options.quality_thresholds)
     report = check_traces(traces, thresholds)
-    learned = {role: learned_fields(role, options) for role in report.checked}
+    learned = {role: learned_fields(report.roles[role], options) for role in report.checked}
     failing: dict[tuple[str, str], dict[str, bool]] = {}
     for f in report.findings:
         checks = failing.setdefault((f.key, f.role), {})
@@ -313,10 +317,9 @@ def quality_failures(traces: Sequence[Trace], options: DatasetOptions) -> dict[t
     return failing
 
 
-def learned_fields(role: str, options: DatasetOptions) -> set[str]:
-    """The output fields of `role` that reach a student: its student target's, plus the teacher's reasoning
+def learned_fields(spec: RoleSpec, options: DatasetOptions) -> set[str]:
+    """The output fields of a role that reach a student: its student target's, plus the teacher's reasoning
     when it is the rationale task's target."""
-    spec = ROLES[role]
     fields = set((spec.student_schema or spec.schema).model_fields)
     if options.rationale == "teacher" and "reasoning" in spec.schema.model_fields:
         fields.add("reasoning")

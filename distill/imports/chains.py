@@ -38,7 +38,7 @@ from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Step, Trace, trace_key
 from distill.quality.checks import leaked_reference
 from distill.roles.declared import label_set
-from distill.roles.roles import ROLES
+from distill.roles.roles import RoleSpec
 from distill.version import __version__
 
 BACKEND = "import"  # the traces' backend: stored answers, not generated ones
@@ -119,19 +119,19 @@ def as_variant(mapping: ImportMapping, pipeline: str, where: str) -> ImportMappi
 
 def check_mapping(mapping: ImportMapping, config: PipelineConfig, where: str) -> None:
     """Each running role gets every answer field from the mapping, and the mapping names nothing else."""
-    stages = config.stages()
+    stages, roles = config.stages(), config.roles
     for role in mapping.answers:
         if role not in stages:
             raise MappingError(f"{where}: answers.{role}: not a role this pipeline runs ({', '.join(stages)})")
     for role in stages:
-        fields = set(ROLES[role].schema.model_fields)
+        fields = set(roles[role].schema.model_fields)
         given = set(mapping.answers.get(role, {}))
         if missing := sorted(fields - given):
             raise MappingError(f"{where}: answers.{role}: no source for answer field(s) {', '.join(missing)}")
         if extra := sorted(given - fields):
             raise MappingError(f"{where}: answers.{role}: {', '.join(extra)} not an answer field of {role}")
         for name, source in mapping.answers[role].items():
-            if source.quoted_label and label_set(ROLES[role], name) is None:
+            if source.quoted_label and label_set(roles[role], name) is None:
                 raise MappingError(f"{where}: answers.{role}.{name}: quoted_label needs a label field")
 
 
@@ -180,8 +180,9 @@ def to_trace(
     if leak := leaked_reference(dialogue.gold_response, [turn.text for turn in dialogue.turns]):
         trace.failure = f"{LEAKED} ({leak})"  # its answers are still stored: `distill inspect` shows the leak too
         report.note(LEAKED, f"id {dialogue.id}")
+    roles = config.roles
     for role in config.stages():
-        answer, why = _answer(mapping, role, row, sections)
+        answer, why = _answer(mapping, roles[role], row, sections)
         step = Step(role=role, messages=[], attempts=0, events=[IMPORTED_EVENT])
         if why is None:
             step.parsed, step.raw = answer, json.dumps(answer, ensure_ascii=False)
@@ -250,11 +251,11 @@ def one_per_id(numbered: list[tuple[int, dict[str, Any], Trace]], data: str) -> 
 
 
 def _answer(
-    mapping: ImportMapping, role: str, row: dict[str, Any], sections: dict[str, str]
+    mapping: ImportMapping, spec: RoleSpec, row: dict[str, Any], sections: dict[str, str]
 ) -> tuple[Optional[dict[str, Any]], Optional[str]]:
     """The role's answer from the row, validated against its schema, or (None, which link is missing and why)."""
-    spec, answer = ROLES[role], {}
-    for name, source in mapping.answers[role].items():
+    answer = {}
+    for name, source in mapping.answers[spec.name].items():
         value = mapping.value(row, sections, source)
         if is_missing(value):
             return None, f"{name}: no {source.where()}"

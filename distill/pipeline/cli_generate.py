@@ -160,16 +160,16 @@ def _generate(args: argparse.Namespace) -> int:
 def cost_estimate(pipeline, dialogues) -> str | None:
     """The up-front line of an API run with a known price; None for a free (self-hosted or local) one."""
     from distill.backends.pricing import estimate_prompt_tokens, known_price, worst_case_cost
-    from distill.roles.roles import ROLES, RoleInput
+    from distill.roles.roles import RoleInput
 
     guard, model = getattr(pipeline.backend, "cost_guard", None), pipeline.backend.model
     if guard is None or known_price(model, guard.table) is None or not dialogues:
         return None
-    style, stages = pipeline.config.prompt_style, pipeline.config.stages()
+    style, stages = pipeline.config.prompt_style, [pipeline.roles[s] for s in pipeline.stages]
     calls = [
-        (estimate_prompt_tokens(ROLES[s].render(RoleInput(dialogue=d), style)), ROLES[s].max_new_tokens)
+        (estimate_prompt_tokens(spec.render(RoleInput(dialogue=d), style)), spec.max_new_tokens)
         for d in dialogues
-        for s in stages
+        for spec in stages
     ]
     usd = worst_case_cost(model, calls, guard.table)
     line = (

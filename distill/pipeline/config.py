@@ -10,6 +10,7 @@ default.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -19,8 +20,8 @@ from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.label_decoding import LabelDecodingMode, check_option
 from distill.pipeline.reflection import FinalSelection
-from distill.roles.declared import DeclaredPipeline, load_pipeline, register
-from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER
+from distill.roles.declared import DeclaredPipeline, load_pipeline, pipeline_roles
+from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER, RoleSpec
 
 GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
@@ -39,7 +40,7 @@ class _PipelineSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # First, so the declared roles are in the registry when the per-role fields below are checked.
+    # First, so the per-role fields below are checked against its roles (`ValidationInfo.data`).
     pipeline: Optional[DeclaredPipeline] = Field(
         None,
         description="a declared pipeline (distill.roles.declared): its YAML file, e.g. configs/pipelines/escot.yaml, "
@@ -147,13 +148,6 @@ class _PipelineSettings(BaseModel):
     def _declaration_file(cls, value: Any) -> Any:
         return load_pipeline(value) if isinstance(value, (str, Path)) else value
 
-    @field_validator("pipeline")
-    @classmethod
-    def _register(cls, value: Optional[DeclaredPipeline]) -> Optional[DeclaredPipeline]:
-        if value is not None:
-            register(value)
-        return value
-
     @model_validator(mode="after")
     def _declared_run(self) -> _PipelineSettings:
         if self.skip and self.pipeline is None:
@@ -167,7 +161,7 @@ class _PipelineSettings(BaseModel):
     @model_validator(mode="after")
     def _oracle_sources(self) -> _PipelineSettings:
         for role, source in self.oracle.items():
-            if role not in ROLES or not ROLES[role].stage:
+            if role not in self.roles or not self.roles[role].stage:
                 raise ValueError(f"oracle: '{role}' is not a pipeline stage (stages: {', '.join(STAGE_ORDER)})")
             if source == "gold" and role not in GOLD_ORACLE_ROLES:
                 raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: asi, ers; else teacher)")
@@ -193,27 +187,29 @@ class _PipelineSettings(BaseModel):
     @classmethod
     def _truncation_per_role(cls, values: dict[str, float], info: ValidationInfo) -> dict[str, float]:
         a_mass = info.field_name != "min_p"  # top_p and typical_p are probability masses, 1 = off
+        roles = _roles_so_far(info)
         for role, value in values.items():
-            if role not in ROLES:
-                raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
+            if role not in roles:
+                raise ValueError(f"'{role}' is not a role (roles: {', '.join(roles)})")
             if not (0 < value <= 1 if a_mass else 0 <= value < 1):
                 raise ValueError(f"{role}: {value} is outside {'(0, 1]' if a_mass else '[0, 1)'}")
         return values
 
     @field_validator("consensus")
     @classmethod
-    def _samples_per_role(cls, values: dict[str, int]) -> dict[str, int]:
+    def _samples_per_role(cls, values: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+        roles = _roles_so_far(info)
         for role, samples in values.items():
-            if role not in ROLES:
-                raise ValueError(f"'{role}' is not a role (roles: {', '.join(ROLES)})")
+            if role not in roles:
+                raise ValueError(f"'{role}' is not a role (roles: {', '.join(roles)})")
             if not 2 <= samples <= 16:
                 raise ValueError(f"{role}: {samples} samples; consensus takes 2 to 16")
         return values
 
     @field_validator("label_decoding")
     @classmethod
-    def _label_fields(cls, values: dict[str, str]) -> dict[str, str]:
-        return check_option(values)
+    def _label_fields(cls, values: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        return check_option(values, _roles_so_far(info))
 
     @model_validator(mode="after")
     def _ranked_or_voted(self) -> _PipelineSettings:
@@ -230,19 +226,28 @@ class _PipelineSettings(BaseModel):
             raise ValueError(f"needs a 'type', one of {', '.join(BACKEND_TYPES)}; got {cfg.get('type')!r}")
         return cfg
 
+    @property
+    def roles(self) -> Mapping[str, RoleSpec]:
+        """Every role this config can name, read-only: the built-in ones, and its declared pipeline's own."""
+        return pipeline_roles(self.pipeline)
+
     def runs(self, role: str) -> bool:
-        """Whether `role` runs: a declared pipeline's own roles less `skip`, else TRACE's by their switches."""
-        if self.pipeline is not None:
-            return ROLES[role].pipeline == self.pipeline.name and role not in self.skip
-        if ROLES[role].pipeline is not None:
+        """Whether `role` runs: a declared pipeline's own roles less `skip`, else TRACE's by their switches; a role
+        this config does not have (another pipeline's) never does."""
+        return self._runs(self.roles.get(role))
+
+    def _runs(self, spec: Optional[RoleSpec]) -> bool:
+        if spec is None:
             return False
-        switch = ROLES[role].switch
-        return switch is None or bool(getattr(self, switch))
+        if self.pipeline is not None:
+            return spec.pipeline == self.pipeline.name and spec.name not in self.skip
+        return spec.pipeline is None and (spec.switch is None or bool(getattr(self, spec.switch)))
 
     def stages(self) -> list[str]:
         """Enabled generation stages in order (gra excluded: it runs after them)."""
+        roles = self.roles
         order = self.pipeline.stage_order() if self.pipeline is not None else STAGE_ORDER
-        return [r for r in order if self.runs(r)]
+        return [r for r in order if self._runs(roles[r])]
 
     def key_dict(self) -> dict[str, Any]:
         """The part of the config that changes outputs, for trace keys.
@@ -259,7 +264,12 @@ class _PipelineSettings(BaseModel):
         return data
 
 
-# One bool field per switchable role, named by its registry entry: TRACE's four roles run unless
+def _roles_so_far(info: ValidationInfo) -> Mapping[str, RoleSpec]:
+    """The roles a per-role field may name: `pipeline_roles` of the declared pipeline validated before it."""
+    return pipeline_roles(info.data.get("pipeline"))
+
+
+# One bool field per switchable role, named by its built-in role: TRACE's four roles run unless
 # ablated (`use_cae: false`); the MERG and EmoStage roles are opt-in (`plan: true`).
 PipelineConfig = create_model(
     "PipelineConfig",

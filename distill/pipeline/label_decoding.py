@@ -2,13 +2,13 @@
 
 `label_decoding: {sr: rank}` ranks the one label field of `sr`'s answer; `{plan.tone: rank-calibrated}` names the
 field of a role whose answer has several. The ranking itself is the local backend's
-(distill.backends.label_rank); this module checks the option against the registry and the backend when the
+(distill.backends.label_rank); this module checks the option against the pipeline's roles and the backend when the
 pipeline is built, and builds each role's `LabelRanking`, with the content-free prompt calibration needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Optional
 
 from pydantic import create_model
@@ -16,7 +16,7 @@ from pydantic import create_model
 from data_prep.dialogues import Dialogue, Turn
 from distill.backends.base import LabelRanking
 from distill.backends.label_rank import CONTENT_FREE, label_slot
-from distill.roles.roles import ROLES, PromptStyle, RoleInput, RoleSpec
+from distill.roles.roles import PromptStyle, RoleInput, RoleSpec
 
 LabelDecodingMode = Literal["rank", "rank-calibrated"]
 
@@ -27,19 +27,20 @@ def split_key(key: str) -> tuple[str, Optional[str]]:
     return role, field or None
 
 
-def check_option(values: dict[str, str]) -> dict[str, str]:
-    """The config's check: each key a stage of the registry whose answer has that label field (ValueError)."""
-    roles = [split_key(key)[0] for key in values]
-    if twice := sorted({r for r in roles if roles.count(r) > 1}):
+def check_option(values: dict[str, str], roles: Mapping[str, RoleSpec]) -> dict[str, str]:
+    """The config's check: each key a stage of `roles` (the pipeline's) whose answer has that label field
+    (ValueError)."""
+    named = [split_key(key)[0] for key in values]
+    if twice := sorted({r for r in named if named.count(r) > 1}):
         raise ValueError(f"{', '.join(twice)}: one label field per role is ranked")
     for key in values:
         role, field = split_key(key)
-        if role not in ROLES or not ROLES[role].stage:
+        if role not in roles or not roles[role].stage:
             raise ValueError(
-                f"'{role}' is not a pipeline stage (stages: {', '.join(r for r in ROLES if ROLES[r].stage)})"
+                f"'{role}' is not a pipeline stage (stages: {', '.join(r for r in roles if roles[r].stage)})"
             )
         try:
-            label_slot(ROLES[role].schema.model_json_schema(), field)
+            label_slot(roles[role].schema.model_json_schema(), field)
         except ValueError as exc:
             raise ValueError(f"{key}: {str(exc).removeprefix('label ranking: ')}") from None
     return values
@@ -48,17 +49,26 @@ def check_option(values: dict[str, str]) -> dict[str, str]:
 class LabelDecoding:
     """The roles of one pipeline that rank a label, and each one's `LabelRanking` (content-free prompt cached)."""
 
-    def __init__(self, option: dict[str, str], backend: Any, style: PromptStyle, stages: Sequence[str], direct: bool):
-        self.modes = {split_key(key): mode for key, mode in option.items() if split_key(key)[0] in stages}
+    def __init__(
+        self,
+        option: dict[str, str],
+        backend: Any,
+        style: PromptStyle,
+        stages: Sequence[RoleSpec],
+        direct: bool,
+    ):
+        names = [spec.name for spec in stages]
+        self.modes = {split_key(key): mode for key, mode in option.items() if split_key(key)[0] in names}
         if self.modes and not getattr(backend, "ranks_labels", False):
             # an API returns text, not the log-likelihood of a given continuation after the prompt
             roles = ", ".join(sorted(role for role, _ in self.modes))
             raise ValueError(
                 f"label_decoding ({roles}): the {backend.name} backend cannot rank labels; the local one can"
             )
-        self.style, self.stages, self.direct = style, tuple(stages), direct
+        self.style, self.stages, self.direct = style, tuple(names), direct
+        specs = {spec.name: spec for spec in stages}
         for role, field in self.modes:  # the student's answer may lack the field the full schema has
-            label_slot(ROLES[role].schema_for(style, self.stages).model_json_schema(), field)
+            label_slot(specs[role].schema_for(style, self.stages).model_json_schema(), field)
         self._rankings: dict[str, LabelRanking] = {}
 
     def ranking(self, spec: RoleSpec) -> Optional[LabelRanking]:
@@ -89,7 +99,7 @@ class LabelDecoding:
         upstream = {}
         for name in () if self.direct else spec.inputs:
             if name in self.stages:
-                blank = {f: (str, CONTENT_FREE) for f in ROLES[name].schema.model_fields}
+                blank = {f: (str, CONTENT_FREE) for f in spec.input_spec(name).schema.model_fields}
                 upstream[name] = create_model(f"ContentFree_{name}", **blank)()
         exemplars = [] if spec.uses_exemplars else None
         return spec.render(RoleInput(dialogue=dialogue, upstream=upstream, exemplars=exemplars), self.style)

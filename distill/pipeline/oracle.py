@@ -8,20 +8,23 @@ dialogues, looked up by dialogue id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Optional
 
 from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
-from distill.roles.roles import ROLES
+from distill.roles.roles import ROLES, RoleSpec
 
 
 class Oracle:
     """The answers a pipeline config's `oracle:` names, per role, for any dialogue."""
 
-    def __init__(self, sources: dict[str, str], teacher_traces: Optional[str] = None):
-        self.sources = dict(sources)
+    def __init__(
+        self, sources: dict[str, str], teacher_traces: Optional[str] = None, roles: Mapping[str, RoleSpec] = ROLES
+    ):
+        self.sources, self.roles = dict(sources), roles  # roles: the pipeline's, whose schemas the answers take
         self._teacher: dict[str, dict] = {}
         if "teacher" in self.sources.values():
             from distill.pipeline.store import TraceStore
@@ -37,7 +40,7 @@ class Oracle:
 
     def answer(self, role: str, dialogue: Dialogue) -> tuple[Optional[BaseModel], str]:
         """(the answer in the role's full schema, or None; what it came from, or why there is none)."""
-        schema = ROLES[role].schema
+        schema = self.roles[role].schema
         if self.sources[role] == "gold":
             if role == "asi":
                 return schema(emotion=to_ekman(dialogue.emotion), reasoning=""), "oracle: gold emotion"

@@ -33,7 +33,7 @@ from distill.pipeline.reflection import OutputRejected, choose_final, parse_outp
 from distill.pipeline.reuse import StoredStages
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
-from distill.roles.roles import ROLES, RoleInput, RoleSpec, build_role_input, prompt_version
+from distill.roles.roles import RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.roles.schemas import GRAOutput
 from distill.version import __version__
 
@@ -75,12 +75,14 @@ class Pipeline:
                 f"typical_p ({', '.join(typical)}): the {backend.name} backend cannot sample it; the local one can"
             )
         self.stages = config.stages()
-        self.labels = LabelDecoding(config.label_decoding, backend, config.prompt_style, self.stages, config.direct)
+        self.roles = config.roles  # this pipeline's own: another config in the process has its own
+        specs = [self.roles[role] for role in self.stages]
+        self.labels = LabelDecoding(config.label_decoding, backend, config.prompt_style, specs, config.direct)
         self.config = config
         self.backend = backend
         self.index = index  # data_prep.retrieval.ExemplarIndex, or None for no exemplars
         self._teacher = config.prompt_style == "teacher"
-        self.oracle = Oracle(config.oracle, config.oracle_traces)
+        self.oracle = Oracle(config.oracle, config.oracle_traces, self.roles)
         self.reused = StoredStages(config.reuse_from, tuple(config.reuse)) if config.reuse else None
 
     # --- public API ------------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class Pipeline:
             active = [r for r in runs if iteration not in r.broken and role not in r.iterations[iteration]]
             if not active:
                 continue
-            spec = ROLES[role]
+            spec = self.roles[role]
             if self.oracle.covers(role):
                 self._fill_from_oracle(role, active, iteration)
                 continue
@@ -216,7 +218,7 @@ class Pipeline:
             if step.parsed is None:
                 r.broken.add(0)
             else:  # parsed again as this pipeline parses an answer, so later stages read the same object
-                r.iterations[0][role] = parse_output(ROLES[role], step.raw, self.stages, self.config.prompt_style)
+                r.iterations[0][role] = parse_output(self.roles[role], step.raw, self.stages, self.config.prompt_style)
             r.trace.steps.append(step)
 
     def _role_input(self, spec: RoleSpec, r: _DialogueRun, iteration: int) -> RoleInput:
@@ -351,7 +353,7 @@ class Pipeline:
 
     def _reflect(self, runs: list[_DialogueRun], progress: bool) -> None:
         """Audit, rerun from the earliest faulted stage, repeat: at most `max_refinements` reruns."""
-        gra = ROLES["gra"]
+        gra = self.roles["gra"]
         for iteration in range(self.config.max_refinements + 1):
             audited = [r for r in runs if iteration < len(r.iterations) and iteration not in r.broken]
             if not audited:

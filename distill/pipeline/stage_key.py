@@ -19,7 +19,10 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from distill.roles.roles import RoleSpec
 
 KEY_FILE = "stage-key.json"
 # Files a folder's content fingerprint leaves out: its own key, and what a reader of the stage never reads.
@@ -162,11 +165,10 @@ def model_fingerprint(backend: Mapping[str, Any]) -> dict[str, Optional[str]]:
     return {"model": name, "weights": content_fingerprint(source, _WEIGHTS), "dtype": dtype}
 
 
-def prompt_fingerprint(style: str, roles: Optional[Sequence[str]] = None) -> str:
+def prompt_fingerprint(style: str, roles: Optional[Sequence[RoleSpec]] = None) -> str:
     """The hash of what the `style` renderer of each of `roles` (default: every built-in role) writes for one fixed
     input (a dialogue, an answer from each upstream role, an exemplar): prompt text edited without a
-    `PROMPT_VERSION` bump changes it. Only the roles named: which declared pipelines a process happens to have
-    registered must not change another stage's key."""
+    `PROMPT_VERSION` bump changes it. Only the roles given: another pipeline's roles must not change a stage's key."""
     from data_prep.dialogues import Dialogue, Turn
     from data_prep.retrieval import Exemplar
     from distill.roles.roles import ROLES, RoleInput, prompt_version
@@ -184,11 +186,10 @@ def prompt_fingerprint(style: str, roles: Optional[Sequence[str]] = None) -> str
         search="precise",
     )  # fmt: skip
     rendered: dict[str, Any] = {"version": prompt_version(style)}
-    for name in roles if roles is not None else [n for n, spec in ROLES.items() if spec.pipeline is None]:
-        spec = ROLES[name]
-        upstream = {r: _probe_answer(ROLES[r].schema) for r in spec.inputs if r in ROLES}
+    for spec in roles if roles is not None else ROLES.values():
+        upstream = {r: _probe_answer(spec.input_spec(r).schema) for r in spec.inputs}
         inp = RoleInput(dialogue=dialogue, upstream=upstream, exemplars=[exemplar] if spec.uses_exemplars else None)
-        rendered[name] = spec.render(inp, style)
+        rendered[spec.name] = spec.render(inp, style)
     return digest(rendered)
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field, computed_field
 
 from data_prep.dialogues import Dialogue
+from distill.roles.declared import stored_roles
+from distill.roles.roles import ROLES, RoleSpec
 
 
 class Step(BaseModel):
@@ -70,9 +73,22 @@ class Trace(BaseModel):
         return replies[-1] if replies else None
 
     @property
+    def roles(self) -> Mapping[str, RoleSpec]:
+        """The roles of the pipeline that made this trace (the declared one its config carries), read-only."""
+        return stored_roles(self.config)
+
+    @property
     def emotion(self) -> Optional[str]:
         """The emotion the ASI stage answered (as it answered it: not checked against the label set)."""
         return (self.outputs.get("asi") or {}).get("emotion")
+
+
+def roles_of(traces: Iterable[Trace]) -> dict[str, RoleSpec]:
+    """The roles of the pipelines that made `traces` (one run has one): the built-in roles and each declared one's."""
+    merged = dict(ROLES)
+    for roles in {id(roles): roles for roles in (t.roles for t in traces)}.values():
+        merged.update(roles)
+    return merged
 
 
 def trace_key(dialogue: Dialogue, config: dict[str, Any], backend: str, model: str, prompt_version: str) -> str:

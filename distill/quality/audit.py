@@ -6,7 +6,6 @@ runs the reply checks on bare replies (a system that wrote no trace, or the huma
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
@@ -14,7 +13,7 @@ from tqdm.auto import tqdm
 
 from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import ungrounded_triggers
-from distill.pipeline.trace import Step, Trace
+from distill.pipeline.trace import Step, Trace, roles_of
 from distill.quality.checks import (
     CHECKS,
     echo,
@@ -36,14 +35,16 @@ _REASONING = "reasoning"
 
 def checked_roles(trace: Trace) -> tuple[str, ...]:
     """The built-in roles the checks read, then the trace's declared ones (distill.roles.declared): `loop` reads
-    every text field of a declared role, and the reply checks read a declared reply (its `response` field)."""
-    declared = tuple(r for r in trace.outputs if r in ROLES and ROLES[r].pipeline is not None)
+    every text field of a declared role, and the reply checks read a declared reply (its `response` field). A
+    declaration this version cannot read leaves its roles unchecked."""
+    roles = trace.roles
+    declared = tuple(r for r in trace.outputs if r in roles and roles[r].pipeline is not None)
     return CHECKED_ROLES + declared
 
 
 def _reply_role(trace: Trace) -> str:
     """The role whose answer is the trace's reply (`Trace.response`)."""
-    return "ers" if "ers" in trace.outputs else [r for r in checked_roles(trace) if is_reply_role(r)][-1]
+    return "ers" if "ers" in trace.outputs else [r for r in checked_roles(trace) if is_reply_role(r, trace.roles)][-1]
 
 
 def check_traces(
@@ -54,8 +55,7 @@ def check_traces(
     `progress` None shows a bar for runs of more than 200 traces.
     """
     t = thresholds or QualityThresholds()
-    report = QualityReport(thresholds=t, traces=len(traces))
-    register_declared(traces)
+    report = QualityReport(thresholds=t, traces=len(traces), roles=roles_of(traces))
     show = len(traces) > 200 if progress is None else progress
     for trace in tqdm(traces, desc="quality checks", unit="trace", disable=not show, leave=False):
         for role in checked_roles(trace):
@@ -65,27 +65,6 @@ def check_traces(
     replied = [tr for tr in traces if isinstance(tr.response, str)]
     report.findings += _near_duplicates(replied, [tr.response for tr in replied], t)
     return report
-
-
-def register_declared(traces: Sequence[Trace]) -> None:
-    """Register the declared pipelines the traces ran (their config's `pipeline`): a process that did not run them
-    (`distill inspect`) has none of their roles in the registry, and the checks read registered roles only. A
-    declaration this version cannot read leaves its roles unchecked, as before."""
-    from pydantic import ValidationError
-
-    from distill.roles.declared import DeclaredPipeline, register
-
-    seen: set[str] = set()
-    for trace in traces:
-        declared = trace.config.get("pipeline")
-        text = json.dumps(declared, sort_keys=True, default=str)
-        if not isinstance(declared, dict) or text in seen:
-            continue
-        seen.add(text)
-        try:
-            register(DeclaredPipeline.model_validate(declared))
-        except ValidationError:
-            continue
 
 
 def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
@@ -98,6 +77,7 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
 
     d = trace.dialogue
     seeker = [turn.text for turn in d.turns if turn.speaker == "seeker"]
+    roles = trace.roles
     for role in checked_roles(trace):
         out = trace.outputs.get(role)
         if not isinstance(out, dict):
@@ -117,10 +97,10 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
         if role == "cae":
             for span in _ungrounded(out, d, t):
                 note(role, "ungrounded_trigger", "triggers", f"not a span of the seeker's turns: {span!r}", span)
-        if is_reply_role(role):  # filed under the reply: what a student would learn from a prompt holding it
+        if is_reply_role(role, roles):  # filed under the reply: what a student would learn from a prompt holding it
             reason = leaked_reference(d.gold_response, [turn.text for turn in d.turns])
             note(role, "leaked_reference", "response", reason, d.gold_response or "")
-        if is_reply_role(role) and isinstance(out.get("response"), str):
+        if is_reply_role(role, roles) and isinstance(out.get("response"), str):
             reply = out["response"]
             note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t), reply)
             note(role, "non_reply", "response", non_reply(reply, t), reply)

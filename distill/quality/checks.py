@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
@@ -22,7 +22,7 @@ from typing import Optional
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, STRATEGIES
 from distill.quality.thresholds import QualityThresholds
 from distill.roles.declared import REPLY_FIELD
-from distill.roles.roles import ROLES
+from distill.roles.roles import ROLES, RoleSpec
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case identifier reads as its parts
 _IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
@@ -140,19 +140,21 @@ _DECLARED_CHECKS = ("loop",)
 _DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked_reference")
 
 
-def is_reply_role(role: str) -> bool:
-    """Does the role write the reply: ers, or a declared role with a `response` answer field."""
-    spec = ROLES.get(role)
+def is_reply_role(role: str, roles: Mapping[str, RoleSpec] = ROLES) -> bool:
+    """Does the role write the reply: ers, or a declared role (of `roles`, its pipeline's) with a `response` answer
+    field."""
+    spec = roles.get(role)
     return role == "ers" or (spec is not None and spec.pipeline is not None and REPLY_FIELD in spec.schema.model_fields)
 
 
-def role_checks(role: str) -> tuple[str, ...]:
+def role_checks(role: str, roles: Mapping[str, RoleSpec] = ROLES) -> tuple[str, ...]:
     """The checks a role's outputs are counted under, in report order: a built-in role's are those naming it, a
-    declared role's those audit runs on it (a report lists every check a role was read by, at 0 where none fired)."""
-    spec = ROLES.get(role)
+    declared role's (of `roles`, its pipeline's) those audit runs on it (a report lists every check a role was read
+    by, at 0 where none fired)."""
+    spec = roles.get(role)
     if spec is None or spec.pipeline is None:
         return tuple(name for name, c in CHECKS.items() if role in c.roles)
-    declared = _DECLARED_REPLY_CHECKS if is_reply_role(role) else _DECLARED_CHECKS
+    declared = _DECLARED_REPLY_CHECKS if is_reply_role(role, roles) else _DECLARED_CHECKS
     return tuple(name for name in CHECKS if name in declared)
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from distill.quality.checks import CHECKS, role_checks
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.roles import ROLES, RoleSpec
 from distill.version import __version__
 
 QUALITY_FILE = "quality.json"
@@ -47,6 +49,8 @@ class QualityReport:
     traces: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # role -> outputs checked
     findings: list[Finding] = field(default_factory=list)
+    # the checked traces' roles (their pipelines'): which checks read each
+    roles: Mapping[str, RoleSpec] = field(default_factory=lambda: ROLES)
 
     def failing(self) -> dict[tuple[str, str], set[str]]:
         """(trace key, role) -> the checks that role's output failed: what a dataset builder filters on."""
@@ -60,7 +64,9 @@ class QualityReport:
         seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for f in self.findings:
             seen[f.role][f.check].add(f.key)
-        return {role: {check: len(seen[role][check]) for check in role_checks(role)} for role in self.checked}
+        return {
+            role: {check: len(seen[role][check]) for check in role_checks(role, self.roles)} for role in self.checked
+        }
 
     def rates(self) -> dict[str, dict[str, float]]:
         """role -> check -> share of that role's checked outputs that failed it."""

@@ -6,10 +6,11 @@ teacher's task, the sentence later agents hear about it, and how many of the dia
 `declared_roles` turns it into real `RoleSpec`s, with pydantic answer schemas made by `create_model`, so
 the same `Pipeline`, backends (constrained JSON included), datasets and training run them as TRACE's roles.
 
-A pipeline config that names a declaration (`PipelineConfig.pipeline`) registers its roles into the one
-registry, `distill.roles.roles.ROLES`, and runs them in the declaration's stage order (its inputs sorted
-topologically, ties in the order written); TRACE's built-in roles then do not run. The declaration travels
-inside every trace's config, so a trace run can be read (datasets, train, eval) without the YAML file.
+A pipeline config that names a declaration (`PipelineConfig.pipeline`) runs its roles in the declaration's stage
+order (its inputs sorted topologically, ties in the order written); TRACE's built-in roles then do not run. The
+roles live on the declaration's value (`DeclaredPipeline.specs`, `pipeline_roles`), never in a shared registry, so
+two pipelines that declare the same role names run side by side. The declaration travels inside every trace's
+config, so a trace run can be read (datasets, train, eval) without the YAML file (`stored_roles`).
 
 Two rules tie a declared role to the rest of the toolkit: an answer field named `response` is the pipeline's
 reply (`Trace.response`, the reply quality checks), and the student renderer is the generic compact one.
@@ -17,10 +18,13 @@ reply (`Trace.response`, the reply quality checks), and the student renderer is 
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (
@@ -146,7 +150,7 @@ class DeclaredPipeline(_Strict):
         if dupes := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"role(s) {', '.join(dupes)} declared twice")
         for role in self.roles:
-            if role.name in ROLES and ROLES[role.name].pipeline is None:
+            if role.name in ROLES:
                 raise ValueError(f"role '{role.name}' is a built-in role's name; give the declared role another")
             if unknown := [i for i in role.inputs if i not in names]:
                 raise ValueError(f"role '{role.name}': inputs name unknown role(s) {', '.join(unknown)}")
@@ -174,6 +178,10 @@ class DeclaredPipeline(_Strict):
 
     def role(self, name: str) -> DeclaredRole:
         return next(r for r in self.roles if r.name == name)
+
+    def specs(self) -> tuple[RoleSpec, ...]:
+        """The roles as `RoleSpec`s, in stage order; equal declarations share them (one schema class per answer)."""
+        return _specs(self.model_dump_json())
 
 
 def _cycle(inputs: dict[str, set[str]], placed: list[str]) -> list[str]:
@@ -236,7 +244,7 @@ def _extended(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     return {**base, **variant, "roles": list(roles.values())}
 
 
-# --- declaration -> RoleSpecs in the registry -----------------------------------------------------
+# --- declaration -> RoleSpecs ---------------------------------------------------------------------
 
 
 def _answer_schema(pipeline: DeclaredPipeline, role: DeclaredRole, fields: list[str], suffix: str) -> type[BaseModel]:
@@ -252,7 +260,7 @@ def _answer_schema(pipeline: DeclaredPipeline, role: DeclaredRole, fields: list[
     return create_model(title, __base__=_Strict, **columns)
 
 
-def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole) -> RoleSpec:
+def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole, built: Mapping[str, RoleSpec]) -> RoleSpec:
     schema = _answer_schema(pipeline, role, list(role.answer), "answer")
     student = None
     if role.student_answer and role.student_answer != list(role.answer):  # fewer fields, or another order
@@ -269,6 +277,7 @@ def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole) -> RoleSpec:
         pipeline=pipeline.name,
         brief=role.brief,
         context_turns=role.context_turns,
+        input_specs=tuple(built[name] for name in role.inputs),
     )
 
 
@@ -276,15 +285,40 @@ def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole) -> RoleSpec:
 def _specs(declaration_json: str) -> tuple[RoleSpec, ...]:
     # keyed on the declaration's JSON: every trace of a run carries it, and reading a run validates each one
     pipeline = DeclaredPipeline.model_validate_json(declaration_json)
-    return tuple(_role_spec(pipeline, pipeline.role(name)) for name in pipeline.stage_order())
+    built: dict[str, RoleSpec] = {}
+    for name in pipeline.stage_order():  # inputs first, so each role holds its inputs' specs
+        built[name] = _role_spec(pipeline, pipeline.role(name), built)
+    return tuple(built.values())
 
 
-def register(pipeline: DeclaredPipeline) -> tuple[RoleSpec, ...]:
-    """Put the declaration's roles into the registry (replacing an earlier declaration of the same names)."""
-    specs = _specs(pipeline.model_dump_json())
-    for spec in specs:
-        ROLES[spec.name] = spec
-    return specs
+@lru_cache(maxsize=16)
+def _roles(declaration_json: str) -> Mapping[str, RoleSpec]:
+    return MappingProxyType({**ROLES, **{spec.name: spec for spec in _specs(declaration_json)}})
+
+
+def pipeline_roles(pipeline: Optional[DeclaredPipeline]) -> Mapping[str, RoleSpec]:
+    """Every role a run of `pipeline` can name, read-only: the built-in roles and the declaration's own (its names
+    differ from theirs); the built-in ones alone for None."""
+    return ROLES if pipeline is None else _roles(pipeline.model_dump_json())
+
+
+def stored_roles(config: Mapping[str, Any]) -> Mapping[str, RoleSpec]:
+    """`pipeline_roles` of a run from its stored pipeline config (a trace's `config`, a dataset's build record): the
+    declaration it carries, read again. A declaration this version cannot read gives the built-in roles alone, as a
+    process that never ran it had before."""
+    declared = config.get("pipeline")
+    if not isinstance(declared, dict):
+        return ROLES
+    return _stored_roles(json.dumps(declared, default=str))  # keys in their order: an answer's fields are ordered
+
+
+@lru_cache(maxsize=16)
+def _stored_roles(declared_json: str) -> Mapping[str, RoleSpec]:
+    try:
+        pipeline = DeclaredPipeline.model_validate_json(declared_json)
+    except ValidationError:
+        return ROLES
+    return pipeline_roles(pipeline)
 
 
 def label_set(spec: RoleSpec, field: str) -> Optional[tuple[str, ...]]:

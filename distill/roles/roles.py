@@ -1,9 +1,11 @@
-"""The role registry: the single definition of every agent in the pipeline.
+"""The roles: the single definition of every agent in a pipeline.
 
 Each `RoleSpec` says what a role returns (its pydantic schema), what it reads (upstream roles),
 how it is prompted (a full teacher renderer and a compact student renderer) and how it decodes.
-The pipeline, the SFT dataset builder, training and eval learn everything about a role from here,
-so the prompt a student is trained on is byte-for-byte the prompt it sees at inference.
+The pipeline, the SFT dataset builder, training and eval learn everything about a role from its spec,
+so the prompt a student is trained on is byte-for-byte the prompt it sees at inference. `ROLES` holds the
+built-in (TRACE, MERG, EmoStage) roles, read-only; a declared pipeline's specs live on its own value
+(distill.roles.declared), so two pipelines can share a process.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel
@@ -71,6 +74,14 @@ class RoleSpec:
     pipeline: Optional[str] = None
     brief: str = ""
     context_turns: Optional[int] = None
+    # A declared role's upstream roles, from its own pipeline (a built-in role's are built-in): a prompt reads their
+    # titles and briefs, and an upstream answer their schemas, from the pipeline the role belongs to.
+    input_specs: tuple[RoleSpec, ...] = field(default=(), compare=False, repr=False)
+
+    def input_spec(self, name: str) -> RoleSpec:
+        """The spec of `name`, one of this role's inputs."""
+        found = next((spec for spec in self.input_specs if spec.name == name), None)
+        return found if found is not None else ROLES[name]
 
     def render(self, inp: RoleInput, style: PromptStyle) -> Messages:
         return render_teacher(self, inp) if style == "teacher" else render_student(self, inp)
@@ -119,7 +130,7 @@ def build_role_input(
     for name in spec.inputs:
         out = outputs.get(name)
         if out is not None:
-            upstream[name] = out if isinstance(out, BaseModel) else ROLES[name].schema.model_validate(out)
+            upstream[name] = out if isinstance(out, BaseModel) else spec.input_spec(name).schema.model_validate(out)
     return RoleInput(dialogue=dialogue, upstream=upstream, **extra)
 
 
@@ -177,17 +188,18 @@ def _briefing(spec: RoleSpec, inp: RoleInput) -> str:
     ran = [name for name in spec.inputs if name in inp.upstream]
     if not ran:
         return ""
-    lines = [f"- the {ROLES[name].title} {ROLES[name].brief or teacher_prompts.BRIEFS[name]}." for name in ran]
+    upstream = [spec.input_spec(name) for name in ran]
+    lines = [f"- the {up.title} {up.brief or teacher_prompts.BRIEFS[up.name]}." for up in upstream]
     return "Earlier agents in this team:\n" + "\n".join(lines)
 
 
-def _case_file(inp: RoleInput, wanted: tuple[str, ...]) -> list[str]:
+def _case_file(spec: RoleSpec, inp: RoleInput) -> list[str]:
     """The earlier agents' decisions, grouped under each agent's title."""
     blocks = []
-    for name in wanted:
+    for name in spec.inputs:
         lines = _upstream_lines(inp, (name,))
         if lines:
-            blocks.append(f"From the {ROLES[name].title}:\n" + "\n".join(f"- {line}" for line in lines))
+            blocks.append(f"From the {spec.input_spec(name).title}:\n" + "\n".join(f"- {line}" for line in lines))
     return blocks
 
 
@@ -203,7 +215,7 @@ def render_teacher(spec: RoleSpec, inp: RoleInput) -> Messages:
     briefing = _briefing(spec, inp)
     if briefing:
         parts.insert(0, briefing)
-        parts += _case_file(inp, spec.inputs)
+        parts += _case_file(spec, inp)
     if spec.uses_exemplars and inp.exemplars:
         parts.append(_exemplar_block(inp.exemplars))
     if inp.gold_emotion:
@@ -233,13 +245,13 @@ def render_student(spec: RoleSpec, inp: RoleInput) -> Messages:
     return [{"role": "system", "content": f"[{spec.name}]"}, {"role": "user", "content": "\n".join(parts)}]
 
 
-# --- the registry ------------------------------------------------------------------------------
+# --- the built-in roles ------------------------------------------------------------------------
 # Order is stage order. A new role is a schema plus one entry here: stages, config switches and CLI flags
-# derive from it.
+# derive from it. Read-only: a declared pipeline's roles live on its own value (distill.roles.declared), never here.
 
 _ALL_BEFORE_ERS = ("asi", "cae", "caef", "perspective", "phase", "srp", "plan")
 
-ROLES: dict[str, RoleSpec] = {
+ROLES: Mapping[str, RoleSpec] = MappingProxyType({
     spec.name: spec
     for spec in (
         RoleSpec(
@@ -290,6 +302,6 @@ ROLES: dict[str, RoleSpec] = {
             switch_help="MERG global reflection agent and refinement loop",
         ),
     )
-}  # fmt: skip
+})  # fmt: skip
 STAGE_ORDER: tuple[str, ...] = tuple(name for name, spec in ROLES.items() if spec.stage)
 CORE_ROLES: tuple[str, ...] = ("asi", "cae", "srp", "ers")  # TRACE's four: the quickstart's and train's default

@@ -62,17 +62,17 @@ def imported_chain_cost(traces: Sequence[Trace], model: str, encoding: str = "cl
     prompt this toolkit renders for each link (its upstream answers the chain's own) and of the link's answer as
     JSON, counted with the OpenAI encoding, at `model`'s list price. An estimate: the chains' real prompts (ESD-CoT's
     authors') are not stored, and a chain corrected by hand cost more than one call."""
-    from distill.roles.roles import ROLES, RoleInput
+    from distill.roles.roles import RoleInput
     from eval.metrics.diversity import resolve_tokenizer
 
     encode, _ = resolve_tokenizer(encoding, None)
     prompt = completion = 0
     for trace in traces:
-        upstream = {}
+        upstream, roles = {}, trace.roles
         for step in trace.steps:
             if step.parsed is None:
                 continue
-            spec = ROLES[step.role]
+            spec = roles[step.role]
             messages = spec.render(RoleInput(dialogue=trace.dialogue, upstream=dict(upstream)), "teacher")
             prompt += sum(len(encode(m["content"])) + 4 for m in messages)  # + the chat format's few per message
             completion += len(encode(json.dumps(step.parsed, ensure_ascii=False)))

@@ -75,12 +75,13 @@ def system_inputs(system: dict[str, Any], pipeline_config, adapters: Fingerprint
     from distill.roles.roles import prompt_version
 
     style = pipeline_config.prompt_style
+    declared = pipeline_config.pipeline is not None  # its roles' prompts; TRACE's keys hold every built-in role's
     return {
         "config": comparable(system),
         "pipeline settings": pipeline_config.key_dict(),
         "prompt version": prompt_version(style),
         "prompts": prompt_fingerprint(
-            style, pipeline_config.stages() if pipeline_config.pipeline is not None else None
+            style, [pipeline_config.roles[s] for s in pipeline_config.stages()] if declared else None
         ),
         "adapters": adapters,
         "base model": model_fingerprint(system.get("backend") or {}),

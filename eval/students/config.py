@@ -91,11 +91,16 @@ class StudentSpec(_Strict):
     )
 
     @cached_property
-    def roles(self) -> list[str]:
-        """The roles it trains: its pipeline's stages less those its mapping skips."""
+    def pipeline_config(self):
+        """Its pipeline, less the roles its mapping skips (a `distill.pipeline.config.PipelineConfig`)."""
         from distill.pipeline.config import PipelineConfig
 
-        return PipelineConfig(pipeline=self.pipeline, skip=self.skip).stages()
+        return PipelineConfig(pipeline=self.pipeline, skip=self.skip)
+
+    @cached_property
+    def roles(self) -> list[str]:
+        """The roles it trains: its pipeline's stages less those its mapping skips."""
+        return self.pipeline_config.stages()
 
     @cached_property
     def skip(self) -> list[str]:
@@ -108,7 +113,7 @@ class StudentSpec(_Strict):
         """The role of those it trains that writes the pipeline's reply (a `response` answer field)."""
         from distill.quality.checks import is_reply_role
 
-        return next((r for r in self.roles if is_reply_role(r)), None)
+        return next((r for r in self.roles if is_reply_role(r, self.pipeline_config.roles)), None)
 
     def check(self) -> None:
         """The mappings read, name this student's pipeline (or the one it is a variant of), and it has a reply
