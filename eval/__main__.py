@@ -34,7 +34,7 @@ COMMANDS = {
         "then one compare",
     ),
     "records": (
-        "eval.cli_records",
+        "eval.records.cli",
         "write a run's record (docs/records) or render the docs' record blocks from the records",
     ),
 }

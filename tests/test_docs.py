@@ -6,7 +6,7 @@ every relative link of README.md and docs/ (a file, and a heading's anchor in it
 
 A **result figure** is a measured value with its uncertainty: a number followed by a bracketed pair of numbers
 (`0.48 [0.33, 0.60]`, `+0.25 [+0.04, +0.46]`, `72% [65%, 80%]`), or a number with ± (`0.41 ± 0.05`). Figures may
-sit inside a record block (`<!-- record: NAME -->` ... `<!-- /record -->`), which eval/records.py renders from a
+sit inside a record block (`<!-- record: NAME -->` ... `<!-- /record -->`), which eval/records/curve.py renders from a
 run's record and tests/test_records.py checks; superseded runs' hand-typed figures live in docs/history.md.
 """
 

@@ -60,10 +60,10 @@ def test_layout_names_no_file_that_is_gone():
 def test_readme_is_a_users_page():
     text = (REPO / "README.md").read_text(encoding="utf-8")
     lines = text.splitlines()
-    # the README's own text; a record block is rendered from its record (eval/records_blocks.py), not written here
+    # the README's own text; a record block is rendered from its record (eval/records/blocks.py), not written here
     own = RECORD_BLOCK.sub("", text).splitlines()
     assert len(own) < 250, len(own)
-    # a table row rendered from a record (eval/records.py) holds every figure with its interval: it may be longer
+    # a table row rendered from a record (eval/records/curve.py) holds every figure with its interval: it may be longer
     long = [i + 1 for i, line in enumerate(lines) if len(line) > 120 and not line.startswith("| ")]
     assert not long, f"README lines over 120 characters: {long}"
     assert "## Contents" in text

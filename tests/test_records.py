@@ -1,5 +1,5 @@
-"""Results quoted in the docs come from records (eval/records.py): a record is written from a curve run, rendered
-by code into the docs' record blocks (eval/records_blocks.py), and a block that differs from its record's rendering
+"""Results quoted in the docs come from records (eval/records/curve.py): a record is written from a curve run, rendered
+by code into the docs' record blocks (eval/records/blocks.py), and a block that differs from its record's rendering
 fails here."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from eval.curve.target import target_rows
 from eval.paper import load_paper_reference
-from eval.records import RecordError, record_from_curve, rejudged, render_record
-from eval.records_blocks import doc_files, render_blocks, stale_blocks
+from eval.records.blocks import doc_files, render_blocks, stale_blocks
+from eval.records.curve import RecordError, record_from_curve, rejudged, render_record
 
 
 def _stat(value, half=0.05):

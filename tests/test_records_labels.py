@@ -1,4 +1,4 @@
-"""`eval records write --labels JSON [...]`: the record of `benchmarks/label_decoding.py` runs (eval/records_labels.py),
+"""`eval records write --labels JSON [...]`: the record of `benchmarks/label_decoding.py` runs (eval/records/labels.py),
 rendered into a doc's block and its `summary` paragraph. Hand-made runs (two strategy runs with val and test, one
 emotion run) check the exact rows and words; the repository's own benchmarks/label_decoding.json is recorded with
 whatever figures it holds; bad input is one line, exit 2, nothing written."""
@@ -15,7 +15,7 @@ from test_records_students import _rendered as rendered
 
 from eval.__main__ import main as eval_main
 from eval.compare.markdown import interval
-from eval.records_blocks import stale_blocks
+from eval.records.blocks import stale_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 BY = "val macro-F1 (ties: the first of greedy, rank, rank-calibrated)"

@@ -1,4 +1,4 @@
-"""`eval records write --students <out>`: the record of an `eval students` run (eval/records_students.py), rendered
+"""`eval records write --students <out>`: the record of an `eval students` run (eval/records/students.py), rendered
 into a doc's block and its README `summary` line. One real run (the tiny fixture of test_students.py, the random
 2-layer model, BERTScore and relevance on MiniLM) is recorded and rendered, its figures, stop epochs and stages
 checked against the run's own files; a hand-made run folder checks the words, and bad input is one line, exit 2,
@@ -17,8 +17,8 @@ from test_students import students, tiny_config
 
 from eval.__main__ import main as eval_main
 from eval.compare.markdown import interval
-from eval.records_blocks import render_blocks, stale_blocks
-from eval.records_compare import PAIRED_METRICS
+from eval.records.blocks import render_blocks, stale_blocks
+from eval.records.compare import PAIRED_METRICS
 
 MACHINE = "2-core test CPU"
 BLOCKS = "<!-- record: {name} -->\n<!-- /record -->\n\nREADME:\n\n<!-- record: {name} summary -->\n<!-- /record -->\n"
@@ -172,7 +172,7 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
         "(not converged at the cap); joint chain 2 (early)." in summary
     )
     assert "Run on 2-core test CPU (95% CIs; record `docs/records/demo.json`)." in summary
-    from eval.records_students import _stops_in_words
+    from eval.records.students import _stops_in_words
 
     one = {"seed": 1, "roles": {"em": _convergence(2.0, 2.0, 1.0)}}
     capped = [{"name": "a", "seeds": [{**one, "system": "a"}]}, {"name": "b", "seeds": [{**one, "system": "b"}]}]
@@ -261,7 +261,7 @@ def test_a_student_listed_twice_is_one_line_naming_it(tmp_path, what):
 def test_a_variant_is_set_against_the_student_it_varies_and_shows_only_the_roles_it_trained():
     """traces-rank (a decoding of traces' adapters) and traces-first (its own sr): each against direct and against
     traces; the stop table keeps traces-first's sr alone and leaves traces-rank out."""
-    from eval.records_students import _pairs
+    from eval.records.students import _pairs
     from eval.students.report import own_runs
 
     def student(name, varies=None, **roles):

@@ -8,7 +8,7 @@ setting − that student) must hold its whole 95% interval within the guard's al
 the published figures. The falls are read from the paired table, so a fall and its interval are the numbers the
 paired table prints (the sign turned for a rise).
 
-curve.json's `target`, curve.md's target table and a record's verdict (`eval.records`) are all made here.
+curve.json's `target`, curve.md's target table and a record's verdict (`eval.records.curve`) are all made here.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
     (the rendered table)
     <!-- /record -->
 
-`python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records` renders a
-curve run's record, `eval.records_compare` a record of compare reports, `eval.records_students` an `eval students`
-run's, `eval.records_labels` one of `benchmarks/label_decoding.py` runs), and `--check` fails on a block that
+`python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records.curve` renders a
+curve run's record, `eval.records.compare` a record of compare reports, `eval.records.students` an `eval students`
+run's, `eval.records.labels` one of `benchmarks/label_decoding.py` runs), and `--check` fails on a block that
 differs, so no figure is typed by hand where a record exists.
 """
 
@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eval.records import RECORD_FILE_FIELDS, RECORDS, ROOT, RecordError, render_record
-from eval.records_compare import (
+from eval.records.compare import (
     COMPARE_RECORD_FIELDS,
     CompareRecordError,
     RecordFileError,
@@ -27,8 +26,9 @@ from eval.records_compare import (
     render_compare_summary,
     require_fields,
 )
-from eval.records_labels import LABELS_RECORD_FIELDS, render_labels_record, render_labels_summary
-from eval.records_students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
+from eval.records.curve import RECORD_FILE_FIELDS, RECORDS, ROOT, RecordError, render_record
+from eval.records.labels import LABELS_RECORD_FIELDS, render_labels_record, render_labels_summary
+from eval.records.students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
 RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
 # `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or

@@ -1,4 +1,4 @@
-"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records_blocks.py`).
+"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records/blocks.py`).
 
 python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
 python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
@@ -16,17 +16,17 @@ import json
 from pathlib import Path
 
 from data_prep.commands import not_a_directory
-from eval.records import RECORDS, RecordError, git_commit, machine_line, read_curve, record_from_curve
-from eval.records_blocks import RECORD_NAME, doc_files, rendered_docs, stale_blocks
-from eval.records_compare import (
+from eval.records.blocks import RECORD_NAME, doc_files, rendered_docs, stale_blocks
+from eval.records.compare import (
     CompareRecordError,
     RecordFileError,
     read_compare_reports,
     read_stages,
     record_from_compares,
 )
-from eval.records_labels import read_label_runs, record_from_label_runs
-from eval.records_students import read_students_run, record_from_students
+from eval.records.curve import RECORDS, RecordError, git_commit, machine_line, read_curve, record_from_curve
+from eval.records.labels import read_label_runs, record_from_label_runs
+from eval.records.students import read_students_run, record_from_students
 
 # one line, exit 2 (data_prep.commands); OSError: a write the disk refuses, its path in the message
 USER_ERRORS = (RecordError, CompareRecordError, RecordFileError, OSError)

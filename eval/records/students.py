@@ -5,7 +5,7 @@ systems' figures with their 95% CIs, the majority class, the paired differences:
 and the students against each other, at each seed), plus per student, seed and role where its training stopped
 (the epoch, its steps, the epoch it kept and that epoch's validation loss, its seconds) and every stage's seconds,
 peak RSS and whether the run reused it. It renders as a full block (`render_students_record`) and as the README's
-`summary` line (`render_students_summary`); reading, checking and the tables are `eval.records_compare`'s.
+`summary` line (`render_students_summary`); reading, checking and the tables are `eval.records.compare`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.compare.markdown import fmt, wrap_paragraph
-from eval.records_compare import (
+from eval.records.compare import (
     COMPARE_RECORD_FIELDS,
     REPORT,
     REPORT_FIELDS,

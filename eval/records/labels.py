@@ -7,7 +7,7 @@ command, commit, machine), and per split each decoding's accuracy and macro-F1 w
 dialogue (the ranking's apart) and the labels it changed from greedy's; the majority class's and the probe's
 figures; the decoding chosen on val; the label-only oracle when the run measured it. It renders as one table per
 task (`render_labels_record`) and as a paragraph in words (`render_labels_summary`); reading and checking files is
-`eval.records_compare`'s.
+`eval.records.compare`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from distill.pipeline.stage_key import digest
 from eval.compare.markdown import fmt, interval, markdown_table, wrap_paragraph
-from eval.records_compare import CompareRecordError, RecordFileError, read_json_object, record_head, require_fields
+from eval.records.compare import CompareRecordError, RecordFileError, read_json_object, record_head, require_fields
 
 LABEL_RUN = "a `benchmarks/label_decoding.py` output"
 TASKS = ("strategy", "emotion")
@@ -184,7 +184,7 @@ def _source(data: dict[str, Any]) -> str:
 
 def _machine_text(machine: dict[str, Any]) -> str:
     """A run's machine record in the words `eval.records.machine_line` says this machine in."""
-    from eval.records import machine_text
+    from eval.records.curve import machine_text
 
     return machine_text(
         machine.get("cores") or "?", machine.get("cpu") or "unknown CPU", set(machine.get("cpu_flags") or [])

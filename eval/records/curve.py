@@ -3,8 +3,8 @@
 A record (`docs/records/<name>.json`) is the summary of one run: what ran (commit, date, machine, command), its
 test set, and per system the figures with their 95% CIs and what the system learned from whom.
 `python -m eval records write` makes one from an `eval curve` run's curve.json, or from `eval compare` reports
-(`eval.records_compare`, one report per curve point). `render_record` gives the markdown the docs' record blocks
-hold (`eval.records_blocks` places it), its cells formatted by report.md's own functions.
+(`eval.records.compare`, one report per curve point). `render_record` gives the markdown the docs' record blocks
+hold (`eval.records.blocks` places it), its cells formatted by report.md's own functions.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from eval.curve.curve_report import METRICS as PAIRED_METRICS  # the paired figu
 from eval.curve.target import GUARDS, stat_value, target_rows, verdict
 from eval.metrics.diversity import RATIO_KEYS
 from eval.metrics.registry import METRICS, Figure
-from eval.records_compare import read_json_object, render_compare_record, require_fields
+from eval.records.compare import read_json_object, render_compare_record, require_fields
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "docs" / "records"
 RECORD_FIELDS = ("name", "commit", "date", "machine", "command", "test", "systems")
 PAIRED_FIELDS = ("pair", "metric", "diff", "ci_low", "ci_high", "dialogues", "reading")
@@ -170,7 +170,7 @@ def git_commit(where: Path = ROOT) -> str:
 def render_record(record: dict[str, Any], only: Optional[list[str]] = None) -> list[str]:
     """The record as the docs show it: a table of its systems (`only` these, in this order, when given) beside the
     paper's rows, the target's verdict over every system, and the run it came from. A record of compare reports
-    (`kind: compare`) renders as `eval.records_compare` does."""
+    (`kind: compare`) renders as `eval.records.compare` does."""
     if record.get("kind") == "compare":
         return render_compare_record(record)
     missing = [f for f in RECORD_FIELDS if f not in record]

@@ -3,7 +3,7 @@
 The record (`docs/records/<name>.json`, `kind: compare`) keeps, per point, each system's figures with their 95%
 CIs and what it learned from whom (the config's `about`), the paired differences the docs state (first − second
 on the same test dialogues, as each pair was asked: `PAIRS`), and what each stage of the run cost (seconds and
-peak RSS, from the runner's stage records). `eval.records_blocks` renders it into the docs' record blocks like any
+peak RSS, from the runner's stage records). `eval.records.blocks` renders it into the docs' record blocks like any
 record. Every file a record is made or rendered from is read here (`read_json_object`, `require_fields`): this is
 the module the other records modules all import, and a bad file is one line naming it (`RecordFileError`).
 """
@@ -188,7 +188,7 @@ def record_from_compares(
     pairs: tuple[tuple[str, str], ...] = PAIRS,
 ) -> dict[str, Any]:
     """The record of a run's compare reports (point -> report.json), with its stages' costs; `pairs`: the paired
-    differences it states, as "first − second" (the curve's by default; `eval.records_students` asks its own)."""
+    differences it states, as "first − second" (the curve's by default; `eval.records.students` asks its own)."""
     if not reports:
         raise CompareRecordError(f"record '{name}': no compare report given")
     first = next(iter(reports.values()))
