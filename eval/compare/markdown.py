@@ -64,3 +64,30 @@ def wrap_paragraph(paragraph: str) -> list[str]:
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+# the figures an ESD-CoT-style report shows per system (label and reply), in the order its tables give them
+FIGURES = (
+    Figure("strategy acc.", "label_accuracy.accuracy", 3),
+    Figure("EM similarity", "answer_similarity", 3),
+    Figure("BERTScore F", "bertscore.f1", 3),
+    Figure("ROUGE-L", "rouge_l", 3),
+    Figure("BLEU-2", "bleu2", 3),
+    Figure("relevance", "relevance", 3),
+    Figure("Dist-2 / ref.", "human_ratio.dist2", 2),
+    Figure("EAD-2 / ref.", "human_ratio.ead2", 2),
+    Figure("loop", "reply_checks.rates.loop", 3),
+    Figure("non-reply", "reply_checks.rates.non_reply", 3),
+)
+
+
+def stages_lines(stages: list[dict[str, Any]]) -> list[str]:
+    """Each stage's seconds and peak RSS, and whether this run reused it (where the record says)."""
+    if not stages:
+        return []
+    header, reused = ["stage", "seconds", "peak RSS (MiB)"], any("reused" in s for s in stages)
+    rows = [[s["stage"], fmt(s["seconds"], 0), fmt(s["peak_rss_mb"], 0)] for s in stages]
+    if reused:
+        header, rows = [*header, "reused"], [[*r, "yes" if s.get("reused") else "no"] for r, s in zip(rows, stages)]
+    total = sum(s["seconds"] for s in stages)
+    return [*markdown_table(header, rows), "", f"All stages: {total:,.0f} s.", ""]

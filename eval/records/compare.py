@@ -15,22 +15,10 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.markdown import cell, fmt, interval, markdown_table, wrap_paragraph
+from eval.compare.markdown import FIGURES, cell, fmt, interval, markdown_table, stages_lines, wrap_paragraph
 from eval.metrics.registry import Figure
 
 # (header, where in a report's system row); each a statistic with its CI, or a number
-FIGURES = (
-    Figure("strategy acc.", "label_accuracy.accuracy", 3),
-    Figure("EM similarity", "answer_similarity", 3),
-    Figure("BERTScore F", "bertscore.f1", 3),
-    Figure("ROUGE-L", "rouge_l", 3),
-    Figure("BLEU-2", "bleu2", 3),
-    Figure("relevance", "relevance", 3),
-    Figure("Dist-2 / ref.", "human_ratio.dist2", 2),
-    Figure("EAD-2 / ref.", "human_ratio.ead2", 2),
-    Figure("loop", "reply_checks.rates.loop", 3),
-    Figure("non-reply", "reply_checks.rates.non_reply", 3),
-)
 # the pairs the docs answer, as "first − second"; a report holds each pair once, in either order
 PAIRS = (("traces", "direct"), ("joint", "direct"), ("traces", "joint"), ("full-chain", "traces"))
 PAIRED_METRICS = {"bertscore_f1": "BERTScore F", "label_accuracy": "strategy accuracy", "relevance": "relevance"}
@@ -376,18 +364,6 @@ def paired_table(paired: list[dict[str, Any]]) -> list[str]:
             for p in paired]  # fmt: skip
     header = ["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)", "holds at 5% (Holm)"]
     return markdown_table(header, rows)
-
-
-def stages_lines(stages: list[dict[str, Any]]) -> list[str]:
-    """Each stage's seconds and peak RSS, and whether this run reused it (where the record says)."""
-    if not stages:
-        return []
-    header, reused = ["stage", "seconds", "peak RSS (MiB)"], any("reused" in s for s in stages)
-    rows = [[s["stage"], fmt(s["seconds"], 0), fmt(s["peak_rss_mb"], 0)] for s in stages]
-    if reused:
-        header, rows = [*header, "reused"], [[*r, "yes" if s.get("reused") else "no"] for r, s in zip(rows, stages)]
-    total = sum(s["seconds"] for s in stages)
-    return [*markdown_table(header, rows), "", f"All stages: {total:,.0f} s.", ""]
 
 
 def read_stages(folder: Optional[Path]) -> list[dict[str, Any]]:

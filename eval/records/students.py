@@ -14,7 +14,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from eval.compare.markdown import fmt, wrap_paragraph
+from eval.compare.markdown import fmt, stages_lines, wrap_paragraph
 from eval.records.compare import (
     COMPARE_RECORD_FIELDS,
     REPORT,
@@ -28,7 +28,6 @@ from eval.records.compare import (
     record_from_compares,
     require_fields,
     run_line,
-    stages_lines,
     systems_table,
 )
 from eval.students.report import STUDENTS_JSON, epoch_text, own_runs, stop_kind, stopped_table

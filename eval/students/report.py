@@ -2,7 +2,7 @@
 
 Per student and seed: each role's convergence as its adapter's metadata records it (the epoch it stopped at, its
 steps, the epoch it kept and that epoch's validation loss), its rows and training seconds; the seconds and peak
-RSS of every stage; each student's headline figures from the compare (`eval.records.compare.FIGURES`, seconds and
+RSS of every stage; each student's headline figures from the compare (`eval.compare.markdown.FIGURES`, seconds and
 tokens per dialogue) and, with several seeds, their spread (max − min) across the seeds.
 """
 
@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from eval.compare.markdown import fmt, markdown_table
-from eval.records.compare import FIGURES
+from eval.compare.markdown import FIGURES, fmt, markdown_table, stages_lines
 from eval.students.config import StudentsConfig, system_name
 
 STUDENTS_JSON, STUDENTS_MD = "students.json", "students.md"
@@ -89,7 +88,6 @@ def write_students(out: Path, config: StudentsConfig, report_path: Path, ran: di
 
 
 def students_markdown(record: dict[str, Any], report_path: Path) -> str:
-    from eval.records.compare import stages_lines
 
     seeds = ", ".join(map(str, record["seeds"]))
     lines = [f"# Students at convergence: N = {record['n']}, seeds {seeds}", ""]
