@@ -31,7 +31,8 @@ from eval.records_labels import LABELS_RECORD_FIELDS, render_labels_record, rend
 from eval.records_students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
 RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
-# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
+# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (a curve record's: and the
+# paper's rows; a students record's: and the paired rows between them), or
 # `<!-- record: NAME summary -->` for a compare, students or labels record in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
@@ -43,7 +44,7 @@ BLOCK = re.compile(
 # the kinds with a summary
 SUMMARIES = {"compare": render_compare_summary, "students": render_students_summary, "labels": render_labels_summary}
 KIND_FIELDS = {"compare": COMPARE_RECORD_FIELDS, "students": STUDENTS_RECORD_FIELDS, "labels": LABELS_RECORD_FIELDS}
-RENDERERS = {"students": render_students_record, "labels": render_labels_record}  # a kind's own full block
+RENDERERS = {"labels": render_labels_record}  # a kind's own full block (a students record's: below, with `systems=`)
 MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 CLOSER = re.compile(r"^[ \t]*<!-- /record -->", re.M)  # a closing line, which must end a block
 
@@ -85,13 +86,16 @@ def _render_block(match: re.Match, folder: Path) -> list[str]:
         )
     if match["summary"]:  # its figures in one paragraph (the README's line)
         return summary(record)
-    if match["systems"] and summary:
+    only = match["systems"].split(",") if match["systems"] else None
+    if only and summary and record["kind"] != "students":
         raise RecordError(
             f"record '{match['name']}' is a {record['kind']} record: it renders every system, not `systems=`"
         )
+    if record.get("kind") == "students":  # `systems=`: those systems and their paired rows
+        return render_students_record(record, only)
     if record.get("kind") in RENDERERS:
         return RENDERERS[record["kind"]](record)
-    return render_record(record, match["systems"].split(",") if match["systems"] else None)
+    return render_record(record, only)
 
 
 def _check_markers(text: str, blocks: list[re.Match], where: str) -> None:
