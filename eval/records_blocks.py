@@ -7,7 +7,8 @@
 `python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records` renders a
 curve run's record, `eval.records_compare` a record of compare reports, `eval.records_students` an `eval students`
 run's, `eval.records_labels` one of `benchmarks/label_decoding.py` runs), and `--check` fails on a block that
-differs, so no figure is typed by hand where a record exists.
+differs, so no figure is typed by hand where a record exists. A figure in a paragraph is an inline token of
+`eval.records_inline`, rendered and checked with the blocks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from eval.records_compare import (
     render_compare_summary,
     require_fields,
 )
+from eval.records_inline import render_inline, stale_figures
 from eval.records_labels import LABELS_RECORD_FIELDS, render_labels_record, render_labels_summary
 from eval.records_students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
@@ -125,17 +127,24 @@ def doc_files(root: Path = ROOT) -> list[Path]:
 
 
 def rendered_docs(files: Iterable[Path], folder: Path = RECORDS) -> dict[Path, tuple[str, str]]:
-    """Each file's text and its text with every block rendered: all of them, before anything is written."""
+    """Each file's text and its text with every block and inline figure rendered: all of them, before anything is
+    written."""
     texts = {path: read_utf8(path, "a UTF-8 doc") for path in files}
-    return {path: (text, render_blocks(text, folder, str(path))) for path, text in texts.items()}
+    return {path: (text, render_inline(render_blocks(text, folder, str(path)), folder, str(path)))
+            for path, text in texts.items()}  # fmt: skip
 
 
 def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
-    """Each file whose record blocks differ from their records' rendering, with the first differing line."""
+    """Each file whose record blocks differ from their records' rendering, with the first differing line, and each
+    inline figure that differs from its source."""
     stale = []
     for path, (text, rendered) in rendered_docs(files, folder).items():
-        if rendered != text:
-            old, new = text.splitlines(), rendered.splitlines()
+        if rendered == text:
+            continue
+        stale += stale_figures(text, folder, str(path))
+        blocks = render_blocks(text, folder, str(path))
+        if blocks != text:
+            old, new = text.splitlines(), blocks.splitlines()
             line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
             stale.append(f"{path}:{line + 1}: differs from its record (`python -m eval records render` rewrites it)")
     return stale
