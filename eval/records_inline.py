@@ -135,7 +135,10 @@ def _shown(node: Any, spec: Optional[str]) -> str:
     """A statistic as its interval, a [low, high] pair as one, a number as the tables print it or by `spec`."""
 
     def number(v: Any) -> str:
-        return format(v, spec) if spec else fmt(v)
+        try:
+            return format(v, spec) if spec else fmt(v)
+        except ValueError:
+            raise RecordError(f"`{spec}` is no format spec for {v!r} (e.g. `.3f`, `,.0f`, `.1%`)") from None
 
     if isinstance(node, dict) and "ci_low" in node and ("value" in node or "diff" in node):
         value, low, high = node.get("value", node.get("diff")), node["ci_low"], node["ci_high"]

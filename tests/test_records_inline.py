@@ -92,6 +92,7 @@ def test_a_stale_figure_is_one_line_naming_its_file_line_and_token(folders, tmp_
         ("points.0.systemz", "no `systemz` (there: point, systems, paired)"),
         ("points.0.systems", "not a figure: list"),
         ("points.3.point", "index 3 of a list of 1"),
+        ("stages[compare].seconds d", "`d` is no format spec for 1414.76 (e.g. `.3f`, `,.0f`, `.1%`)"),
         (
             "points.0.systems[direct",
             "`points.0.systems[direct` is not a path (keys, indexes and `[selectors]` joined by dots)",
