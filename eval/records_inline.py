@@ -140,8 +140,10 @@ def _shown(node: Any, spec: Optional[str]) -> str:
         except ValueError:
             raise RecordError(f"`{spec}` is no format spec for {v!r} (e.g. `.3f`, `,.0f`, `.1%`)") from None
 
-    if isinstance(node, dict) and "ci_low" in node and ("value" in node or "diff" in node):
+    if isinstance(node, dict) and {"ci_low", "ci_high"} <= node.keys() and ("value" in node or "diff" in node):
         value, low, high = node.get("value", node.get("diff")), node["ci_low"], node["ci_high"]
+        if not all(map(_is_number, (value, low, high))):
+            raise RecordError("not a figure: a statistic without its value or interval")
         return f"{number(value)} [{number(low)}, {number(high)}]" if spec else interval(value, low, high)
     if isinstance(node, list) and len(node) == 2 and all(_is_number(v) for v in node):
         return f"[{number(node[0])}, {number(node[1])}]" if spec else interval(node[0], *node).split(" ", 1)[1]
