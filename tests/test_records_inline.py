@@ -17,14 +17,14 @@ def _paired(metric: str, diff: float, low: float, high: float) -> dict:
     return {"pair": ["traces", "direct"], "metric": metric, "diff": diff, "ci_low": low, "ci_high": high}
 
 
-def _stat(value: float, low: float, high: float) -> dict:
+def _stat(value: float | None, low: float, high: float) -> dict:
     return {"value": value, "ci_low": low, "ci_high": high}
 
 
 RECORD = {
     "name": "demo",
     "points": [{"point": "200", "systems": [
-        {"name": "traces", "figures": {"bertscore.f1": _stat(0.3391, 0.3281, 0.3502)}},
+        {"name": "traces", "figures": {"bertscore.f1": _stat(0.3391, 0.3281, 0.3502), "relevance": _stat(None, 0, 0)}},
         {"name": "direct", "figures": {"bertscore.f1": _stat(0.3652, 0.3549, 0.3762)}}],
         "paired": [_paired("bertscore_f1", -0.0266, -0.0398, -0.014), _paired("relevance", -0.0281, -0.044, -0.013)]}],
     "stages": [{"stage": "compare", "seconds": 1414.76}],
@@ -92,6 +92,7 @@ def test_a_stale_figure_is_one_line_naming_its_file_line_and_token(folders, tmp_
         ("points.0.systemz", "no `systemz` (there: point, systems, paired)"),
         ("points.0.systems", "not a figure: list"),
         ("points.3.point", "index 3 of a list of 1"),
+        ("points.0.systems[traces].figures.relevance", "not a figure: a statistic without its value or interval"),
         ("stages[compare].seconds d", "`d` is no format spec for 1414.76 (e.g. `.3f`, `,.0f`, `.1%`)"),
         (
             "points.0.systems[direct",
