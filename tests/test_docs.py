@@ -7,7 +7,8 @@ every relative link of README.md and docs/ (a file, and a heading's anchor in it
 A **result figure** is a measured value with its uncertainty: a number followed by a bracketed pair of numbers
 (`0.48 [0.33, 0.60]`, `+0.25 [+0.04, +0.46]`, `72% [65%, 80%]`), or a number with ± (`0.41 ± 0.05`). Figures may
 sit inside a record block (`<!-- record: NAME -->` ... `<!-- /record -->`), which eval/records/curve.py renders from a
-run's record and tests/test_records.py checks; superseded runs' hand-typed figures live in docs/history.md.
+run's record and tests/test_records.py checks, or be an inline figure rendered from one (`<!-- fig: ... -->`);
+superseded runs' hand-typed figures live in docs/history.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ MAX_CELL, MAX_GUIDE_LINES, MAX_PAGE_LINES = 300, 200, 300
 GENERATED = (DOCS / "reference" / "config-files.md", DOCS / "reference" / "commands.md")
 _NUMBER = r"[+\-−]?\d+(?:[.,]\d+)*%?"
 FIGURE = re.compile(rf"{_NUMBER} \[{_NUMBER}, {_NUMBER}\]|{_NUMBER} ?± ?{_NUMBER}")
-RECORD_BLOCK = re.compile(r"<!-- record: .*?<!-- /record -->", re.S)
+# a record block, or an inline figure (eval/records/inline.py): each rendered from its record
+RECORD_BLOCK = re.compile(r"<!-- record: .*?<!-- /record -->|<!-- fig: .*?<!-- /fig -->", re.S)
 # The paper's Table 1 is on TRACE's prepared ED test set of 2,465 conversations; a run on fewer is not like for like.
 PAPER_N = re.compile(r"2,?465")
 LIKE_FOR_LIKE = re.compile(r"like[\s-]+for[\s-]+like", re.I)

@@ -181,8 +181,23 @@ def test_a_hand_made_run_says_who_won_against_direct_the_labels_and_the_stops(tm
     assert _stops_in_words([{"name": "a", "seeds": [{**flat, "system": "a"}]}]) == (
         "Every role stopped at epoch 5 (of at most 5), flat at the cap."
     )
-    with pytest.raises(ValueError, match="renders every system, not `systems=`"):
-        render_blocks("<!-- record: demo systems=traces -->\n<!-- /record -->\n", tmp_path / "rec")
+
+
+def test_systems_renders_those_systems_the_paired_rows_between_them_and_their_stops_in_a_sentence(tmp_path):
+    """`systems=direct,traces`: those two rows in that order, only the rows pairing the two, where their roles
+    stopped in one sentence (not the stopped and stages tables), and the run; a name the record lacks is one line."""
+    _write(_run_folder(tmp_path / "out"), tmp_path / "rec", "demo")
+    block = render_blocks("<!-- record: demo systems=direct,traces -->\n<!-- /record -->\n", tmp_path / "rec")
+    rows = [line.split(" | ")[0] for line in block.splitlines() if line.startswith("| ")]
+    assert rows == ["| system", "| direct", "| traces", "| first − second", "| traces − direct", "| traces − direct"]
+    said = " ".join(block.split())
+    assert "traces em 3 (early), sr 2 (early), re 4 (early); direct reply 5 (not converged at the cap)." in said
+    assert "joint" not in said and "| stage |" not in said and "Where each student stopped" not in said
+    assert "record `docs/records/demo.json`" in said
+    with pytest.raises(ValueError, match=r"doc.md:1: record 'demo' has no system oracle \(it has chatgpt, traces, "):
+        render_blocks("<!-- record: demo systems=traces,oracle -->\n<!-- /record -->\n", tmp_path / "rec", "doc.md")
+    with pytest.raises(ValueError, match="`summary` renders"):
+        render_blocks("<!-- record: demo systems=traces summary -->\n<!-- /record -->\n", tmp_path / "rec")
 
 
 def test_the_declared_primary_comparison_is_said_to_be_tested_alone(tmp_path):

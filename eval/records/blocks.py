@@ -7,7 +7,8 @@
 `python -m eval records render` rewrites each block's body from `docs/records/NAME.json` (`eval.records.curve` renders a
 curve run's record, `eval.records.compare` a record of compare reports, `eval.records.students` an `eval students`
 run's, `eval.records.labels` one of `benchmarks/label_decoding.py` runs), and `--check` fails on a block that
-differs, so no figure is typed by hand where a record exists.
+differs, so no figure is typed by hand where a record exists. A figure in a paragraph is an inline token of
+`eval.records.inline`, rendered and checked with the blocks.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from eval.records.compare import (
     require_fields,
 )
 from eval.records.curve import RECORD_FILE_FIELDS, RECORDS, ROOT, RecordError, render_record
+from eval.records.inline import render_inline, stale_figures
 from eval.records.labels import LABELS_RECORD_FIELDS, render_labels_record, render_labels_summary
 from eval.records.students import STUDENTS_RECORD_FIELDS, render_students_record, render_students_summary
 
 RECORD_NAME = re.compile(r"[a-z0-9_.-]+")  # a record's name, as a block's marker can name it
-# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (and the paper's rows), or
+# `<!-- record: NAME -->`, or `<!-- record: NAME systems=a,b -->` for those systems alone (a curve record's: and the
+# paper's rows; a students record's: and the paired rows between them), or
 # `<!-- record: NAME summary -->` for a compare, students or labels record in one paragraph
 # (a marker line may end in spaces or CRLF; any other `<!-- record:` line is an error, never skipped unchecked)
 BLOCK = re.compile(
@@ -43,7 +46,7 @@ BLOCK = re.compile(
 # the kinds with a summary
 SUMMARIES = {"compare": render_compare_summary, "students": render_students_summary, "labels": render_labels_summary}
 KIND_FIELDS = {"compare": COMPARE_RECORD_FIELDS, "students": STUDENTS_RECORD_FIELDS, "labels": LABELS_RECORD_FIELDS}
-RENDERERS = {"students": render_students_record, "labels": render_labels_record}  # a kind's own full block
+RENDERERS = {"labels": render_labels_record}  # a kind's own full block (a students record's: below, with `systems=`)
 MARKER = re.compile(r"^[ \t]*<!-- record:", re.M)  # a marker line; the docs' prose quotes one inside a line
 CLOSER = re.compile(r"^[ \t]*<!-- /record -->", re.M)  # a closing line, which must end a block
 
@@ -85,13 +88,16 @@ def _render_block(match: re.Match, folder: Path) -> list[str]:
         )
     if match["summary"]:  # its figures in one paragraph (the README's line)
         return summary(record)
-    if match["systems"] and summary:
+    only = match["systems"].split(",") if match["systems"] else None
+    if only and summary and record["kind"] != "students":
         raise RecordError(
             f"record '{match['name']}' is a {record['kind']} record: it renders every system, not `systems=`"
         )
+    if record.get("kind") == "students":  # `systems=`: those systems and their paired rows
+        return render_students_record(record, only)
     if record.get("kind") in RENDERERS:
         return RENDERERS[record["kind"]](record)
-    return render_record(record, match["systems"].split(",") if match["systems"] else None)
+    return render_record(record, only)
 
 
 def _check_markers(text: str, blocks: list[re.Match], where: str) -> None:
@@ -121,17 +127,24 @@ def doc_files(root: Path = ROOT) -> list[Path]:
 
 
 def rendered_docs(files: Iterable[Path], folder: Path = RECORDS) -> dict[Path, tuple[str, str]]:
-    """Each file's text and its text with every block rendered: all of them, before anything is written."""
+    """Each file's text and its text with every block and inline figure rendered: all of them, before anything is
+    written."""
     texts = {path: read_utf8(path, "a UTF-8 doc") for path in files}
-    return {path: (text, render_blocks(text, folder, str(path))) for path, text in texts.items()}
+    return {path: (text, render_inline(render_blocks(text, folder, str(path)), folder, str(path)))
+            for path, text in texts.items()}  # fmt: skip
 
 
 def stale_blocks(files: Iterable[Path], folder: Path = RECORDS) -> list[str]:
-    """Each file whose record blocks differ from their records' rendering, with the first differing line."""
+    """Each file whose record blocks differ from their records' rendering, with the first differing line, and each
+    inline figure that differs from its source."""
     stale = []
     for path, (text, rendered) in rendered_docs(files, folder).items():
-        if rendered != text:
-            old, new = text.splitlines(), rendered.splitlines()
+        if rendered == text:
+            continue
+        stale += stale_figures(text, folder, str(path))
+        blocks = render_blocks(text, folder, str(path))
+        if blocks != text:
+            old, new = text.splitlines(), blocks.splitlines()
             line = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
             stale.append(f"{path}:{line + 1}: differs from its record (`python -m eval records render` rewrites it)")
     return stale

@@ -1,12 +1,13 @@
-"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records/blocks.py`).
+"""`python -m eval records`: write a run's record, or render the docs' record blocks (`eval/records/blocks.py`) and
+inline figures (`eval/records/inline.py`).
 
 python -m eval records write --curve <out>/curve.json --name ed-400-levers --command "<what ran>"
 python -m eval records write --compare 150=<out>/150/compare/report.json [...] --stages <out>/stages \
     --name escot-curve --command "<what ran>"
 python -m eval records write --students <out> --name escot-students --command "<what ran>"
 python -m eval records write --labels benchmarks/label_decoding.json [...] --name label-decoding --command "<what ran>"
-python -m eval records render            # rewrite README.md's and docs/*.md's record blocks
-python -m eval records render --check    # exit 1 when a block differs from its record
+python -m eval records render            # rewrite README.md's and docs/*.md's record blocks and inline figures
+python -m eval records render --check    # exit 1 when a block or an inline figure differs from its record
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     write.add_argument("--commit", default=None, help="the commit the run ran at (default: this checkout's HEAD)")
     write.add_argument("--machine", default=None, help="the machine it ran on (default: this one's CPU)")
     write.add_argument("--out", default=str(RECORDS), help="the records folder")
-    render = sub.add_parser("render", help="rewrite the record blocks of README.md and docs/*.md")
-    render.add_argument("--check", action="store_true", help="change nothing; exit 1 when a block is stale")
+    render = sub.add_parser("render", help="rewrite the record blocks and inline figures of README.md and docs/*.md")
+    render.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 when a block or an inline figure is stale"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return _write(args)
     if args.check:
         stale = stale_blocks(doc_files(), RECORDS)
-        print("\n".join(stale) or "every record block matches its record")
+        print("\n".join(stale) or "every record block and inline figure matches its record")
         return 1 if stale else 0
     for path, (text, rendered) in rendered_docs(doc_files(), RECORDS).items():  # all rendered before any is written
         if rendered != text:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from eval.compare.markdown import fmt, stages_lines, wrap_paragraph
 from eval.records.compare import (
@@ -138,20 +138,40 @@ def _pairs(students: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
 # --- rendering -------------------------------------------------------------------------------------
 
 
-def render_students_record(record: dict[str, Any]) -> list[str]:
-    """The systems' figures and cost, the paired differences, where each role stopped, the stages' costs."""
+def render_students_record(record: dict[str, Any], only: Optional[list[str]] = None) -> list[str]:
+    """The systems' figures and cost, the paired differences, where each role stopped, the stages' costs; with
+    `only` (a block's `systems=`), those systems in that order, the paired rows between two of them, and where
+    their roles stopped in one sentence (the full block has the table and the stages)."""
     point = record["points"][0]
+    if only:
+        point = _only(record, point, only)
     title = (f"**{point['point']} train dialogues, each student trained to early stopping or its epoch cap** "
              f"(majority class {fmt(point['majority_class'], 3)}):")  # fmt: skip
     lines = [title, "", *systems_table(point["systems"]), ""]
     if point["paired"]:
         lines += [*paired_table(point["paired"]), ""]
+    if only:
+        stops = _stops_in_words(record["students"], only)
+        return [*lines, *([*wrap_paragraph(stops), ""] if stops else []), *wrap_paragraph(run_line(record))]
     stopped = (
         "Where each student stopped: each role trained until its validation loss stopped improving (or its last "
         "epoch), keeping its best epoch:"
     )
     lines += [*wrap_paragraph(stopped), "", *stopped_table(record["students"]), ""]
     return [*lines, *stages_lines(record["stages"]), *wrap_paragraph(run_line(record))]
+
+
+def _only(record: dict[str, Any], point: dict[str, Any], only: list[str]) -> dict[str, Any]:
+    """The point with `only` these systems, in this order, and the paired rows between two of them; a name the
+    record does not hold is an error naming the ones it does."""
+    by_name = {s["name"]: s for s in point["systems"]}
+    unknown = [name for name in only if name not in by_name]
+    if unknown:
+        raise CompareRecordError(
+            f"record '{record['name']}' has no system {', '.join(unknown)} (it has {', '.join(by_name)})"
+        )
+    paired = [p for p in point["paired"] if set(p["pair"]) <= set(only)]
+    return {**point, "systems": [by_name[name] for name in only], "paired": paired}
 
 
 def render_students_summary(record: dict[str, Any]) -> list[str]:
@@ -184,10 +204,13 @@ def _against(row: dict[str, Any], baselines: set[str], variants: set[str]) -> bo
     return row["metric"] in (REPLY_METRICS[:1] if others[0] in variants else REPLY_METRICS)
 
 
-def _stops_in_words(students: list[dict[str, Any]]) -> str:
+def _stops_in_words(students: list[dict[str, Any]], only: Optional[list[str]] = None) -> str:
     """`Each role stopped at epoch (of at most 5): traces em 2 (early), sr 2 (early), re 1 (early); ...`, or
-    `Every role stopped at epoch 2 (of at most 2), not converged at the cap.` where they all stopped alike."""
-    runs = own_runs(students)
+    `Every role stopped at epoch 2 (of at most 2), not converged at the cap.` where they all stopped alike (`only`
+    these systems' roles, where given; nothing where none of them trained)."""
+    runs = [s for s in own_runs(students) if only is None or s["system"] in only]
+    if not runs:
+        return ""
     roles = [c for s in runs for c in s["roles"].values()]
     most = sorted({epoch_text(c.get("max_epochs")) for c in roles} - {fmt(None)})
     of = f" (of at most {' or '.join(most)})" if most else ""
