@@ -16,8 +16,8 @@ from test_records import _compare_report, _curve
 
 from eval import reference
 from eval.__main__ import main as eval_main
+from eval.records import cli as cli_records
 from eval.records.blocks import stale_blocks
-from eval.records.curve import cli as cli_records
 from eval.records.curve import record_from_curve
 
 WRITE = ["--command", "bash run.sh", "--commit", "abc1234", "--machine", "test CPU", "--out", "rec"]
