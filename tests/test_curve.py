@@ -1114,8 +1114,9 @@ def _point_config(tmp_path, **fields) -> dict:
     return {"dialogues": str(dialogues), "limit": 2, "ppl": None, "bertscore": None, "systems": systems, **fields}
 
 
-def _report_of(config_dict: dict, path) -> dict:
-    """What `eval compare` stores for `config_dict` (its config, key and adapters), without scoring anything."""
+def _report_of(config_dict: dict, path, root=None) -> dict:
+    """What `eval compare` stores for `config_dict` (its config, key and adapters; its paths placed in the run
+    `root`), without scoring anything."""
     from distill.pipeline.stage_key import stage_key
     from eval.compare.compare import load_index, load_test_dialogues
     from eval.compare.reuse import adapter_fingerprints, json_config, report_inputs
@@ -1124,7 +1125,7 @@ def _report_of(config_dict: dict, path) -> dict:
     config = CompareConfig.model_validate(config_dict)
     test = load_test_dialogues(config, str(path))
     fingerprints = {s.name: fp for s in config.systems if s.backend and (fp := adapter_fingerprints(s.backend))}
-    key = stage_key(report_inputs(config, test, load_index(config, test, str(path))))
+    key = stage_key(report_inputs(config, test, load_index(config, test, str(path)), root))
     return {"config": json_config(config), "stage_key": key, "adapter_fingerprints": fingerprints}
 
 
@@ -1142,6 +1143,7 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
     """A compare killed midway leaves the new compare.yaml beside the old config's report: rerun it."""
     import eval.compare.cli_compare as cli_compare
     from eval.compare.compare import REPORT_JSON, load_config
+    from eval.compare.reuse import run_root
     from eval.curve.curve import COMPARE_DIR, run_compare
 
     def compare(*systems):
@@ -1151,7 +1153,8 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
 
     def fake_run(args):  # what cli_compare.run stores: the validated config of the file it was given, its key
         ran.append(args.config)
-        report = _report_of(load_config(args.config).model_dump(), args.config) | {"systems": {}}
+        root = run_root(args.out)
+        report = _report_of(load_config(args.config).model_dump(), args.config, root) | {"systems": {}}
         (tmp_path / COMPARE_DIR / REPORT_JSON).write_text(json.dumps(report))
         return 0
 

@@ -177,6 +177,33 @@ def kept_the_best_epoch(c: dict, cap: int) -> None:
 
 
 @pytest.mark.slow
+def test_a_rerun_with_out_spelled_relative_or_the_run_moved_reuses_every_stage(tmp_path, tiny_model_dir, capsys):
+    """Keys hold where a path is, not how it was spelled: the run made with an absolute --out, rerun with it
+    relative, then copied elsewhere and rerun there, reuses every stage, the generated systems' replies included
+    (n=3 of 4 rows: the train import reads a file written inside the run)."""
+    import os
+    import shutil
+
+    config, out = tiny_config(tmp_path, tiny_model_dir, student=["traces", "direct"], n=3), tmp_path / "out"
+    assert students(config, out.resolve()) == 0
+    assert (out / "data" / "train-3.json").is_file()
+    made = {p.relative_to(out): p.stat().st_mtime_ns for p in out.glob("eval/**/*.jsonl")}
+    made[Path("eval/report.json")] = (out / "eval" / "report.json").stat().st_mtime_ns
+    assert len(made) == 5, made  # prompted, traces, direct, oracle
+    capsys.readouterr()
+    moved = tmp_path / "elsewhere" / "run"
+    for run, spelled in [(out, Path(os.path.relpath(out))), (moved, moved)]:
+        if run == moved:
+            shutil.copytree(out, moved)  # the times kept: a file rewritten shows
+        assert students(config, spelled) == 0
+        log = capsys.readouterr().out
+        stages = [line for line in log.splitlines() if line.startswith("[stage] ")]
+        assert len(stages) == 10 and all(": reused (" in line for line in stages), log
+        assert "regenerating" not in log and "retraining" not in log, log
+        assert {p: (run / p).stat().st_mtime_ns for p in made} == made, spelled
+
+
+@pytest.mark.slow
 def test_with_no_validation_file_eval_fraction_holds_out_train_conversations(tmp_path, tiny_model_dir, capsys):
     """--eval-fraction instead of a validation file: half the 4 train conversations validate, the rest train. At a
     learning rate of 0 the second epoch's validation loss is the first's, no better: patience 1 stops the role there,

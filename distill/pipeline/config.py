@@ -20,6 +20,8 @@ from data_prep.retrieval import TRACE_TOP_K
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.label_decoding import LabelDecodingMode, check_option
 from distill.pipeline.reflection import FinalSelection
+from distill.pipeline.stage_key import content_fingerprint
+from distill.pipeline.store import TRACES_FILE
 from distill.roles.declared import DeclaredPipeline, load_pipeline, pipeline_roles
 from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER, RoleSpec
 
@@ -253,12 +255,17 @@ class _PipelineSettings(BaseModel):
         """The part of the config that changes outputs, for trace keys.
 
         A field added after trace runs were made enters the key only when it is set, so those runs
-        keep their keys (and resume) as long as they do not use it.
+        keep their keys (and resume) as long as they do not use it. A trace run the pipeline reads answers
+        from (`oracle_traces`, `reuse_from`) enters as its traces' content: where it lies is no input, so a
+        run folder moved or named another way keeps its traces' keys.
         """
         data = self.model_dump()
         for name in KEYED_WHEN_SET:
             if data[name] == type(self).model_fields[name].get_default(call_default_factory=True):
                 del data[name]
+        for name in ("oracle_traces", "reuse_from"):
+            if name in data:
+                data[name] = {"traces": content_fingerprint(Path(data[name]) / TRACES_FILE)}
         if not data["reflection"]:
             data.update(RETIRED_WITHOUT_REFLECTION)
         return data

@@ -4,7 +4,9 @@ key is unchanged.
 
 A key is one short hash per named input (`stage_key`): the resolved options, the content of its input folders
 (`content_fingerprint`), the rendered prompts (`prompt_fingerprint`: a prompt edited without a version bump
-changes it), the base model's weights and the dtype they run in (`model_fingerprint`). Keeping one hash per input
+changes it), the base model's weights and the dtype they run in (`model_fingerprint`), and the paths it names
+where they are, not as spelled (`placed`: inside the run folder relative to it, so a run moved, or named by a
+relative `--out` where it was made with an absolute one, keeps every key). Keeping one hash per input
 lets a rerun say which input changed, in one line (`regenerating <what>: its <input> changed`). The key is stored
 beside the stage's output (`stage-key.json`), written only after the stage finished, so a killed stage is never
 taken for a finished one (a generated system's when it starts: its trace store resumes it per dialogue). A folder
@@ -95,6 +97,45 @@ def stale(
         write_key(folder, inputs)
         return None
     return changed_input(stored, stage_key(inputs), details)
+
+
+# The fields of a config or a run record whose strings name files or folders: a key holds where they are
+# (`located`), never how they were spelled. A mapping under `adapters` names one folder per role.
+PATH_FIELDS = frozenset(
+    ("adapters", "data", "dialogues", "index", "mapping", "model", "model_name_or_path", "oracle_traces",
+     "paper_reference", "pipeline", "reuse_from", "traces")
+)  # fmt: skip
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def located(path: str, root: Optional[Path | str] = None) -> str:
+    """Where `path` is, as a key holds it: resolved, then relative to the run folder `root` when inside it (a run
+    moved or named another way keeps its keys), else to the repository when inside it (a checkout's configs), else
+    absolute. A string that names nothing on disk (a model alias, a shipped table's name) is kept as written."""
+    where = Path(path)
+    if not where.exists():
+        return path
+    where = where.resolve()
+    if root is not None and where.is_relative_to(base := Path(root).resolve()):
+        return "<run>/" + where.relative_to(base).as_posix()
+    return where.relative_to(_REPO).as_posix() if where.is_relative_to(_REPO) else where.as_posix()
+
+
+def placed(value: Any, root: Optional[Path | str] = None) -> Any:
+    """`value` (a config or record as JSON) with the string of every path field (`PATH_FIELDS`) `located`."""
+    if isinstance(value, list):
+        return [placed(v, root) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for name, item in value.items():
+        if name in PATH_FIELDS and isinstance(item, str):
+            out[name] = located(item, root)
+        elif name == "adapters" and isinstance(item, dict):
+            out[name] = {k: located(v, root) if isinstance(v, str) else placed(v, root) for k, v in item.items()}
+        else:
+            out[name] = placed(item, root)
+    return out
 
 
 def regenerating(what: str, why: str) -> None:

@@ -20,7 +20,7 @@ from distill.pipeline.stage_key import stage_key
 from eval.compare.answers import AnswersSpec, answer_fields, check_gold_field
 from eval.compare.cost import cost_and_speed, imported_chain_cost
 from eval.compare.paired import ALPHA, human_gold, in_family, paired_comparisons
-from eval.compare.reuse import report_inputs
+from eval.compare.reuse import report_inputs, run_root
 from eval.compare.run_figures import reflection_figures, reply_rates, retries_per_role, trace_quality
 from eval.compare.systems import (
     CompareConfig,
@@ -280,8 +280,10 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     test = load_test_dialogues(config, config_file)
     index = load_index(config, test, config_file)
     train = load_train_labels(config, test, config_file)
-    key = stage_key(report_inputs(config, test, index))  # what it reads, before it reads it
     runs = collect_systems(config, test, index, config_file, out)
+    # keyed once its generated systems are there: one that copies stages from another (`reuse_from`) is keyed on
+    # what that one wrote, as a rerun finds it
+    key = stage_key(report_inputs(config, test, index, run_root(out)))
     reference = next(r for r in runs if r.name == config.reference_system())
     settings = metric_settings(config)
     loaded = {name: {**s, **METRICS[name].prepare(s)} if METRICS[name].prepare else s for name, s in settings.items()}

@@ -1,7 +1,8 @@
 """The keys of what `eval compare` stores: a generated system's traces (`systems/<name>`) and a report (`report.json`),
 so of the quickstart's eval stage and `eval curve`'s points. The rule itself is `distill.pipeline.stage_key`'s.
 
-A generated system's key holds its config as written (backend and pipeline), the pipeline settings and prompt
+A generated system's key holds its config (backend and pipeline, each path where it is: inside the run, the folder
+holding the compare's `--out`, relative to it, `run_root`), the pipeline settings and prompt
 version its traces are keyed on, the rendered prompts, the base model's weights and resolved dtype, the exemplar
 index, and what its adapters hold (`adapter_fingerprint`: the sha256 of the weights and the fingerprint of the
 dataset they learnt: a path says where an adapter is, not what it is). A report's key holds its config, the test
@@ -25,6 +26,7 @@ from distill.pipeline.stage_key import (
     content_fingerprint,
     digest,
     model_fingerprint,
+    placed,
     prompt_fingerprint,
     regenerating,
     stage_key,
@@ -70,14 +72,23 @@ def index_fingerprint(index) -> Optional[str]:
     return digest([hashlib.sha256(index.vectors.tobytes()).hexdigest(), [vars(e) for e in index.entries]])
 
 
-def system_inputs(system: dict[str, Any], pipeline_config, adapters: Fingerprints, index) -> dict[str, Any]:
-    """Everything a generated system's traces are computed from (`system`: its spec as JSON)."""
+def run_root(out: Path | str) -> Path:
+    """The run a compare writing to `out` belongs to (the folder holding `out`): the paths its keys hold inside it
+    are relative to it, so the run can move (`distill.pipeline.stage_key.placed`)."""
+    return Path(out).resolve().parent
+
+
+def system_inputs(
+    system: dict[str, Any], pipeline_config, adapters: Fingerprints, index, root: Optional[Path] = None
+) -> dict[str, Any]:
+    """Everything a generated system's traces are computed from (`system`: its spec as JSON; `root`: the run its
+    paths are placed in)."""
     from distill.roles.roles import prompt_version
 
     style = pipeline_config.prompt_style
     declared = pipeline_config.pipeline is not None  # its roles' prompts; TRACE's keys hold every built-in role's
     return {
-        "config": comparable(system),
+        "config": placed(comparable(system), root),
         "pipeline settings": pipeline_config.key_dict(),
         "prompt version": prompt_version(style),
         "prompts": prompt_fingerprint(
@@ -90,7 +101,13 @@ def system_inputs(system: dict[str, Any], pipeline_config, adapters: Fingerprint
 
 
 def drop_stale_run(
-    store: TraceStore, name: str, system: dict[str, Any], pipeline_config, adapters: Fingerprints, index
+    store: TraceStore,
+    name: str,
+    system: dict[str, Any],
+    pipeline_config,
+    adapters: Fingerprints,
+    index,
+    root: Optional[Path] = None,
 ) -> dict[str, Any]:
     """Delete the stored run of generated system `name` when an earlier compare made it from other inputs, saying
     why: its traces would otherwise be reused, or resumed, as this system's. Returns the system's inputs, whose
@@ -99,7 +116,7 @@ def drop_stale_run(
 
     from distill.roles.roles import prompt_version
 
-    inputs = system_inputs(system, pipeline_config, adapters, index)
+    inputs = system_inputs(system, pipeline_config, adapters, index, root)
     info = store.run_info()
     if info is None or info.system is None:  # nothing stored, or a run this compare did not write: claim decides
         return inputs
@@ -116,13 +133,13 @@ def drop_stale_run(
     return inputs
 
 
-def report_inputs(config, test: Sequence[Dialogue], index) -> dict[str, Any]:
+def report_inputs(config, test: Sequence[Dialogue], index, root: Optional[Path] = None) -> dict[str, Any]:
     """Everything a compare's report is computed from (`config`: a validated `CompareConfig`; `test`: its test
-    dialogues; `index`: its loaded exemplar index)."""
+    dialogues; `index`: its loaded exemplar index; `root`: the run its paths are placed in, `run_root`)."""
     from distill.pipeline.config import PipelineConfig
 
     inputs: dict[str, Any] = {
-        "config": json_config(config),
+        "config": placed(json_config(config), root),
         "test dialogues": digest([d.model_dump() for d in test]),
         "dialogues": content_fingerprint(config.dialogues),
         "index": index_fingerprint(index),
@@ -133,7 +150,8 @@ def report_inputs(config, test: Sequence[Dialogue], index) -> dict[str, Any]:
         elif spec.probe is None:
             adapters = adapter_fingerprints(spec.backend)
             system = spec.model_dump(mode="json")
-            inputs[f"system '{spec.name}'"] = system_inputs(system, PipelineConfig(**spec.pipeline), adapters, index)
+            pipeline = PipelineConfig(**spec.pipeline)
+            inputs[f"system '{spec.name}'"] = system_inputs(system, pipeline, adapters, index, root)
     return inputs
 
 
@@ -144,9 +162,12 @@ def json_config(config) -> dict[str, Any]:
     return json.loads(json.dumps(config.model_dump()))
 
 
-def report_changed(report: dict[str, Any], config, test: Sequence[Dialogue], index) -> Optional[str]:
-    """Why a stored report is not the report `config` (a validated `CompareConfig`) would give today; None when
-    it is. The report's own record of its config and adapters says how they differ, where it can."""
+def report_changed(
+    report: dict[str, Any], config, test: Sequence[Dialogue], index, root: Optional[Path] = None
+) -> Optional[str]:
+    """Why a stored report is not the report `config` (a validated `CompareConfig`) would give today, in the run
+    `root`; None when it is. The report's own record of its config and adapters says how they differ, where it
+    can."""
     wanted, stored = json_config(config), report.get("adapter_fingerprints") or {}
 
     def adapters_of(name: str):
@@ -157,7 +178,7 @@ def report_changed(report: dict[str, Any], config, test: Sequence[Dialogue], ind
 
     details = {"config": lambda: f"its config changed ({first_difference(report.get('config'), wanted)})"}
     details |= {f"system '{s.name}'": adapters_of(s.name) for s in config.systems}
-    return changed_input(report.get("stage_key"), stage_key(report_inputs(config, test, index)), details)
+    return changed_input(report.get("stage_key"), stage_key(report_inputs(config, test, index, root)), details)
 
 
 def adapters_changed(old: Optional[Fingerprints], new: Fingerprints, record: str) -> Optional[str]:

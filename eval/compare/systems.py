@@ -366,9 +366,11 @@ def _pipeline_config(spec: SystemSpec, config_file: str):
         raise CompareError(f"{config_file}: system '{spec.name}': {first_error(err, prefix='pipeline.')}") from None
 
 
-def _fresh_store(store, spec: SystemSpec, pipeline_config, index, config_file: str) -> tuple[dict, dict]:
-    """What the system's adapters hold now, and everything its traces are computed from; a stored run of it made
-    from other inputs is dropped (`eval.compare.reuse.drop_stale_run`)."""
+def _fresh_store(
+    store, spec: SystemSpec, pipeline_config, index, config_file: str, root: Optional[Path]
+) -> tuple[dict, dict]:
+    """What the system's adapters hold now, and everything its traces are computed from (its paths placed in the
+    run `root`); a stored run of it made from other inputs is dropped (`eval.compare.reuse.drop_stale_run`)."""
     from distill.adapters.adapters import AdapterError
     from distill.pipeline.store import StoreError
     from eval.compare.reuse import adapter_fingerprints, drop_stale_run
@@ -379,7 +381,7 @@ def _fresh_store(store, spec: SystemSpec, pipeline_config, index, config_file: s
         raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
     try:
         return adapters, drop_stale_run(
-            store, spec.name, spec.model_dump(mode="json"), pipeline_config, adapters, index
+            store, spec.name, spec.model_dump(mode="json"), pipeline_config, adapters, index, root
         )
     except StoreError as err:
         raise CompareError(f"system '{spec.name}': {err}") from None
@@ -393,13 +395,15 @@ def generate_system(
     run_dir: Path,
     chunk_size: int = 32,
     split: Optional[str] = None,
+    root: Optional[Path] = None,
 ) -> SystemRun:
     """Run the shared `Pipeline` over the test dialogues, timed, storing each trace in ``run_dir``.
 
     Traces are stored a chunk at a time (`Pipeline.run_into`, as `distill generate` does), so a crash or
     Ctrl-C mid-system loses at most one chunk, and a rerun reuses what an earlier run of the same system
     stored there: a crash later in the compare (the judge, say) never costs a system's generation again. A run
-    stored from other inputs (config, prompts, what the adapters hold) is generated again (`eval.compare.reuse`).
+    stored from other inputs (config, prompts, what the adapters hold) is generated again (`eval.compare.reuse`);
+    the paths its key holds inside the run `root` are relative to it (`eval.compare.reuse.run_root`).
     """
     from distill.backends import make_backend
     from distill.pipeline.pipeline import Pipeline
@@ -408,7 +412,7 @@ def generate_system(
 
     pipeline_config = _pipeline_config(spec, config_file)
     store = TraceStore(run_dir)
-    adapters, inputs = _fresh_store(store, spec, pipeline_config, index, config_file)
+    adapters, inputs = _fresh_store(store, spec, pipeline_config, index, config_file, root)
     done = _reused(store, test)
     if done is not None:
         backend = store.run_info().backend
@@ -452,6 +456,8 @@ def collect_systems(
 ) -> list[SystemRun]:
     """Traces for every system, trace runs checked first so a bad path fails before any generation;
     generated systems keep their traces in ``out/systems/<name>``."""
+    from eval.compare.reuse import run_root
+
     for spec in config.systems:
         if spec.traces is not None and not Path(spec.traces).exists():
             raise CompareError(f"{config_file}: system '{spec.name}': traces path '{spec.traces}' does not exist")
@@ -464,7 +470,9 @@ def collect_systems(
             runs.append(probe_system(spec, config, test, config_file))
         else:
             run_dir = out / SYSTEMS_DIR / spec.name
-            runs.append(generate_system(spec, test, index, config_file, run_dir, config.chunk_size, config.split))
+            runs.append(
+                generate_system(spec, test, index, config_file, run_dir, config.chunk_size, config.split, run_root(out))
+            )
     return runs
 
 

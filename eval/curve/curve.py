@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
-from distill.pipeline.stage_key import digest, prompt_fingerprint, regenerating, stale, write_key
+from distill.pipeline.stage_key import PATH_FIELDS, digest, placed, prompt_fingerprint, regenerating, stale, write_key
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
@@ -250,9 +250,15 @@ def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace
 
 
 def build_datasets(
-    student: Student, traces: list[Trace], out: Path, config: CurveConfig, info: Optional[RunInfo]
+    student: Student,
+    traces: list[Trace],
+    out: Path,
+    config: CurveConfig,
+    info: Optional[RunInfo],
+    root: Optional[Path] = None,
 ) -> None:
-    """The student's role datasets under `out`, rebuilt only when their inputs changed."""
+    """The student's role datasets under `out` in the curve's folder `root`, rebuilt only when their inputs
+    changed."""
     from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
     chosen = dict(student.options)
@@ -261,7 +267,7 @@ def build_datasets(
     # the human reply is every student's ers target unless the student names its own
     chosen = {"ers_target": "gold", "require_gold_emotion": config.require_gold_emotion, **chosen}
     options = DatasetOptions(**chosen)
-    inputs = dataset_inputs(traces, asdict(options), list(student.trains), info)
+    inputs = dataset_inputs(traces, asdict(options), list(student.trains), info, root)
     if (why := stale(out, inputs)) is None:
         return
     if out.exists():
@@ -280,16 +286,26 @@ def build_datasets(
 
 
 def dataset_inputs(
-    traces: Sequence[Trace], options: dict[str, Any], roles: list[str], info: Optional[RunInfo]
+    traces: Sequence[Trace],
+    options: dict[str, Any],
+    roles: list[str],
+    info: Optional[RunInfo],
+    root: Optional[Path] = None,
 ) -> dict[str, Any]:
     """Everything a student's datasets are built from: the traces (their content), the options, the roles, the
-    student prompts they are rendered with and the teacher run's record (the cards quote it)."""
+    student prompts they are rendered with and the teacher run's record (the cards quote it), the paths it names
+    placed in the run `root` (`distill.pipeline.stage_key.placed`) but for where its dialogues came from: a run
+    moved keeps its record, which names where they were, and their content is the traces' (an import's record
+    holds its files' sha256 too)."""
+    record = info.to_json() if info else None
+    if record is not None:
+        record["source"] = {k: v for k, v in record["source"].items() if k not in PATH_FIELDS}
     return {
         "traces": digest([t.model_dump(mode="json") for t in traces]),
         "options": options,
         "roles": roles,
         "student prompts": prompt_fingerprint("student"),
-        "teacher run": info.to_json() if info else None,
+        "teacher run": placed(record, root),
     }
 
 
@@ -368,7 +384,7 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
 
     from eval.compare.cli_compare import run as compare_run
     from eval.compare.compare import REPORT_JSON, load_config, load_index, load_test_dialogues
-    from eval.compare.reuse import report_changed
+    from eval.compare.reuse import report_changed, run_root
 
     path, report = point / "compare.yaml", point / COMPARE_DIR / REPORT_JSON
     path.write_text(yaml.safe_dump(compare, sort_keys=False))
@@ -378,7 +394,7 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
     if report.is_file():
         test = load_test_dialogues(config, str(path))
         stored = json.loads(report.read_text(encoding="utf-8"))
-        why = report_changed(stored, config, test, load_index(config, test, str(path)))
+        why = report_changed(stored, config, test, load_index(config, test, str(path)), run_root(report.parent))
         if why is None:
             print(f"reusing {report}", flush=True)
             return report
@@ -395,7 +411,7 @@ def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: Curv
     systems = []
     for student in config.ordered_students():
         if student.trains:  # a decoding variant trains nothing: its datasets are its lender's
-            build_datasets(student, traces, point / f"datasets-{student.name}", config, info)
+            build_datasets(student, traces, point / f"datasets-{student.name}", config, info, out)
         adapters = train_student(student, n, point, config)
         systems.append(student_system(student, adapters, config))
     # a generated system is reused exactly while its key holds, what its adapters hold included (`eval.compare.reuse`)
@@ -426,6 +442,7 @@ def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
         config_file,
         out / BASE,
         split=compare.split,
+        root=out,
     )
 
 

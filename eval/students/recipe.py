@@ -66,9 +66,10 @@ def import_run(log: StageLog, stage: str, data: Path | str, mapping: str, run: P
 
 
 def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation: Optional[Path], out: Path,
-                   config: StudentsConfig) -> Path:  # fmt: skip
-    """The student's role datasets: train rows from its train import, validation rows from its validation import
-    (or `eval_fraction` of the train conversations), rebuilt only when their inputs changed."""
+                   config: StudentsConfig, root: Path) -> Path:  # fmt: skip
+    """The student's role datasets in `out`, in the run folder `root`: train rows from its train import, validation
+    rows from its validation import (or `eval_fraction` of the train conversations), rebuilt only when their inputs
+    changed."""
     from distill.datasets.dataset_card import read_run
     from distill.datasets.sft_data import (
         BuildReport,
@@ -82,7 +83,7 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
     traces, info, _ = read_run(train)
     held, held_info, _ = read_run(validation) if validation else (None, None, None)
     options = DatasetOptions(eval_fraction=0.0 if validation else config.eval_fraction)
-    inputs = dataset_inputs(traces, asdict(options), student.roles, info)
+    inputs = dataset_inputs(traces, asdict(options), student.roles, info, root)
     inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
     with log.stage(f"{student.name}: datasets") as status:
         why = stale(out, inputs)
@@ -166,7 +167,7 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
             mapping = student.validation_mapping or student.mapping
             validation = import_run(log, f"{student.name}: import validation", config.data.validation, mapping,
                                     runs / "validation", "validation", student.pipeline)  # fmt: skip
-        datasets = build_datasets(log, student, train, validation, out / "datasets" / student.name, config)
+        datasets = build_datasets(log, student, train, validation, out / "datasets" / student.name, config, out)
         trained[student.name] = {
             seed: train_adapters(
                 log,
