@@ -3,9 +3,12 @@ never as it was spelled; a trace run a pipeline reads enters as its content."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from distill.pipeline.stage_key import digest, located, placed
 
@@ -66,3 +69,85 @@ def test_a_trace_run_an_oracle_reads_enters_its_trace_key_as_its_content(tmp_pat
     (moved / "traces.jsonl").write_text('{"another": "teacher"}\n')
     assert key(moved) != key(teacher)
     assert "oracle_traces" not in PipelineConfig().key_dict()  # unset: runs made before it keep their keys
+
+
+def _generate(model: str, dtype: str, dialogues: Path, out: Path, tmp_path: Path) -> int:
+    import yaml
+
+    from distill.__main__ import main as distill
+
+    config = tmp_path / f"local-{dtype}.yaml"
+    backend = {"type": "local", "model": model, "dtype": dtype, "batch_size": 2}
+    pipeline = {"rag": False, "use_cae": False, "use_srp": False, "max_attempts": 1}
+    config.write_text(yaml.safe_dump({"backend": backend, "pipeline": pipeline}))
+    argv = ["generate", "--config", str(config), "--dialogues", str(dialogues), "--out", str(out), "--limit", "2"]
+    return distill(argv)
+
+
+@pytest.mark.slow
+def test_generate_is_keyed_on_the_weights_and_dtype_it_runs(tmp_path, tiny_model_dir, tiny_dialogues, capsys):
+    """`distill generate`: an identical rerun resumes, making nothing; the same model name over other weights, or
+    the same weights in another dtype, makes the run again, saying which input changed."""
+    from safetensors.torch import load_file, save_file
+
+    from data_prep.loaders import save_dialogues
+
+    dialogues, out, model = tmp_path / "ed", tmp_path / "run", tmp_path / "model"
+    save_dialogues({"train": tiny_dialogues[:2], "validation": [], "test": []}, dialogues)
+    shutil.copytree(tiny_model_dir, model)
+    traces = out / "traces.jsonl"
+
+    # the random model's answers may all fail (exit 1, "every trace failed"): each is a stored trace all the same
+    assert _generate(str(model), "float32", dialogues, out, tmp_path) in (0, 1)
+    made = traces.stat().st_mtime_ns
+    assert (out / "stage-key.json").is_file() and len(traces.read_text().splitlines()) == 2
+    capsys.readouterr()
+    assert _generate(str(model), "float32", dialogues, out, tmp_path) == 0
+    log = capsys.readouterr().out
+    assert "wrote 0 traces" in log and "regenerating" not in log and traces.stat().st_mtime_ns == made, log
+
+    assert _generate(str(model), "bfloat16", dialogues, out, tmp_path) in (0, 1)
+    log = capsys.readouterr().out
+    assert f"regenerating {out}: its base model changed" in log and "wrote 2 traces" in log, log
+    assert json.loads((out / "run.json").read_text())["backend"]["dtype"] == "bfloat16"
+
+    weights = load_file(str(model / "model.safetensors"))
+    name = next(iter(weights))
+    weights[name] = weights[name] + 1.0  # the same path and name, other weights
+    save_file(weights, str(model / "model.safetensors"), metadata={"format": "pt"})
+    assert _generate(str(model), "bfloat16", dialogues, out, tmp_path) in (0, 1)
+    log = capsys.readouterr().out
+    assert f"regenerating {out}: its base model changed" in log and "wrote 2 traces" in log, log
+
+
+def test_an_api_run_made_from_other_inputs_is_refused_untouched(tmp_path):
+    """Its traces cost money: a changed input is one line naming it, and the run stays as it was."""
+    from distill.pipeline.cli_generate import claim_run
+    from distill.pipeline.store import RunInfo, StoreError, TraceStore
+
+    store = TraceStore(tmp_path / "run")
+    info = RunInfo(pipeline={}, backend_name="openai", model="gpt-4o", prompt_version="v1")
+    claim_run(store, info, {"prompts": "a"}, free=False)
+    store.path.write_text('{"a": "paid trace"}\n')
+    claim_run(store, info, {"prompts": "a"}, free=False)  # the same key: resumed
+    with pytest.raises(StoreError, match=r"run: made from other inputs \(its prompts changed\); its traces cost"):
+        claim_run(store, info, {"prompts": "b"}, free=False)
+    assert store.path.read_text() == '{"a": "paid trace"}\n'
+
+
+def test_a_run_generated_before_keys_resumes_while_its_run_json_names_the_same_run(tmp_path, capsys):
+    from distill.pipeline.cli_generate import claim_run
+    from distill.pipeline.stage_key import KEY_FILE
+    from distill.pipeline.store import RunInfo, TraceStore
+
+    store = TraceStore(tmp_path / "run")
+    info = RunInfo(pipeline={"rag": False}, backend_name="local", model="tiny", prompt_version="v1")
+    store.claim(info)  # what an earlier version left: run.json and traces, no key
+    store.path.write_text('{"old": "trace"}\n')
+    claim_run(store, info, {"prompts": "a"}, free=True)
+    assert (store.run_dir / KEY_FILE).is_file() and store.path.read_text() == '{"old": "trace"}\n'
+    (store.run_dir / KEY_FILE).unlink()
+    other = RunInfo(pipeline={"rag": True}, backend_name="local", model="tiny", prompt_version="v1")
+    claim_run(store, other, {"prompts": "a"}, free=True)
+    assert "its run.json differs (pipeline.rag: stored False, now True)" in capsys.readouterr().out
+    assert not store.path.exists() and store.run_info() == other

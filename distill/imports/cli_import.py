@@ -121,14 +121,14 @@ def store_import(store, info, inputs: dict[str, Any], traces) -> int:
     """Write the traces into --out under this import's key; how many were new. A read-only or unwritable --out
     ends in one line naming the path (StoreError), as does a run.json that cannot be read."""
     from distill.pipeline.stage_key import write_key
-    from distill.pipeline.store import StoreError
+    from distill.pipeline.store import StoreError, remove_files
     from distill.quality.report import QUALITY_FILE
 
     try:
         reused = claim_out(store, info, inputs)
         written = sum(store.append(t) for t in traces)
         if written and reused:  # traces an earlier import of the same key lost: inspect's counts are stale
-            _remove(store.run_dir, [QUALITY_FILE])
+            remove_files(store.run_dir, [QUALITY_FILE])
         write_key(store.run_dir, inputs)  # last: a killed import has no key, so its rerun makes it again
     except OSError as exc:
         where = exc.filename or store.run_dir
@@ -146,7 +146,7 @@ def claim_out(store, info, inputs: dict[str, Any]) -> bool:
     other inputs is removed first, saying why; a folder holding any other run, or traces without a run.json, is
     refused (StoreError naming the file) with nothing removed."""
     from distill.pipeline.stage_key import KEY_FILE, changed_input, read_key, regenerating, stage_key
-    from distill.pipeline.store import RUN_FILE, TRACES_FILE, StoreError
+    from distill.pipeline.store import RUN_FILE, TRACES_FILE, StoreError, remove_files
     from distill.quality.report import QUALITY_FILE
 
     existing = store.run_info()  # StoreError, one line, when run.json is not a run record
@@ -166,13 +166,6 @@ def claim_out(store, info, inputs: dict[str, Any]) -> bool:
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the summary line a script reads
             regenerating(str(store.run_dir), why)
     # the key goes first: a removal cut short leaves no key, so the next run makes the import again
-    _remove(store.run_dir, [KEY_FILE, RUN_FILE, TRACES_FILE, QUALITY_FILE])
+    remove_files(store.run_dir, [KEY_FILE, RUN_FILE, TRACES_FILE, QUALITY_FILE])
     store.claim(info)
     return False
-
-
-def _remove(folder: Path, names: list[str]) -> None:
-    for name in names:
-        for path in (folder / name, folder / f"{name}.tmp"):
-            if path.is_file():
-                path.unlink()

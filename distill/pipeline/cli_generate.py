@@ -7,6 +7,13 @@ The YAML holds `backend: {type: ..., ...}` and `pipeline: {PipelineConfig fields
 the pipeline keys. Dialogues go through the pipeline a chunk at a time and each chunk's traces are
 appended durably, so an interrupted run loses at most one chunk and a rerun with the same command
 skips every dialogue already stored. Bad input ends with one line naming the file and field.
+
+The run is a stage under the project's reuse rule (distill.pipeline.stage_key): its key is the pipeline
+settings, the backend, the prompt version and rendered prompts, what its adapters hold, the base model's
+weights and the dtype they run in, and the index (`generate_inputs`), stored in `stage-key.json` before the
+first trace. A rerun under the same key resumes; a run made from other inputs is made again, saying which input
+changed, where a local model makes it (its traces cost nothing but time), and is refused, untouched, where an
+API made it (its traces cost money).
 """
 
 from __future__ import annotations
@@ -149,12 +156,53 @@ def _generate(args: argparse.Namespace) -> int:
     backend = build_backend(args.config, data["backend"], args)
     pipeline = Pipeline(config, backend, index=index)
     source = {"dialogues": str(Path(args.dialogues).resolve()), "index": args.index}
-    store.claim(pipeline.run_info(split=args.split, source=source))
+    inputs = generate_inputs(config, data["backend"], args, index)
+    claim_run(store, pipeline.run_info(split=args.split, source=source), inputs, free=backend.name == "local")
     stored = store.keys()
     estimate = cost_estimate(pipeline, [d for d in dialogues if pipeline.key(d) not in stored])
     if estimate:
         print(estimate, file=sys.stderr, flush=True)
     return _run_with_progress(pipeline, store, dialogues, args.chunk_size)
+
+
+def generate_inputs(config: PipelineConfig, backend: dict[str, Any], args: argparse.Namespace, index) -> dict:
+    """Everything the run's traces are computed from, besides its dialogues (`--adapters` over the YAML's)."""
+    from distill.adapters.adapters import adapter_fingerprint
+    from distill.backends.adapter_switch import adapter_dirs
+    from distill.pipeline.stage_key import generation_inputs
+
+    backend = {**backend, **({"adapters": args.adapters} if getattr(args, "adapters", None) else {})}
+    adapters = {role: adapter_fingerprint(path) for role, path in adapter_dirs(backend.get("adapters")).items()}
+    return {"backend": backend.get("type"), **generation_inputs(config, backend, adapters, index)}
+
+
+def claim_run(store, info, inputs: dict[str, Any], free: bool) -> None:
+    """Make --out this run's, under its key (written before any trace: a killed run resumes under the key it was
+    started with). A run made from other inputs is removed, saying why, when it is `free` to make again (a local
+    model's); otherwise refused (StoreError naming the input, nothing removed). A run made before keys were
+    recorded resumes while its run.json names this run."""
+    from distill.pipeline.stage_key import KEY_FILE, regenerating, stale, write_key
+    from distill.pipeline.store import RUN_FILE, TRACES_FILE, StoreError, first_difference, remove_files
+    from distill.quality.report import QUALITY_FILE
+
+    stored = store.run_info()
+    if stored is not None:
+
+        def same_run():  # a run made before keys: its run.json's identity is all it says
+            old, new = stored.identity(), info.identity()
+            return None if old == new else f"its run.json differs ({first_difference(old, new)})"
+
+        why = stale(store.run_dir, inputs, migrate=same_run)
+        if why is not None and not free:
+            raise StoreError(
+                f"{store.run_dir}: made from other inputs ({why}); its traces cost money, so it is kept: delete "
+                f"{store.run_dir} to make it again, or pass another --out"
+            )
+        if why is not None:
+            regenerating(str(store.run_dir), why)
+            remove_files(store.run_dir, [KEY_FILE, RUN_FILE, TRACES_FILE, QUALITY_FILE])
+    store.claim(info)
+    write_key(store.run_dir, inputs)
 
 
 def cost_estimate(pipeline, dialogues) -> str | None:

@@ -206,6 +206,33 @@ def model_fingerprint(backend: Mapping[str, Any]) -> dict[str, Optional[str]]:
     return {"model": name, "weights": content_fingerprint(source, _WEIGHTS), "dtype": dtype}
 
 
+def index_fingerprint(index) -> Optional[str]:
+    """What an exemplar index holds (its vectors and entries), None for no index."""
+    if index is None:
+        return None
+    return digest([hashlib.sha256(index.vectors.tobytes()).hexdigest(), [vars(e) for e in index.entries]])
+
+
+def generation_inputs(pipeline_config, backend: Mapping[str, Any], adapters: Mapping[str, Any], index) -> dict:
+    """What a generated trace run's traces are computed from, besides its dialogues and how its config is written
+    (`distill generate`'s and a compare's generated systems alike): the pipeline settings, the prompt version and
+    the rendered prompts of its style, what its adapters hold, its base model (weights and dtype) and its index."""
+    from distill.roles.roles import prompt_version
+
+    style = pipeline_config.prompt_style
+    declared = pipeline_config.pipeline is not None  # its roles' prompts; TRACE's keys hold every built-in role's
+    return {
+        "pipeline settings": pipeline_config.key_dict(),
+        "prompt version": prompt_version(style),
+        "prompts": prompt_fingerprint(
+            style, [pipeline_config.roles[s] for s in pipeline_config.stages()] if declared else None
+        ),
+        "adapters": dict(adapters),
+        "base model": model_fingerprint(backend),
+        "index": index_fingerprint(index),
+    }
+
+
 def prompt_fingerprint(style: str, roles: Optional[Sequence[RoleSpec]] = None) -> str:
     """The hash of what the `style` renderer of each of `roles` (default: every built-in role) writes for one fixed
     input (a dialogue, an answer from each upstream role, an exemplar): prompt text edited without a

@@ -196,6 +196,15 @@ def _parse_line(raw: bytes, number: int, last: bool, file: str) -> tuple[Optiona
         return None, f"{where}: not a trace (field '{field}': {err.get('msg', 'invalid')})"
 
 
+def remove_files(folder: Path, names: list[str]) -> None:
+    """Delete these files of a run folder, each with its `.tmp`, in the order named (a run's key first: a removal
+    cut short then leaves no key, so the next run makes the run again); nothing else in the folder."""
+    for name in names:
+        for path in (folder / name, folder / f"{name}.tmp"):
+            if path.is_file():
+                path.unlink()
+
+
 def first_difference(old: Any, new: Any, path: str = "") -> str:
     """The first place two records differ, in one line: `path: stored <old>, now <new>` (each cut to 80 chars)."""
     if isinstance(old, dict) and isinstance(new, dict):

@@ -25,9 +25,9 @@ from distill.pipeline.stage_key import (
     changed_input,
     content_fingerprint,
     digest,
-    model_fingerprint,
+    generation_inputs,
+    index_fingerprint,
     placed,
-    prompt_fingerprint,
     regenerating,
     stage_key,
     stale,
@@ -63,15 +63,6 @@ def system_changed(
     return None
 
 
-def index_fingerprint(index) -> Optional[str]:
-    """What an exemplar index holds (its vectors and entries), None for no index."""
-    if index is None:
-        return None
-    import hashlib
-
-    return digest([hashlib.sha256(index.vectors.tobytes()).hexdigest(), [vars(e) for e in index.entries]])
-
-
 def run_root(out: Path | str) -> Path:
     """The run a compare writing to `out` belongs to (the folder holding `out`): the paths its keys hold inside it
     are relative to it, so the run can move (`distill.pipeline.stage_key.placed`)."""
@@ -83,20 +74,9 @@ def system_inputs(
 ) -> dict[str, Any]:
     """Everything a generated system's traces are computed from (`system`: its spec as JSON; `root`: the run its
     paths are placed in)."""
-    from distill.roles.roles import prompt_version
-
-    style = pipeline_config.prompt_style
-    declared = pipeline_config.pipeline is not None  # its roles' prompts; TRACE's keys hold every built-in role's
     return {
         "config": placed(comparable(system), root),
-        "pipeline settings": pipeline_config.key_dict(),
-        "prompt version": prompt_version(style),
-        "prompts": prompt_fingerprint(
-            style, [pipeline_config.roles[s] for s in pipeline_config.stages()] if declared else None
-        ),
-        "adapters": adapters,
-        "base model": model_fingerprint(system.get("backend") or {}),
-        "index": index_fingerprint(index),
+        **generation_inputs(pipeline_config, system.get("backend") or {}, adapters, index),
     }
 
 
