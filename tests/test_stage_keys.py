@@ -151,3 +151,35 @@ def test_a_run_generated_before_keys_resumes_while_its_run_json_names_the_same_r
     claim_run(store, other, {"prompts": "a"}, free=True)
     assert "its run.json differs (pipeline.rag: stored False, now True)" in capsys.readouterr().out
     assert not store.path.exists() and store.run_info() == other
+
+
+def test_the_metrics_code_version_is_its_source_wherever_and_however_checked_out(tmp_path):
+    from eval.metrics.registry import code_version, source_version
+
+    copy = tmp_path / "metrics"
+    shutil.copytree(REPO / "eval" / "metrics", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert source_version(copy) == code_version()
+    (copy / "__pycache__").mkdir(exist_ok=True)
+    (copy / "__pycache__" / "stats.cpython-311.pyc").write_bytes(b"compiled")
+    stats = copy / "stats.py"
+    stats.write_bytes(stats.read_bytes().replace(b"\n", b"\r\n"))  # a Windows checkout
+    assert source_version(copy) == code_version()
+    stats.write_text(stats.read_text() + "\n# a metric fixed\n")
+    assert source_version(copy) != code_version()
+
+
+def test_a_report_scored_by_other_metrics_code_is_stale(tmp_path, monkeypatch):
+    """A report.json keeps its key, the metrics' code version in it: one scored before a metric was fixed is made
+    again, saying so; one scored before the version was recorded is too."""
+    from test_curve import _point_config, _report_of, _why
+
+    import eval.metrics.registry as registry
+
+    config = _point_config(tmp_path)
+    stored = _report_of(config, "c.yaml")
+    assert _why(stored, config, "c.yaml") is None
+    monkeypatch.setattr(registry, "code_version", lambda: "a metric fixed")
+    assert _why(stored, config, "c.yaml") == "its metrics code changed"
+    monkeypatch.undo()
+    del stored["stage_key"]["metrics code"]
+    assert _why(stored, config, "c.yaml") == "its metrics code is new (not in the stored key)"

@@ -2,14 +2,14 @@
 so of the quickstart's eval stage and `eval curve`'s points. The rule itself is `distill.pipeline.stage_key`'s.
 
 A generated system's key holds its config (backend and pipeline, each path where it is: inside the run, the folder
-holding the compare's `--out`, relative to it, `run_root`), the pipeline settings and prompt
-version its traces are keyed on, the rendered prompts, the base model's weights and resolved dtype, the exemplar
-index, and what its adapters hold (`adapter_fingerprint`: the sha256 of the weights and the fingerprint of the
-dataset they learnt: a path says where an adapter is, not what it is). A report's key holds its config, the test
-dialogues it scored (ids and content), the dialogues folder (the probe learns from its train split), the index,
-each generated system's key and the content of each `traces:` run it read. Anything changed, the stored work is
-computed again and the log says why, in one line (`regenerating <what>: <why>`). A run stored before keys were
-recorded is migrated while the check it was made under (`system_changed`) still passes.
+holding the compare's `--out`, relative to it, `run_root`), the pipeline settings and prompt version its traces are
+keyed on, the rendered prompts, the base model's weights and resolved dtype, the exemplar index, and what its
+adapters hold (`adapter_fingerprint`: the sha256 of the weights and the fingerprint of the dataset they learnt: a
+path says where an adapter is, not what it is). A report's key holds its config, the test dialogues it scored (ids
+and content), the dialogues folder (the probe learns from its train split), the index, each generated system's key,
+the content of each `traces:` run it read and the metrics' code (a hash of its source). Anything changed, the stored
+work is computed again and the log says why, in one line (`regenerating <what>: <why>`). A run stored before keys
+were recorded is migrated while the check it was made under (`system_changed`) still passes.
 """
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def drop_stale_run(
 
 def report_inputs(config, test: Sequence[Dialogue], index, root: Optional[Path] = None) -> dict[str, Any]:
     """Everything a compare's report is computed from (`config`: a validated `CompareConfig`; `test`: its test
-    dialogues; `index`: its loaded exemplar index; `root`: the run its paths are placed in, `run_root`)."""
+    dialogues; `index`: its loaded exemplar index; `root`: the run its paths are placed in, `run_root`) and by
+    which code: the metrics' (`eval.metrics.registry.code_version`), so a metric fixed makes the report stale."""
     from distill.pipeline.config import PipelineConfig
+    from eval.metrics.registry import code_version
 
     inputs: dict[str, Any] = {
         "config": placed(json_config(config), root),
@@ -132,6 +134,7 @@ def report_inputs(config, test: Sequence[Dialogue], index, root: Optional[Path] 
             system = spec.model_dump(mode="json")
             pipeline = PipelineConfig(**spec.pipeline)
             inputs[f"system '{spec.name}'"] = system_inputs(system, pipeline, adapters, index, root)
+    inputs["metrics code"] = code_version()
     return inputs
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
+from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+from distill.pipeline.stage_key import digest
 from eval.metrics.accuracy import emotion_agreement, i_acc, label_accuracy
 from eval.metrics.bertscore import DEFAULT_BERTSCORE_MODEL, bertscore
 from eval.metrics.diversity import DEFAULT_EAD_ENCODING, RATIO_KEYS
@@ -328,3 +330,17 @@ for _spec in (
     ),
 ):  # fmt: skip
     register(_spec)
+
+
+@cache
+def code_version() -> str:
+    """The version of the metrics' code: `source_version` of this package. A compare report's key holds it, so a
+    fix to any metric makes the reports scored before it stale (`eval.compare.reuse.report_inputs`)."""
+    return source_version(Path(__file__).resolve().parent)
+
+
+def source_version(package: Path) -> str:
+    """A hash of a package's source: every `.py` file under it by its name there, its line endings read as LF (a
+    Windows checkout of a commit hashes as a Linux one); nothing a run writes (`__pycache__`) counts."""
+    files = sorted(package.rglob("*.py"))
+    return digest([(f.relative_to(package).as_posix(), f.read_bytes().replace(b"\r\n", b"\n").decode()) for f in files])
