@@ -275,3 +275,35 @@ def test_stages_do_not_go_with_labels(tmp_path):
     _files(tmp_path, a=_strategy())
     args = ["--labels", "a.json", "--stages", "stages", "--name", "demo", *WRITE]
     assert "a label_decoding JSON keeps its own seconds" in _write_refused(tmp_path, *args, names=("--stages",))
+
+
+def test_a_record_names_its_paths_from_the_repository_not_the_writers_machine(tmp_path, monkeypatch):
+    """The run's adapters inside the checkout and its data beside it (`../shared/data`), written absolute by the
+    benchmark: the record holds them relative to the repository, from whatever folder it is written, and renders as
+    the record of the same run written with relative paths does."""
+    adapters, data = (
+        REPO / "runs" / "s" / "adapters" / "traces" / "seed-42",
+        REPO.parent / "shared" / "data" / "esd-cot",
+    )
+    absolute = {**_strategy(adapters=str(adapters)), "data": str(data)}
+    relative = {**_strategy(), "data": "../shared/data/esd-cot", "command": absolute["command"]}  # the same words
+    monkeypatch.chdir(tmp_path)
+    written = _write(_files(tmp_path, a=absolute), tmp_path / "abs")["runs"][0]
+    assert (written["adapters"], written["data"]) == ("runs/s/adapters/traces/seed-42", "../shared/data/esd-cot")
+    assert written["pipeline"] == "configs/pipelines/escot.yaml"  # names nothing from here: kept as written
+    (tmp_path / "rel").mkdir()
+    _write(_files(tmp_path / "rel", a=relative), tmp_path / "rel")
+    assert _rendered(tmp_path / "abs", tmp_path)[1:] == _rendered(tmp_path / "rel", tmp_path)[1:]
+
+
+def test_no_shipped_record_names_a_path_of_the_machine_that_wrote_it():
+    from distill.pipeline.stage_key import PATH_FIELDS
+
+    def absolute(value, field=False):
+        if isinstance(value, str):
+            return [value] if field and Path(value).is_absolute() else []
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+        return [p for k, v in items for p in absolute(v, k in PATH_FIELDS)]
+
+    found = {f.name: absolute(json.loads(f.read_text())) for f in sorted((REPO / "docs" / "records").glob("*.json"))}
+    assert {name: paths for name, paths in found.items() if paths} == {}

@@ -25,7 +25,15 @@ from eval.records.compare import (
     read_stages,
     record_from_compares,
 )
-from eval.records.curve import RECORDS, RecordError, git_commit, machine_line, read_curve, record_from_curve
+from eval.records.curve import (
+    RECORDS,
+    RecordError,
+    git_commit,
+    machine_line,
+    read_curve,
+    record_from_curve,
+    repo_relative,
+)
 from eval.records.labels import read_label_runs, record_from_label_runs
 from eval.records.students import read_students_run, record_from_students
 
@@ -105,6 +113,6 @@ def _write(args: argparse.Namespace) -> int:
         record = record_from_compares(reports, stages, args.name, args.command, commit, machine)
     path = Path(args.out) / f"{args.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(repo_relative(record), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {path}")
     return 0

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Optional
 
+from distill.pipeline.stage_key import PATH_FIELDS
 from distill.roles.roles import ROLES
 from eval.compare import shares_table
 from eval.compare.markdown import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
@@ -391,3 +392,17 @@ def _same(stored: Any, computed: Any) -> bool:
     if isinstance(stored, (int, float)) and isinstance(computed, (int, float)) and not isinstance(stored, bool):
         return abs(stored - computed) < 1e-9
     return stored == computed
+
+
+def repo_relative(value: Any, path_field: bool = False) -> Any:
+    """`value` (a record as JSON) with every path in a path field (`distill.pipeline.stage_key.PATH_FIELDS`: test
+    dialogues, adapters, data...) relative to the repository (`../shared/data/...` outside it), whatever folder the
+    run was made from: a record names where a reader's checkout has the run, not where the writer's machine had it.
+    A relative string that names nothing here (a model's alias) is kept."""
+    if isinstance(value, str) and path_field and (os.path.isabs(value) or os.path.exists(value)):
+        return os.path.relpath(os.path.abspath(value), ROOT)
+    if isinstance(value, list):
+        return [repo_relative(v) for v in value]
+    if isinstance(value, dict):
+        return {k: repo_relative(v, k in PATH_FIELDS) for k, v in value.items()}
+    return value
