@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from distill.pipeline.stage_key import digest, located, placed
-
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_path_is_keyed_where_it_is_not_as_spelled(tmp_path, monkeypatch):
+    from distill.pipeline.stage_key import located
+
     run = tmp_path / "run"
     (run / "adapters" / "sr").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
@@ -29,6 +29,8 @@ def test_a_path_is_keyed_where_it_is_not_as_spelled(tmp_path, monkeypatch):
 
 
 def test_a_config_placed_in_its_run_hashes_alike_wherever_the_run_lies(tmp_path, monkeypatch):
+    from distill.pipeline.stage_key import digest, placed
+
     def config(run: Path, spelled: Path) -> dict:
         return {
             "dialogues": str(spelled / "imports" / "test"),
