@@ -102,10 +102,17 @@ def test_a_students_run_is_recorded_with_its_figures_where_each_role_stopped_and
         f"traces {accuracy['traces']:.3f}, joint {accuracy['joint']:.3f}; the majority class {majority:.3f}" in summary
     )
     stops = {s["name"]: s["seeds"][0]["roles"] for s in ran["students"]}
-    epochs = {name: {role: int(c["stopped_at_epoch"]) for role, c in roles.items()} for name, roles in stops.items()}
-    t, d, j = epochs["traces"], epochs["direct"], epochs["joint"]
-    every = {e for roles in epochs.values() for e in roles.values()}
-    expected = (f"Every role stopped at epoch {every.pop()} (of at most 2)." if len(every) == 1 else
+
+    def said(c: dict) -> tuple[int, str]:  # the epoch a role stopped at, and how its training ended
+        epoch, best = int(c["stopped_at_epoch"]), int(c["best_epoch"])
+        return epoch, "early" if c[
+            "stopped_early"
+        ] else "flat at the cap" if best < epoch else "not converged at the cap"
+
+    ended = {name: {role: said(c) for role, c in roles.items()} for name, roles in stops.items()}
+    t, d, j = ({role: f"{e} ({k})" for role, (e, k) in ended[name].items()} for name in ("traces", "direct", "joint"))
+    every = {pair for roles in ended.values() for pair in roles.values()}
+    expected = ("Every role stopped at epoch {} (of at most 2), {}.".format(*every.pop()) if len(every) == 1 else
                 f"Each role stopped at epoch (of at most 2): traces em {t['em']}, sr {t['sr']}, re {t['re']}; direct "
                 f"reply {d['reply']}; joint chain {j['chain']}.")  # fmt: skip
     assert f"{expected} Run on {MACHINE}" in summary, summary
