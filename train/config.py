@@ -54,7 +54,8 @@ class DistillArguments:
         default="all",
         metadata={
             "help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers); "
-            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint)."
+            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint). A DDP "
+            "launch of K processes trains K roles at once, one per process (one role: data parallel)."
         },
     )
     pipeline: Optional[str] = field(
