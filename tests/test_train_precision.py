@@ -71,6 +71,7 @@ def test_a_flash_attention_that_cannot_run_is_refused_before_the_model_loads():
         ("cuda", {"padding_free": False}, False),
         ("cuda", {"padding_free": False, "packing": True}, True),  # BFD packing is padding-free in TRL
         ("cpu", {}, False),  # distill's CPU attention attends by example
+        ("cpu", {"attn_implementation": "sdpa"}, True),  # named: transformers' own, over the whole row
         ("cpu", {"attn_implementation": "eager"}, True),
     ],
 )
