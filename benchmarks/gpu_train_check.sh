@@ -17,7 +17,7 @@
 #
 # Environment: OUT (results), WHL (default .whl), BUDGET_S (seconds this script may take in all, default
 # 450: the Qwen part runs only in what is left, under `timeout`), QWEN_VARIANTS (default the three of the
-# 2026-11-23 table), SMOLLM_VARIANTS (all four), EXAMPLES (2048), BATCH (16), SKIP_QWEN=1.
+# 2026-11-23 table), SMOLLM_VARIANTS (all five), EXAMPLES (2048), BATCH (16), SKIP_QWEN=1.
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 WHL=${WHL:-.whl}
@@ -25,7 +25,7 @@ BUDGET_S=${BUDGET_S:-450}
 EXAMPLES=${EXAMPLES:-2048}
 BATCH=${BATCH:-16}
 QWEN_VARIANTS=${QWEN_VARIANTS:-lora_bf16,lora_bf16_completion_head,qlora_nf4}
-SMOLLM_VARIANTS=${SMOLLM_VARIANTS:-lora_fp32,lora_bf16,lora_bf16_completion_head,qlora_nf4}
+SMOLLM_VARIANTS=${SMOLLM_VARIANTS:-lora_fp32,lora_bf16,lora_bf16_fp32_weights,lora_bf16_completion_head,qlora_nf4}
 mkdir -p "$OUT"
 LOG=$OUT/log.txt
 

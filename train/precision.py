@@ -54,7 +54,10 @@ def check_attention(cfg: TrainConfig, warn: Callable[[str], None]) -> None:
     where = f"{cfg.source}: field 'attn_implementation'"
     if name and _is_flash(name):
         if cfg.device() == "cpu":
-            raise ConfigError(f"{where}: {name} needs a CUDA GPU; on a CPU leave it unset (distill's attention)")
+            raise ConfigError(
+                f"{where}: {name} needs a CUDA GPU; on a CPU leave it unset (distill's attention, by example) "
+                "or name sdpa"
+            )
         if not _flash_installed(name):
             raise ConfigError(
                 f"{where}: {name} is not installed here ({_install_hint(name)}); or set it to sdpa, which runs "
