@@ -9,13 +9,15 @@ train` runs -- on the same rows (built as `benchmarks/train_throughput.py` build
 loaded base, each in its own process so that its peak RSS is its own. `--shape tiny` is a random 2-layer llama with
 SmolLM2's vocabulary (tests/conftest.py's tiny model); `--shape smollm2-135m` random-initialises the embedded
 model's shape. Reported per run: non-pad tokens/s around `trainer.train()`, the base's weight bytes, RSS before
-training and the process's peak RSS; the machine's CPU (`lscpu`'s model name) and whether it has avx512_bf16.
+training and the process's peak RSS, and the machine's 1-minute load before the run (other work on a shared CPU
+moves tokens/s, not memory); the machine's CPU (`lscpu`'s model name) and whether it has avx512_bf16.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -125,8 +127,10 @@ def main(argv=None) -> int:
                 command = [sys.executable, __file__, "--one", name, "--model", model, "--datasets", str(datasets),
                            "--batch-size", str(args.batch_size), "--threads", str(args.threads),
                            "--out", str(child / "result.json")]  # fmt: skip
+                load = os.getloadavg()[0]  # other work on the machine: the figures mean less the higher it is
                 subprocess.run(command, check=True, capture_output=True)
-                runs[name].append({**json.loads((child / "result.json").read_text()), "order": order.index(name) + 1})
+                result = json.loads((child / "result.json").read_text())
+                runs[name].append({**result, "order": order.index(name) + 1, "load_1min_before": round(load, 2)})
                 print(f"{name} (pair {pair + 1}): {json.dumps(runs[name][-1])}", flush=True)
     report = {
         "command": "python benchmarks/bf16_weights.py " + " ".join(sys.argv[1:]),
