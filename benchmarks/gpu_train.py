@@ -41,7 +41,8 @@ from train.sft import load_base, train_role  # noqa: E402
 
 VARIANTS = {
     "lora_fp32": {"bf16": False},
-    "lora_bf16": {"bf16": True},
+    "lora_bf16": {"bf16": True},  # bf16 weights since issue 80 (train.precision); before, float32 under autocast
+    "lora_bf16_fp32_weights": {"bf16": True, "dtype": "float32"},  # what lora_bf16 measured until then
     "lora_bf16_completion_head": {"bf16": True, "completion_head": "true"},
     "qlora_nf4": {"bf16": True, "load_in_4bit": True},
 }

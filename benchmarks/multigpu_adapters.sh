@@ -13,7 +13,7 @@ OUT=${2:-runs/multigpu}
 [[ -d "$DATASETS/asi" ]] || { echo "no $DATASETS/asi: run the README's workflow steps 1-2 first" >&2; exit 2; }
 for config in multi-gpu-ddp fsdp deepspeed-zero2; do
   echo "[$(date -u +%H:%M:%S)] $config"
-  accelerate launch --config_file "configs/accelerate/$config.yaml" --no_python \
+  accelerate launch --config_file "configs/accelerate/$config.yaml" --num_processes 2 --no_python \
     trace-distill train --config configs/train/qwen0.5b-gpu.yaml --dataset_name "$DATASETS" --roles asi \
     --max_steps 20 --output_dir "$OUT/$config"
   python benchmarks/check_adapter.py "$OUT/$config/asi" | tee -a "$OUT/checks.jsonl"

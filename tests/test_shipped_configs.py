@@ -95,7 +95,7 @@ def test_accelerate_configs_parse(path):
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert data["compute_environment"] == "LOCAL_MACHINE"
     assert data["distributed_type"] in {"NO", "MULTI_GPU", "MULTI_CPU", "FSDP", "DEEPSPEED"}
-    assert int(data["num_processes"]) >= 1
+    assert int(data.get("num_processes", 2)) >= 1  # multi-gpu-ddp.yaml names none: the launch's --num_processes
 
 
 @pytest.mark.parametrize("path", _shipped("pipelines"), ids=lambda p: p.name)

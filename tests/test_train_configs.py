@@ -14,7 +14,7 @@ from train.sft import steps_for_budget
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_YAMLS = sorted((CONFIGS / "train").glob("*.yaml"))
 ACCELERATE_YAMLS = sorted((CONFIGS / "accelerate").glob("*.yaml"))
-ACCELERATE_KEYS = {"compute_environment", "distributed_type", "num_machines", "num_processes", "mixed_precision"}
+ACCELERATE_KEYS = {"compute_environment", "distributed_type", "num_machines", "mixed_precision"}
 
 
 def test_configs_are_shipped():
@@ -121,10 +121,63 @@ def test_accelerate_yaml_is_valid(path):
     from accelerate.commands.config.config_args import load_config_from_file
 
     loaded = load_config_from_file(str(path))  # what `accelerate launch --config_file` itself reads
-    assert loaded.num_processes == data["num_processes"]
+    assert loaded.num_processes == data.get("num_processes", -1)  # -1: the launch's --num_processes
     if path.stem == "cpu-ddp":
         # accelerate's --cpu mode would start one process; CPU DDP needs the torchrun launcher.
         assert data["distributed_type"] == "MULTI_GPU" and data["num_processes"] == 2 and not data["use_cpu"]
+
+
+def _launch_args(config: str, *flags: str):
+    """What `accelerate launch --config_file configs/accelerate/<config> <flags> train.py` resolves, by its own code."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    parsed = launch_command_parser().parse_args(["--config_file", str(CONFIGS / "accelerate" / config), *flags, "x.py"])
+    return _validate_launch_command(parsed)
+
+
+def test_the_ddp_config_takes_its_process_count_from_the_launch():
+    args, _, _ = _launch_args("multi-gpu-ddp.yaml", "--num_processes", "3")
+    assert (args.num_processes, args.multi_gpu, args.mixed_precision) == (3, True, "bf16")
+    with pytest.raises(ValueError, match="manually pass in `--num_processes`"):  # never a hidden 2
+        _launch_args("multi-gpu-ddp.yaml")
+
+
+def test_the_deepspeed_config_takes_gradient_accumulation_from_the_train_config(monkeypatch):
+    """The launch hands DeepSpeed `auto`, which the Trainer fills with the train config's gradient_accumulation_steps
+    (transformers' HfTrainerDeepSpeedConfig); a number there must equal the train config's or the Trainer refuses."""
+    from accelerate.utils import DeepSpeedPlugin
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env
+
+    args, defaults, _ = _launch_args("deepspeed-zero2.yaml")
+    args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)  # as launch_command sets it
+    _, env = prepare_deepspeed_cmd_env(args)
+    for key, value in env.items():
+        if key.startswith("ACCELERATE_"):
+            monkeypatch.setenv(key, value)
+    assert DeepSpeedPlugin().deepspeed_config["gradient_accumulation_steps"] == "auto"
+
+
+def test_the_fsdp_config_holds_no_fsdp1_key():
+    """fsdp.yaml is FSDP2: accelerate drops FSDP1's keys there (`use_orig_params`, ...), warning they are obsolete."""
+    import dataclasses
+    import logging
+
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    fsdp = yaml.safe_load((CONFIGS / "accelerate" / "fsdp.yaml").read_text(encoding="utf-8"))["fsdp_config"]
+    assert fsdp["fsdp_version"] == 2
+    fields = {f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin)}
+    named = {key if key in fields else key.removeprefix("fsdp_"): value for key, value in fsdp.items()}
+    warned: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warned.append(record.getMessage())
+    logger = logging.getLogger("accelerate.utils.dataclasses")
+    logger.addHandler(handler)
+    try:
+        FullyShardedDataParallelPlugin(**{k: v for k, v in named.items() if k in fields})
+    finally:
+        logger.removeHandler(handler)
+    assert not [w for w in warned if "FSDP2" in w], warned
 
 
 @pytest.mark.parametrize("value, expected", [("true", True), ("false", False), (True, True), (False, False)])

@@ -2,7 +2,7 @@
 
     trace-distill train --config configs/train/smollm2-cpu.yaml [--roles asi,cae] [--max_steps 20]
     accelerate launch --config_file configs/accelerate/cpu-ddp.yaml --no_python trace-distill train \
-        --config configs/train/smollm2-cpu.yaml
+        --config configs/train/smollm2-cpu.yaml    # several roles: each process trains its own (train.parallel)
     python -m train export --adapters runs/adapters --format merged|vllm --out runs/export
 
 Training is the default command; `export` is the only subcommand.
@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
         from train.config import parse_config
 
         cfg = parse_config(argv, prog=prog)
+        from train.parallel import train_this_ranks_roles, trains_roles_in_parallel
+
+        if trains_roles_in_parallel(cfg):  # a launch of K processes and several roles: one role per process
+            return train_this_ranks_roles(argv, cfg)
         from train.sft import train_roles
 
         train_roles(cfg)

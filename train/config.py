@@ -32,6 +32,9 @@ from distill.datasets.sft_tasks import JOINT
 from distill.roles.roles import CORE_ROLES, ROLES, RoleSpec
 from train import TOKENS_BUDGET
 
+# TRL's `dtype` names for the base's weights (train.precision.base_dtype resolves them).
+WEIGHT_DTYPES = ("auto", "bfloat16", "float16", "float32")
+
 
 class ConfigError(ValueError):
     """A config file or flag is wrong; the message names the file and the field."""
@@ -52,7 +55,8 @@ class DistillArguments:
         default="all",
         metadata={
             "help": "Comma-separated roles to train in turn (e.g. asi,cae) or 'all' (= asi,cae,srp,ers); "
-            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint)."
+            "'joint' trains one adapter for every role on <dataset_name>/joint (distill datasets --joint). A DDP "
+            "launch of K processes trains K roles at once, one per process (one role: data parallel)."
         },
     )
     pipeline: Optional[str] = field(
@@ -131,6 +135,7 @@ def _our_defaults() -> dict[str, Any]:
         "use_cpu": not torch.cuda.is_available(),  # bf16 on a CPU needs it (TrainingArguments checks)
         "gradient_checkpointing": False,  # TRL turns it on; on small models it only costs time
         "padding_free": True,  # as both shipped configs: no compute on pad tokens, rows flattened into one
+        "dtype": None,  # TRL's float32 would keep a GPU's bf16 run in float32 weights (train.precision)
         "save_steps": 0.25,  # four checkpoints per role, so --resume always has one
         "report_to": "none",
     }
@@ -312,6 +317,11 @@ def make_parser(prog: str = "trace-distill train") -> _Parser:
         if action.dest == "bf16":
             action.type = _bf16_value
             action.help = "auto (bf16 where this machine runs it natively, else fp32), true or false"
+        if action.dest == "dtype":
+            action.help = (
+                "the base's weights: unset, bf16 for a bf16 run on a GPU, else float32 (bf16 is then autocast); "
+                "float32, bfloat16, float16, or auto (the checkpoint's own)"
+            )
     return parser
 
 
@@ -376,6 +386,9 @@ def check_values(cfg: TrainConfig, source: str) -> None:
     for name, (value, least) in at_least.items():
         if value < least:
             raise ConfigError(f"{source}: field '{name}': must be >= {least}, got {value!r}")
+    if model.dtype is not None and model.dtype not in WEIGHT_DTYPES:
+        known = ", ".join(WEIGHT_DTYPES)
+        raise ConfigError(f"{source}: field 'dtype': expected {known} or unset (follow bf16), got {model.dtype!r}")
     if not (model.model_name_or_path or "").strip():
         raise ConfigError(f"{source}: field 'model_name_or_path': empty")
     if not model.use_peft:

@@ -43,7 +43,11 @@ def check_base_model(cfg: TrainConfig) -> str:
 
 
 def check_launch(cfg: TrainConfig, environ: Mapping[str, str] = os.environ) -> None:
-    """Refuse an FSDP launch that would train without a GPU.
+    """Refuse a sharded launch of several roles, and an FSDP launch that would train without a GPU.
+
+    FSDP and DeepSpeed shard one role's training over the processes; several roles in one launch would each be
+    wrapped, sharded and saved in turn on the same processes, which no test has run. A DDP launch trains several
+    roles one per process instead (train.parallel).
 
     accelerate sets FSDP up only for accelerator devices (`AcceleratorState`: the FSDP branch is for
     MULTI_GPU and its kin), so on CPU an FSDP config trains as plain data parallel and says nothing:
@@ -51,7 +55,15 @@ def check_launch(cfg: TrainConfig, environ: Mapping[str, str] = os.environ) -> N
     """
     import torch
 
-    if environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+    fsdp = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    engine = "FSDP" if fsdp else "DeepSpeed"
+    if (fsdp or environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true") and len(cfg.role_list()) > 1:
+        raise ConfigError(
+            f"{cfg.source}: field 'roles': {engine} shards one role over the processes of a launch; train one role per "
+            f"launch (--roles {cfg.role_list()[0]}), or launch a DDP config (configs/accelerate/multi-gpu-ddp.yaml), "
+            "which trains several roles one per process"
+        )
+    if not fsdp:
         return
     if cfg.sft.use_cpu or not torch.accelerator.is_available():
         raise ConfigError(

@@ -35,6 +35,7 @@ from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
 from train.config import ConfigError, DistillArguments, TrainConfig
 from train.plan import plan_line, training_plan
+from train.precision import base_dtype, check_attention
 from train.preflight import check_base_model, check_launch
 from train.resume import RecordCheckpoint, last_checkpoint, tokens_at
 
@@ -101,10 +102,10 @@ def _load_hub_role(repo: str, role: str) -> DatasetDict:
 
 
 def load_base(cfg: TrainConfig):
-    """The base model (fp32, or 4-bit with bf16 compute for QLoRA) and its tokenizer."""
+    """The base model (its weights in `base_dtype`, or 4-bit with bf16 compute for QLoRA) and its tokenizer."""
     path = resolve_model(cfg.model.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    kwargs: dict = {"dtype": torch.float32}
+    kwargs: dict = {"dtype": base_dtype(cfg)}
     if cfg.model.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
@@ -283,6 +284,7 @@ def adapter_metadata(
         "tokens": counts,
         "tokens_seen": int(getattr(trainer, "_total_train_tokens", 0)),
         "quantized_4bit": cfg.model.load_in_4bit,
+        "base_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
         "trace_distill_version": __version__,
     }
 
@@ -393,6 +395,7 @@ def train_roles(cfg: TrainConfig, callbacks: Optional[list] = None) -> list[dict
         convergence.check_validation(cfg, role, load_role_dataset(cfg.distill.dataset_name, role))
     check_base_model(cfg)
     check_launch(cfg)
+    check_attention(cfg, warn=log)
     base, tokenizer, base_path = load_base(cfg)
     log(f"base {cfg.model.model_name_or_path} loaded from {base_path}; roles: {', '.join(roles)}")
     results = []
