@@ -962,7 +962,7 @@ def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
+def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path, capsys):
     from eval.curve.cli_curve import run
 
     args = _curve_on_sample(
@@ -991,6 +991,18 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
         ("student-balanced", "student-direct"),
         ("student-rationale", "student-direct"),
     }
+    # every stage through the runner: its seconds and peak RSS in stages.json, and a rerun reuses each, saying so
+    stages = json.loads((tmp_path / "curve" / "stages.json").read_text())
+    names = ["base: generate", *(f"n5: {s}: {w}" for s in ("direct", "rationale", "balanced") for w in
+             ("datasets", "train")), "n5: compare"]  # fmt: skip
+    assert sorted(stages) == sorted(names), stages
+    assert all(r["seconds"] > 0 and r["peak_rss_mb"] > 0 and not r["reused"] for r in stages.values()), stages
+    assert "n5: direct: train: ran: asi: not trained yet" in capsys.readouterr().out
+    assert run(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[stage] ")]
+    assert sorted(line.split(": reused: key unchanged (")[0] for line in lines) == sorted(f"[stage] {n}" for n in names)
+    again = json.loads((tmp_path / "curve" / "stages.json").read_text())
+    assert again == {name: {**record, "reused": True} for name, record in stages.items()}
 
 
 def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):

@@ -80,3 +80,19 @@ def test_key_change_names_every_field_that_differs():
 def _line(runner: Runner, name: str, what: str) -> str:
     record = runner.records[name]
     return f"[stage] {name}: {what} ({record['seconds']} s, peak RSS {record['peak_rss_mb']} MiB when it ran)"
+
+
+def test_records_read_the_runners_stages_in_the_order_they_ran(tmp_path):
+    from eval.records.compare import RecordFileError, read_stages
+
+    runner = Runner(tmp_path)
+    for name in ("n5: direct: datasets", "n5: compare"):
+        runner.run(Stage(name, tmp_path / name, lambda: "no report yet"))
+    stages = read_stages(tmp_path / STAGES_FILE)
+    assert [s["stage"] for s in stages] == ["n5: direct: datasets", "n5: compare"]
+    assert all(s["seconds"] >= 0 and s["peak_rss_mb"] > 0 for s in stages)
+    records = json.loads((tmp_path / STAGES_FILE).read_text())
+    del records["n5: compare"]["peak_rss_mb"]
+    (tmp_path / STAGES_FILE).write_text(json.dumps(records))
+    with pytest.raises(RecordFileError, match=r"not a stage record \(n5: compare\): `peak_rss_mb` is missing"):
+        read_stages(tmp_path / STAGES_FILE)
