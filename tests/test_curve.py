@@ -19,6 +19,7 @@ from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo, TraceStore
 from distill.pipeline.trace import Step, Trace, trace_key
 from distill.roles.roles import CORE_ROLES, ROLES
+from eval.runner import Runner
 
 TEACHER_REASONING = "The seeker's words carry the feeling."
 
@@ -416,12 +417,12 @@ def test_a_variant_retrains_the_roles_it_names_under_its_seed_and_borrows_the_re
 
     calls = []
     monkeypatch.setattr(adapter_runs, "copy_identical", lambda *a, **k: None)
-    monkeypatch.setattr(adapter_runs, "train_stale", lambda datasets, adapters, options, *a, **k: calls.append(options))
+    monkeypatch.setattr(adapter_runs, "train_stale", lambda _d, _a, options, *a, **k: calls.append(options) or {})
     (tmp_path / "adapters-direct" / "asi").mkdir(parents=True)
-    adapters = train_student(ers250, 5, tmp_path, config)
+    adapters = train_student(Runner(tmp_path), ers250, 5, tmp_path, config)
     assert calls[-1] == {"ers": {"max_tokens_budget": 1250}}
     assert (adapters / "asi").resolve() == (tmp_path / "adapters-direct" / "asi").resolve()
-    train_student(seed1, 5, tmp_path, config)
+    train_student(Runner(tmp_path), seed1, 5, tmp_path, config)
     assert calls[-1] == dict.fromkeys(("asi", "ers"), {"max_tokens_budget": config.budget(5, seed1), "seed": 1})
 
 
@@ -500,7 +501,7 @@ def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
     )  # fmt: skip
     full, half = (s for s in config.ordered_students() if s.rationale_task)
     for student in (full, half):
-        build_datasets(student, traces, tmp_path / student.name, config, None)
+        build_datasets(Runner(tmp_path), student, traces, tmp_path / student.name, config, None)
     tasks = {s.name: load_split_tasks(tmp_path / s.name / "asi") for s in (full, half)}
     counts = {}
     for name in ("rationale", "half"):
@@ -539,7 +540,7 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     assert students["unfiltered"].trains == students["traces"].trains  # its own four adapters, none borrowed
 
     def dialogues_with_rows(student, config: CurveConfig, role: str) -> set[str]:
-        build_datasets(student, traces, tmp_path / student.name, config, None)
+        build_datasets(Runner(tmp_path), student, traces, tmp_path / student.name, config, None)
         folder = tmp_path / student.name / role
         return {r["dialogue_id"] for split in load_from_disk(str(folder)).values() for r in split}
 
@@ -589,7 +590,7 @@ def test_a_variant_copies_the_adapters_whose_rows_its_options_left_unchanged(tin
     students = {s.name: s for s in config.ordered_students()}
     point = tmp_path / "n5"
     for name in ("traces", "unfiltered"):
-        build_datasets(students[name], traces, point / f"datasets-{name}", config, None)
+        build_datasets(Runner(tmp_path), students[name], traces, point / f"datasets-{name}", config, None)
     budget = config.budget(5, students["traces"])
     for role in students["traces"].trains:
         _trained_meta(point / "adapters-traces" / role, point / "datasets-traces" / role, budget)
@@ -601,7 +602,7 @@ def test_a_variant_copies_the_adapters_whose_rows_its_options_left_unchanged(tin
             _trained_meta(point / "adapters-unfiltered" / role, point / "datasets-unfiltered" / role, budget)
 
     monkeypatch.setattr(adapter_runs, "_train", fake_train)
-    adapters = train_student(students["unfiltered"], 5, point, config)
+    adapters = train_student(Runner(tmp_path), students["unfiltered"], 5, point, config)
 
     def fingerprint(name, role):
         return load_from_disk(str(point / f"datasets-{name}" / role))["train"]._fingerprint
@@ -617,7 +618,7 @@ def test_a_variant_copies_the_adapters_whose_rows_its_options_left_unchanged(tin
     _trained_meta(point / "adapters-traces" / kept[0], point / "datasets-traces" / "cae", budget, weights="retrained")
     assert (adapters / kept[0] / "adapter_model.safetensors").read_text() == "trained"
     trained.clear()
-    train_student(students["unfiltered"], 5, point, config)
+    train_student(Runner(tmp_path), students["unfiltered"], 5, point, config)
     assert trained == []
 
 
@@ -661,8 +662,8 @@ def test_teacher_reply_student_learns_the_teachers_reply_and_nothing_else(tiny_d
 
     config = CurveConfig(traces=str(tmp_path), dialogues="d", points=[3], require_gold_emotion=False)
     traces = [handmade_trace(d) for d in tiny_dialogues]
-    build_datasets(STUDENTS["teacher-reply"], traces, tmp_path / "reply", config, None)
-    build_datasets(STUDENTS["traces"], traces, tmp_path / "traces", config, None)
+    build_datasets(Runner(tmp_path), STUDENTS["teacher-reply"], traces, tmp_path / "reply", config, None)
+    build_datasets(Runner(tmp_path), STUDENTS["traces"], traces, tmp_path / "traces", config, None)
     assert sorted(p.name for p in (tmp_path / "reply").iterdir() if p.is_dir()) == ["ers"]
     teacher = {t.dialogue.id: t.outputs["ers"]["response"] for t in traces}
     gold = {t.dialogue.id: t.dialogue.gold_response for t in traces}
@@ -961,7 +962,7 @@ def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
+def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path, capsys):
     from eval.curve.cli_curve import run
 
     args = _curve_on_sample(
@@ -990,6 +991,18 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path):
         ("student-balanced", "student-direct"),
         ("student-rationale", "student-direct"),
     }
+    # every stage through the runner: its seconds and peak RSS in stages.json, and a rerun reuses each, saying so
+    stages = json.loads((tmp_path / "curve" / "stages.json").read_text())
+    names = ["base: generate", *(f"n5: {s}: {w}" for s in ("direct", "rationale", "balanced") for w in
+             ("datasets", "train")), "n5: compare"]  # fmt: skip
+    assert sorted(stages) == sorted(names), stages
+    assert all(r["seconds"] > 0 and r["peak_rss_mb"] > 0 and not r["reused"] for r in stages.values()), stages
+    assert "n5: direct: train: ran: asi: not trained yet" in capsys.readouterr().out
+    assert run(args) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[stage] ")]
+    assert sorted(line.split(": reused: key unchanged (")[0] for line in lines) == sorted(f"[stage] {n}" for n in names)
+    again = json.loads((tmp_path / "curve" / "stages.json").read_text())
+    assert again == {name: {**record, "reused": True} for name, record in stages.items()}
 
 
 def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
@@ -1014,7 +1027,7 @@ def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
     point = tmp_path / "n5"
     for role in ("asi", "ers"):
         (point / "adapters-direct" / role).mkdir(parents=True)
-    adapters = train_student(hot, 5, point, config)  # trains nothing: it would need datasets-direct-hot
+    adapters = train_student(Runner(tmp_path), hot, 5, point, config)  # trains nothing: no datasets-direct-hot
     assert (adapters / "ers").resolve() == (point / "adapters-direct" / "ers").resolve()
     pipeline = student_system(hot, adapters, config)["pipeline"]
     assert pipeline["top_p"] == {"ers": 0.9}

@@ -144,7 +144,7 @@ def test_students_run_from_nothing_reuse_every_stage_and_retrain_what_a_mapping_
     assert students(config, out) == 0  # a rerun: every stage reused, nothing trained
     lines = capsys.readouterr().out.splitlines()
     stages = [line for line in lines if line.startswith("[stage] ")]
-    assert stages and all(": reused (" in line for line in stages), stages
+    assert stages and all(": reused: key unchanged (" in line for line in stages), stages
     assert adapter_times(out) == trained
 
     mapping = Path(yaml.safe_load(config.read_text())["students"][1]["mapping"])  # direct's: its reply's source
@@ -198,7 +198,7 @@ def test_a_rerun_with_out_spelled_relative_or_the_run_moved_reuses_every_stage(t
         assert students(config, spelled) == 0
         log = capsys.readouterr().out
         stages = [line for line in log.splitlines() if line.startswith("[stage] ")]
-        assert len(stages) == 10 and all(": reused (" in line for line in stages), log
+        assert len(stages) == 10 and all(": reused: key unchanged (" in line for line in stages), log
         assert "regenerating" not in log and "retraining" not in log, log
         assert {p: (run / p).stat().st_mtime_ns for p in made} == made, spelled
 
@@ -358,12 +358,12 @@ BAD_CONFIGS = {
 
 @pytest.mark.parametrize("change, flags, words", BAD_CONFIGS.values(), ids=BAD_CONFIGS)
 def test_a_bad_config_is_one_line_before_any_stage_runs(tmp_path, capsys, monkeypatch, change, flags, words):
-    from eval.students.stages import StageLog
+    from eval.runner import Runner
 
     def no_stage(*_):
         raise AssertionError("a stage ran")
 
-    monkeypatch.setattr(StageLog, "stage", no_stage)
+    monkeypatch.setattr(Runner, "run", no_stage)
     config = _edited(tmp_path, change or (lambda data: None))
     _refused(capsys, students(config, tmp_path / "out", *flags), tmp_path / "out", *words)
 

@@ -22,8 +22,10 @@ balance, the rationale's share or source, more passes, the quality checks), or w
 `task: emotion` trains and runs the emotion agent alone, every system's reply being the human one
 (`oracle: {ers: gold}`, not scored): the I-ACC question at all N for a fraction of the cost.
 
-A rerun reuses every dataset, adapter, generated system and point report whose stage key holds
-(`distill.pipeline.stage_key`: everything it reads); `eval.curve.curve_report`
+Each point's datasets, each student's training and the compare (and the base, once) are stages of the project's
+stage runner (`eval.runner`), their seconds and peak RSS in `<out>/stages.json`: a rerun reuses every dataset,
+adapter, generated system and point report whose stage key holds (`distill.pipeline.stage_key`: everything it
+reads), saying why in one line per stage; `eval.curve.curve_report`
 turns the point reports into curve.json, curve.md and curve.png after every point.
 """
 
@@ -42,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
-from distill.pipeline.stage_key import PATH_FIELDS, digest, placed, prompt_fingerprint, regenerating, stale, write_key
+from distill.pipeline.stage_key import PATH_FIELDS, digest, placed, prompt_fingerprint, read_key, regenerating
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import CORE_ROLES
@@ -65,6 +67,7 @@ from eval.curve.students import (
     reused_stages,
     role_sources,
 )
+from eval.runner import Runner, Stage, key_change
 from train import TOKENS_BUDGET
 
 BASE = "base"
@@ -250,15 +253,16 @@ def point_traces(traces: Sequence[Trace], convs: set[str], n: int) -> list[Trace
 
 
 def build_datasets(
+    runner: Runner,
     student: Student,
     traces: list[Trace],
     out: Path,
     config: CurveConfig,
     info: Optional[RunInfo],
     root: Optional[Path] = None,
-) -> None:
-    """The student's role datasets under `out` in the curve's folder `root`, rebuilt only when their inputs
-    changed."""
+) -> Path:
+    """The student's role datasets under `out` (a point's `datasets-<name>`) in the curve's folder `root`, a stage
+    keyed by `dataset_inputs`: rebuilt only when they changed."""
     from distill.datasets.sft_data import BuildReport, DatasetOptions, build_role_datasets, save_role_datasets
 
     chosen = dict(student.options)
@@ -267,22 +271,23 @@ def build_datasets(
     # the human reply is every student's ers target unless the student names its own
     chosen = {"ers_target": "gold", "require_gold_emotion": config.require_gold_emotion, **chosen}
     options = DatasetOptions(**chosen)
-    inputs = dataset_inputs(traces, asdict(options), list(student.trains), info, root)
-    if (why := stale(out, inputs)) is None:
-        return
-    if out.exists():
-        regenerating(str(out), why)
-    report = BuildReport()
-    roles = list(CORE_ROLES if student.joint else student.trains)
-    built = build_role_datasets(traces, roles, options, report, info)
-    missing = [r for r in roles if r not in built]
-    if missing:
-        raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
-    if student.joint:
-        joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
-    else:
-        save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
-    write_key(out, inputs)
+
+    def build() -> None:
+        report = BuildReport()
+        roles = list(CORE_ROLES if student.joint else student.trains)
+        built = build_role_datasets(traces, roles, options, report, info)
+        missing = [r for r in roles if r not in built]
+        if missing:
+            raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
+        if student.joint:
+            joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
+        else:
+            save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
+
+    def key() -> dict[str, Any]:
+        return dataset_inputs(traces, asdict(options), list(student.trains), info, root)
+
+    return runner.run(Stage(f"{out.parent.name}: {student.name}: datasets", out, build, key))
 
 
 def dataset_inputs(
@@ -309,29 +314,41 @@ def dataset_inputs(
     }
 
 
-def train_student(student: Student, n: int, point: Path, config: CurveConfig) -> Path:
-    """The student's adapters folder: its own roles trained (or reused, or copied from another student's identical
-    one), borrowed ones linked."""
+def train_student(runner: Runner, student: Student, n: int, point: Path, config: CurveConfig) -> Path:
+    """The student's adapters folder, a stage that checks each role's own key (`train_stale`): its own roles
+    trained (or reused, or copied from another student's identical one), borrowed ones linked."""
+    adapters = point / f"adapters-{student.name}"
+
+    def train() -> Optional[str]:
+        why = _train_roles(student, n, point, config)
+        adapters.mkdir(parents=True, exist_ok=True)
+        for role in student.borrows:
+            link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
+            if not link.exists():
+                link.symlink_to(target, target_is_directory=True)
+        return "; ".join(f"{role}: {reason}" for role, reason in why.items()) or None
+
+    return runner.run(Stage(f"{point.name}: {student.name}: train", adapters, train))
+
+
+def _train_roles(student: Student, n: int, point: Path, config: CurveConfig) -> dict[str, str]:
+    """Role -> why it was copied or trained, for the roles the student trains whose key changed."""
     from eval.curve.adapter_runs import copy_identical, train_stale
 
-    adapters = point / f"adapters-{student.name}"
+    adapters, datasets = point / f"adapters-{student.name}", point / f"datasets-{student.name}"
     budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
-    datasets = point / f"datasets-{student.name}"
     flags = {"max_tokens_budget": budget, **({} if student.seed is None else {"seed": student.seed})}
     options = dict.fromkeys(student.trains, flags)
     others = sorted(p for p in point.glob("adapters-*") if p != adapters)  # each beside its datasets-<name>
     learnt = [(p, point / f"datasets-{p.name.removeprefix('adapters-')}") for p in others]
+    why = {}
     for role in student.trains:  # a role whose rows a variant's options left unchanged is not trained twice
-        copy_identical(adapters / role, datasets / role, options[role], [(a / role, d / role) for a, d in learnt],
-                       config.train_config)  # fmt: skip
+        donor = copy_identical(adapters / role, datasets / role, options[role],
+                               [(a / role, d / role) for a, d in learnt], config.train_config)  # fmt: skip
+        if donor is not None:
+            why[role] = f"copied from {donor}"
     # a sweep's adapters are read by the curve, not through their cards: no example answer decoded for each
-    train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
-    adapters.mkdir(parents=True, exist_ok=True)
-    for role in student.borrows:
-        link, target = adapters / role, (point / f"adapters-{student.lender}" / role).resolve()
-        if not link.exists():
-            link.symlink_to(target, target_is_directory=True)
-    return adapters
+    return why | train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
 
 
 def system_run(point: Path, student: str) -> Path:
@@ -377,9 +394,10 @@ def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict
     }
 
 
-def run_compare(point: Path, compare: dict[str, Any]) -> Path:
-    """The point's report, computed unless a report of this very config, over adapters that hold what they hold
-    now, is there already (`eval.compare.reuse`): a retrained adapter keeps its path but not its report."""
+def run_compare(point: Path, compare: dict[str, Any]) -> Optional[str]:
+    """The point's report (`<point>/eval/report.json`), computed unless a report of this very config, over adapters
+    that hold what they hold now, is there already (`eval.compare.reuse`): a retrained adapter keeps its path but not
+    its report. Returns why it was computed, None when it was reused (a runner's stage that checks its own key)."""
     import argparse
 
     from eval.compare.cli_compare import run as compare_run
@@ -397,25 +415,33 @@ def run_compare(point: Path, compare: dict[str, Any]) -> Path:
         why = report_changed(stored, config, test, load_index(config, test, str(path)), run_root(report.parent))
         if why is None:
             print(f"reusing {report}", flush=True)
-            return report
+            return None
         regenerating(str(report), why)
+    else:
+        why = "no report yet"
     if compare_run(argparse.Namespace(config=str(path), out=str(point / COMPARE_DIR))):
         raise CompareError(f"eval compare of {point} failed (its error is above); rerun to resume from here")
-    return report
+    return why
 
 
-def run_point(n: int, traces: list[Trace], info: Optional[RunInfo], config: CurveConfig, out: Path) -> Path:
-    """Datasets, adapters and the compare of one point; returns its report.json."""
+def run_point(
+    runner: Runner, n: int, traces: list[Trace], info: Optional[RunInfo], config: CurveConfig, out: Path
+) -> Path:
+    """Datasets, adapters and the compare of one point, each a stage of `runner`; returns its report.json."""
+    from eval.compare.compare import REPORT_JSON
+
     point = out / f"n{n}"
     point.mkdir(parents=True, exist_ok=True)
     systems = []
     for student in config.ordered_students():
         if student.trains:  # a decoding variant trains nothing: its datasets are its lender's
-            build_datasets(student, traces, point / f"datasets-{student.name}", config, info, out)
-        adapters = train_student(student, n, point, config)
+            build_datasets(runner, student, traces, point / f"datasets-{student.name}", config, info, out)
+        adapters = train_student(runner, student, n, point, config)
         systems.append(student_system(student, adapters, config))
     # a generated system is reused exactly while its key holds, what its adapters hold included (`eval.compare.reuse`)
-    return run_compare(point, point_compare(point, systems + anchor_systems(n, out, config), config))
+    compare = point_compare(point, systems + anchor_systems(n, out, config), config)
+    runner.run(Stage(f"{point.name}: compare", point / COMPARE_DIR, lambda: run_compare(point, compare)))
+    return point / COMPARE_DIR / REPORT_JSON
 
 
 def anchor_systems(n: int, out: Path, config: CurveConfig) -> list[dict[str, Any]]:
@@ -428,14 +454,16 @@ def anchor_systems(n: int, out: Path, config: CurveConfig) -> list[dict[str, Any
     return systems
 
 
-def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
-    """The prompted base, generated once for every point (a rerun reuses its stored traces)."""
+def generate_base(config: CurveConfig, out: Path, config_file: str) -> Optional[str]:
+    """The prompted base, generated once for every point (a rerun reuses its stored traces); why it was generated,
+    None when reused (a stage that checks its own key, `eval.compare.reuse`)."""
     from eval.compare.compare import load_index, load_test_dialogues
     from eval.compare.systems import CompareConfig, SystemSpec, generate_system
 
     compare = CompareConfig.model_validate(point_compare(out, [base_system(config)], config))
     test = load_test_dialogues(compare, config_file)
-    generate_system(
+    before = read_key(out / BASE)
+    made = generate_system(
         SystemSpec(**base_system(config)),
         test,
         load_index(compare, test, config_file),
@@ -444,6 +472,9 @@ def generate_base(config: CurveConfig, out: Path, config_file: str) -> None:
         split=compare.split,
         root=out,
     )
+    if made.source.startswith("reused"):
+        return None
+    return key_change(before, read_key(out / BASE)) or "traces of some test dialogues missing (resumed)"
 
 
 def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any]:
@@ -459,12 +490,13 @@ def run_curve(config: CurveConfig, out: Path, config_file: str) -> dict[str, Any
         raise CompareError(f"{config_file}: traces '{config.traces}' holds no traces")
     info = store.run_info()
     out.mkdir(parents=True, exist_ok=True)
+    runner = Runner(out)  # every point's stages, their seconds and peak RSS in <out>/stages.json
     if config.base:
-        generate_base(config, out, config_file)
+        runner.run(Stage("base: generate", out / BASE, lambda: generate_base(config, out, config_file)))
     reports: dict[int, Path] = {}
     curve: dict[str, Any] = {}
     for n in tqdm(sorted(set(config.points)), desc="curve points", unit="point"):
         convs = first_conversations(config.dialogues, config.train_split, n)
-        reports[n] = run_point(n, point_traces(traces, convs, n), info, config, out)
+        reports[n] = run_point(runner, n, point_traces(traces, convs, n), info, config, out)
         curve = write_curve(reports, out, config)
     return curve

@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="`benchmarks/label_decoding.py` outputs (its --out JSON), one per run: strategy or --emotion",
     )
-    write.add_argument("--stages", default=None, help="with --compare: the runner's stage records (<out>/stages)")
+    write.add_argument(
+        "--stages", default=None, help="with --compare: stage records, a run's <out>/stages.json or a folder of them"
+    )
     write.add_argument("--name", required=True, help="the record's name: docs/records/<name>.json")
     write.add_argument("--command", required=True, help="the command that made the run, as a reader would rerun it")
     write.add_argument("--commit", default=None, help="the commit the run ran at (default: this checkout's HEAD)")

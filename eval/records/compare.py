@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from eval.compare.markdown import FIGURES, cell, fmt, interval, markdown_table, stages_lines, wrap_paragraph
 from eval.metrics.registry import Figure
+from eval.runner import STAGES_FILE
 
 # (header, where in a report's system row); each a statistic with its CI, or a number
 # the pairs the docs answer, as "first − second"; a report holds each pair once, in either order
@@ -367,13 +368,20 @@ def paired_table(paired: list[dict[str, Any]]) -> list[str]:
 
 
 def read_stages(folder: Optional[Path]) -> list[dict[str, Any]]:
-    """The runner's stage records (<out>/stages/*.json), in the order they ran; a folder that is not there is an
-    error, never a record without its costs."""
+    """The stage records, in the order they ran: the stage runner's `<out>/stages.json` (`eval.runner`: an `eval
+    curve` or `eval students` run's) or a folder of one record per stage (<out>/stages/*.json); a path that is
+    neither is an error, never a record without its costs."""
     if folder is None:
         return []
+    if Path(folder).is_file() and Path(folder).name == STAGES_FILE:
+        runner = read_json_object(Path(folder), "the stage runner's records")
+        records = [{"stage": name, **(r if isinstance(r, dict) else {})} for name, r in runner.items()]
+        for record in records:
+            require_fields(record, Path(folder), f"a stage record ({record['stage']})", STAGE_FIELDS)
+        return sorted(records, key=lambda r: r["finished"])
     if not Path(folder).is_dir():
         raise RecordFileError(f"--stages {folder}: {'a file' if Path(folder).exists() else 'no such folder'}, not the "
-                              "runner's stage records folder (<out>/stages)")  # fmt: skip
+                              f"runner's {STAGES_FILE} or a stage records folder (<out>/stages)")  # fmt: skip
     records = []
     for path in sorted(Path(folder).glob("*.json")):
         records.append(read_json_object(path, "a stage record"))

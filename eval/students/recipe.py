@@ -1,7 +1,8 @@
 """The recipe of `eval students`: per student, import, datasets and training to convergence; then one compare.
 
-Every stage goes through the project's reuse rule (`distill.pipeline.stage_key`): it is reused exactly when its
-inputs are unchanged, and otherwise made again with one line saying which input changed.
+Every stage runs through the project's stage runner (`eval.runner`), under the reuse rule of
+`distill.pipeline.stage_key`: it is reused exactly when its inputs are unchanged, and otherwise made again with one
+line saying which input changed; its seconds and peak RSS go to `<out>/stages.json`.
 
 - **import** (`distill import`, in process): the first N train rows (written to `<out>/data/train-N.json`), the
   validation file and the test file, each keyed by the data's content, the mapping, the split and the pipeline.
@@ -18,6 +19,7 @@ inputs are unchanged, and otherwise made again with one line saying which input 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -25,10 +27,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
-from distill.pipeline.stage_key import digest, read_key, regenerating, stale, write_key
+from distill.pipeline.stage_key import digest, read_key
 from eval.compare.systems import CompareError
+from eval.runner import Runner, Stage, key_change
 from eval.students.config import StudentsConfig, StudentSpec, read_rows
-from eval.students.stages import StageLog
 
 
 def train_subset(config: StudentsConfig, out: Path) -> tuple[Path, int]:
@@ -47,25 +49,25 @@ def train_subset(config: StudentsConfig, out: Path) -> tuple[Path, int]:
     return path, n
 
 
-def import_run(log: StageLog, stage: str, data: Path | str, mapping: str, run: Path, split: str,
+def import_run(runner: Runner, stage: str, data: Path | str, mapping: str, run: Path, split: str,
                pipeline: Optional[str] = None) -> Path:  # fmt: skip
-    """`distill import`, in process (as `pipeline`, a variant of the mapping's, where given): reused when its key
-    (data, mapping, split, pipeline) holds."""
+    """`distill import`, in process (as `pipeline`, a variant of the mapping's, where given), a stage that checks its
+    own key (data, mapping, split, pipeline): it ran exactly when the key it leaves differs from the one before."""
     from distill.__main__ import main as distill
 
-    before = read_key(run)
-    with log.stage(stage) as status, contextlib.redirect_stdout(sys.stderr):
+    def make() -> Optional[str]:
+        before = read_key(run)
         argv = ["import", "--data", str(data), "--mapping", mapping, "--split", split, "--out", str(run)]
         argv += ["--pipeline", pipeline] if pipeline else []
-        if distill(argv):
-            raise CompareError(f"{stage}: distill import of {data} with {mapping} failed (its error is above)")
-        status["ran"] = before is None or read_key(run) != before
-    if not status["ran"]:
-        print(f"reusing {run}", flush=True)
-    return run
+        with contextlib.redirect_stdout(sys.stderr):
+            if distill(argv):
+                raise CompareError(f"{stage}: distill import of {data} with {mapping} failed (its error is above)")
+        return key_change(before, read_key(run))
+
+    return runner.run(Stage(stage, run, make))
 
 
-def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation: Optional[Path], out: Path,
+def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation: Optional[Path], out: Path,
                    config: StudentsConfig, root: Path) -> Path:  # fmt: skip
     """The student's role datasets in `out`, in the run folder `root`: train rows from its train import, validation
     rows from its validation import (or `eval_fraction` of the train conversations), rebuilt only when their inputs
@@ -80,19 +82,20 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
     )
     from eval.curve.curve import dataset_inputs
 
-    traces, info, _ = read_run(train)
-    held, held_info, _ = read_run(validation) if validation else (None, None, None)
     options = DatasetOptions(eval_fraction=0.0 if validation else config.eval_fraction)
-    inputs = dataset_inputs(traces, asdict(options), student.roles, info, root)
-    inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
-    with log.stage(f"{student.name}: datasets") as status:
-        why = stale(out, inputs)
-        status["ran"] = why is not None
-        if why is None:
-            print(f"reusing {out}", flush=True)
-            return out
-        if out.exists():
-            regenerating(str(out), why)
+
+    @functools.cache
+    def runs() -> tuple:  # read inside the stage (its seconds), once for its key and its build
+        return read_run(train), read_run(validation) if validation else (None, None, None)
+
+    def key() -> dict[str, Any]:
+        (traces, info, _), (held, _, _) = runs()
+        inputs = dataset_inputs(traces, asdict(options), student.roles, info, root)
+        inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
+        return inputs
+
+    def build() -> None:
+        (traces, info, _), (held, held_info, _) = runs()
         report = BuildReport()
         built = build_role_datasets(traces, student.roles, options, report, info)
         if held is not None:
@@ -104,8 +107,8 @@ def build_datasets(log: StageLog, student: StudentSpec, train: Path, validation:
             raise CompareError(f"student {student.name}: role {missing[0]} has no train or validation rows "
                                f"({'; '.join(report.lines())})")  # fmt: skip
         save_role_datasets(built, out, traces, info, options, report, train)
-        write_key(out, inputs)
-    return out
+
+    return runner.run(Stage(f"{student.name}: datasets", out, build, key))
 
 
 def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: str) -> dict[str, Any]:
@@ -127,7 +130,7 @@ def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: s
     }
 
 
-def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters: Path, seed: int,
+def train_adapters(runner: Runner, student: StudentSpec, datasets: Path, adapters: Path, seed: int,
                    config: StudentsConfig, donors: Sequence[tuple[Path, Path]] = ()) -> Path:  # fmt: skip
     """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed. A role whose
     rows and settings an earlier student's adapter (`donors`: this seed's adapters and their datasets) was trained
@@ -135,15 +138,18 @@ def train_adapters(log: StageLog, student: StudentSpec, datasets: Path, adapters
     from eval.curve.adapter_runs import copy_identical, train_stale
 
     flags = {role: train_flags(student, seed, config, role) for role in student.roles}
-    for role in student.roles:
-        copy_identical(adapters / role, datasets / role, flags[role], [(a / role, d / role) for a, d in donors],
-                       config.train_config)  # fmt: skip
-    with log.stage(f"{student.name} seed {seed}: train") as status:
+
+    def train() -> Optional[str]:
+        copied = {}
+        for role in student.roles:
+            donor = copy_identical(adapters / role, datasets / role, flags[role],
+                                   [(a / role, d / role) for a, d in donors], config.train_config)  # fmt: skip
+            if donor is not None:
+                copied[role] = f"copied from {donor}"
         trained = train_stale(datasets, adapters, flags, Path(config.train_config), card_example=False)
-        status["ran"] = bool(trained)
-        if not trained:
-            print(f"reusing {adapters} ({', '.join(student.roles)})", flush=True)
-    return adapters
+        return "; ".join(f"{role}: {why}" for role, why in {**copied, **trained}.items()) or None
+
+    return runner.run(Stage(f"{student.name} seed {seed}: train", adapters, train))
 
 
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
@@ -154,23 +160,23 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
     config.check_data()
     train_file, n = train_subset(config, out)
     out.mkdir(parents=True, exist_ok=True)
-    log = StageLog(out)
-    reference = import_run(log, "reference: import test", config.data.test, config.reference.mapping,
+    runner = Runner(out)
+    reference = import_run(runner, "reference: import test", config.data.test, config.reference.mapping,
                            out / "imports" / "test", "test")  # fmt: skip
     trained: dict[str, dict[int, Path]] = {}
     for student in config.chosen():
         runs = out / "imports" / student.name
-        train = import_run(log, f"{student.name}: import train", train_file, student.mapping, runs / "train", "train",
-                           student.pipeline)  # fmt: skip
+        train = import_run(runner, f"{student.name}: import train", train_file, student.mapping, runs / "train",
+                           "train", student.pipeline)  # fmt: skip
         validation = None
         if config.data.validation:
             mapping = student.validation_mapping or student.mapping
-            validation = import_run(log, f"{student.name}: import validation", config.data.validation, mapping,
+            validation = import_run(runner, f"{student.name}: import validation", config.data.validation, mapping,
                                     runs / "validation", "validation", student.pipeline)  # fmt: skip
-        datasets = build_datasets(log, student, train, validation, out / "datasets" / student.name, config, out)
+        datasets = build_datasets(runner, student, train, validation, out / "datasets" / student.name, config, out)
         trained[student.name] = {
             seed: train_adapters(
-                log,
+                runner,
                 student,
                 datasets,
                 out / "adapters" / student.name / f"seed-{seed}",
@@ -180,15 +186,9 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
             )
             for seed in config.seeds
         }
-    from eval.curve.curve import run_compare
+    from eval.compare.compare import REPORT_JSON
+    from eval.curve.curve import COMPARE_DIR, run_compare
 
     compare = compare_config(config, reference, trained, n)
-    with log.stage("compare") as status:
-        before = _mtime(out / "eval" / "report.json")
-        report = run_compare(out, compare)
-        status["ran"] = _mtime(report) != before
-    return report, {"n": n, "adapters": trained, "stages": log.records, "compare": compare}
-
-
-def _mtime(path: Path) -> Optional[int]:
-    return path.stat().st_mtime_ns if path.is_file() else None
+    runner.run(Stage("compare", out / COMPARE_DIR, lambda: run_compare(out, compare)))
+    return out / COMPARE_DIR / REPORT_JSON, {"n": n, "adapters": trained, "stages": runner.records, "compare": compare}
