@@ -117,11 +117,13 @@ def make_target(argv: list[str]) -> list[str]:
 
 
 def check_install(argv: list[str]) -> None:
-    """An install line names files that exist, extras the package declares, and torch at its constraints pin."""
+    """An install line names files that exist, make targets, extras the package declares, and the Makefile's torch."""
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     section = pyproject.split("[project.optional-dependencies]")[1].split("\n[")[0]
     extras = set(re.findall(r"^([\w-]+) = \[", section, re.M))
-    constraints = (REPO / "constraints.txt").read_text(encoding="utf-8")
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    targets = [a for a in argv[1:] if "=" not in a] if argv[0] == "make" else []
+    assert all(re.search(rf"^{t}:", makefile, re.M) for t in targets), f"{shlex.join(argv)}: no such make target"
     for arg in argv:
         if arg.endswith(".txt"):
             assert (REPO / arg).is_file(), f"{shlex.join(argv)}: {arg} is not in the repository"
@@ -129,9 +131,9 @@ def check_install(argv: list[str]) -> None:
             missing = set(m.group(1).split(",")) - extras
             assert not missing, f"{shlex.join(argv)}: no extra {sorted(missing)} in pyproject.toml"
         if arg.startswith("TORCH_INDEX="):
-            assert "\nTORCH_INDEX ?=" in (REPO / "Makefile").read_text(encoding="utf-8"), "no TORCH_INDEX in Makefile"
-        if arg.startswith("torch=="):
-            assert f"\n{arg}\n" in f"\n{constraints}", f"{shlex.join(argv)}: constraints.txt pins another torch"
+            assert "\nTORCH_INDEX ?=" in makefile, f"{shlex.join(argv)}: the Makefile has no TORCH_INDEX"
+        if arg.startswith("torch=="):  # the torch `make setup` installs
+            assert f"\nTORCH := {arg}\n" in makefile, f"{shlex.join(argv)}: the Makefile installs another torch"
 
 
 def fresh_shell(cwd: Path) -> dict[str, str]:
@@ -158,7 +160,13 @@ def _yaml(cwd: Path, path: str | None) -> dict:
     return yaml.safe_load((cwd / path).read_text(encoding="utf-8")) or {}
 
 
+def is_script(argv: list[str]) -> bool:
+    return argv[0] in ("bash", "sh")
+
+
 def outputs_of(argv: list[str], cwd: Path) -> set[str]:
+    if is_script(argv):  # a script's `runs/` arguments are the folders it writes
+        return {a for a in argv[1:] if a.startswith("runs/") and not a.endswith(".sh")}
     outs = {v for f in OUTPUT_FLAGS if (v := flag(argv, f))}
     if "train" in argv and "export" not in argv and "--output_dir" not in argv:  # a train YAML names its output_dir
         outs.add(str(_yaml(cwd, flag(argv, "--config")).get("output_dir")))
@@ -167,6 +175,8 @@ def outputs_of(argv: list[str], cwd: Path) -> set[str]:
 
 def inputs_of(argv: list[str], cwd: Path) -> list[str]:
     """Every path a command reads: its input flags, positional `runs/` paths, scripts, and the paths its YAML names."""
+    if is_script(argv):  # the script, and the data and configs it is given
+        return [a for a in argv[1:] if a.endswith(".sh") or a.startswith(("../shared/", "configs/"))]
     paths = [v for f in INPUT_FLAGS if (v := flag(argv, f))]
     paths += [a for a in argv if a.endswith(".sh") or a.startswith(("runs/", "../shared/"))]
     paths = [p for p in paths if p not in outputs_of(argv, cwd)]
