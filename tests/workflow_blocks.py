@@ -8,7 +8,8 @@ PATH does not hold the venv, after the page's own activation line, by the progra
 A command that needs an API key, a GPU, a server left running or hours of CPU is not run: its `--help` is, and
 every input path it names (and every path in the YAML it reads) must already exist, or be the output of an
 earlier command treated the same way. A command that reads such an output is treated the same way. An install
-command is not run: the files and extras it names must exist.
+command is not run: the files, make targets and extras it names must exist, and its torch be the Makefile's.
+`make quickstart` runs the Makefile's recipe (`trace-distill quickstart --out runs/quickstart`) in the venv.
 """
 
 from __future__ import annotations
