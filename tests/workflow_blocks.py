@@ -62,8 +62,10 @@ SMALLER_IN_CONFIGS = {
 # ... the quickstart runs tests/test_quickstart.py's sizes,
 QUICKSTART_SMALL = ["--train-limit", "4", "--test-limit", "2", "--no-judge", "--no-card-example"]
 QUICKSTART_SMALL += ["--role-budgets", "asi=400,cae=300,srp=300,ers=300"]
-# ... and a `generate` with no --limit (the teacher's test traces) traces only EVAL_LIMIT dialogues.
+# ... a `generate` with no --limit (the teacher's test traces) traces only EVAL_LIMIT dialogues,
 GENERATE = ["python", "-m", "distill", "generate"]
+# ... and `distill datasets` reads the first 24 dialogues' traces (an import holds all of its file's).
+DATASETS, DATASETS_LIMIT = ["python", "-m", "distill", "datasets"], "24"
 ACTIVATE = [".", ".venv/bin/activate"]  # the pages' line: what makes `python` and `trace-distill` the venv's
 INSTALLS = (["pip"], ["make", "clean-venv"], ["python3", "-m", "venv"], ["sudo"])
 MAKE_QUICKSTART = ["trace-distill", "quickstart", "--out", "runs/quickstart"]  # the Makefile's recipe, OUT its default
@@ -264,10 +266,12 @@ class Scratch:
 
 
 def smaller(argv: list[str]) -> list[str]:
-    """The command at the test's sizes: SMALLER's flag values, the quickstart's and a generate's limit."""
+    """The command at the test's sizes: SMALLER's flag values, the quickstart's, a generate's and datasets' limits."""
     cmd = [SMALLER.get(prev, arg) for prev, arg in zip(["", *argv], argv)]
     if argv[:2] == ["trace-distill", "quickstart"]:
         cmd += QUICKSTART_SMALL
     if argv[:4] == GENERATE and "--limit" not in argv:
         cmd += ["--limit", EVAL_LIMIT]
+    if argv[:4] == DATASETS and "--limit" not in argv:
+        cmd += ["--limit", DATASETS_LIMIT]
     return cmd
