@@ -64,8 +64,8 @@ QUICKSTART_SMALL = ["--train-limit", "4", "--test-limit", "2", "--no-judge", "--
 QUICKSTART_SMALL += ["--role-budgets", "asi=400,cae=300,srp=300,ers=300"]
 # ... a `generate` with no --limit (the teacher's test traces) traces only EVAL_LIMIT dialogues,
 GENERATE = ["python", "-m", "distill", "generate"]
-# ... and `distill datasets` reads the first 24 dialogues' traces (an import holds all of its file's).
-DATASETS, DATASETS_LIMIT = ["python", "-m", "distill", "datasets"], "24"
+# ... and `distill datasets` holds out 1% as validation (an import's 1,195 chains: 12 conversations, not 119).
+DATASETS, EVAL_FRACTION = ["python", "-m", "distill", "datasets"], "0.01"
 ACTIVATE = [".", ".venv/bin/activate"]  # the pages' line: what makes `python` and `trace-distill` the venv's
 INSTALLS = (["pip"], ["make", "clean-venv"], ["python3", "-m", "venv"], ["sudo"])
 MAKE_QUICKSTART = ["trace-distill", "quickstart", "--out", "runs/quickstart"]  # the Makefile's recipe, OUT its default
@@ -191,7 +191,7 @@ def inputs_of(argv: list[str], cwd: Path) -> list[str]:
         for system in spec.get("systems", []):
             adapters = (system.get("backend") or {}).get("adapters")
             paths += [system.get("traces"), *(adapters.values() if isinstance(adapters, dict) else [adapters])]
-    return [p for p in paths if p]
+    return list(dict.fromkeys(p for p in paths if p))
 
 
 @dataclass
@@ -266,12 +266,12 @@ class Scratch:
 
 
 def smaller(argv: list[str]) -> list[str]:
-    """The command at the test's sizes: SMALLER's flag values, the quickstart's, a generate's and datasets' limits."""
+    """The command at the test's sizes: SMALLER's flags, the quickstart's, a generate's limit, a validation share."""
     cmd = [SMALLER.get(prev, arg) for prev, arg in zip(["", *argv], argv)]
     if argv[:2] == ["trace-distill", "quickstart"]:
         cmd += QUICKSTART_SMALL
     if argv[:4] == GENERATE and "--limit" not in argv:
         cmd += ["--limit", EVAL_LIMIT]
-    if argv[:4] == DATASETS and "--limit" not in argv:
-        cmd += ["--limit", DATASETS_LIMIT]
+    if argv[:4] == DATASETS and "--eval-fraction" not in argv:
+        cmd += ["--eval-fraction", EVAL_FRACTION]
     return cmd
