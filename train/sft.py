@@ -33,7 +33,7 @@ from train import convergence
 from train.adapter_card import card_example
 from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
-from train.config import ConfigError, DistillArguments, TrainConfig
+from train.config import ConfigError, DistillArguments, TrainConfig, init_fingerprint
 from train.plan import plan_line, training_plan
 from train.precision import base_dtype, check_attention
 from train.preflight import check_base_model, check_launch
@@ -155,7 +155,24 @@ def with_new_lora(base, cfg: TrainConfig):
     set_seed(cfg.sft.seed)
     # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
     # breaks both vLLM paths and Trainer's resume: transformers#28531).
-    return get_peft_model(base, lora_config(cfg))
+    model = get_peft_model(base, lora_config(cfg))
+    if cfg.distill.init_adapter:
+        start_from_adapter(model, cfg.distill.init_adapter)
+    return model
+
+
+def start_from_adapter(model, folder: str) -> None:
+    """Copy the LoRA weights of the adapter in `folder` into `model`'s fresh (trainable) LoRA. Loaded into the LoRA
+    this run's config built, not as the saved adapter's own (`PeftModel.from_pretrained(is_trainable=True)`), so the
+    train config keeps saying what trains; an adapter of other modules is refused, not half copied."""
+    from peft import get_peft_model_state_dict, load_peft_weights, set_peft_model_state_dict
+
+    weights = load_peft_weights(folder, device="cpu")
+    ours = get_peft_model_state_dict(model)
+    if set(weights) != set(ours) or any(weights[k].shape != ours[k].shape for k in ours):
+        other = sorted(set(weights) ^ set(ours)) or [k for k in ours if weights[k].shape != ours[k].shape]
+        raise ConfigError(f"init_adapter: {folder} does not fit this run's LoRA (first differing weight: {other[0]})")
+    set_peft_model_state_dict(model, weights)
 
 
 def lora_config(cfg: TrainConfig):
@@ -242,11 +259,14 @@ def token_counts(dataset) -> dict:
 
 def trained_from(cfg: TrainConfig, data: DatasetDict) -> dict:
     """What an adapter, or a checkpoint on the way to it, was trained from: a recipe retrains when one changes."""
-    return {
+    made = {
         "prompt_version": STUDENT_PROMPT_VERSION,
         "dataset_fingerprint": data["train"]._fingerprint,
         "train_config": cfg.to_dict(),
     }
+    if cfg.distill.init_adapter:  # its weights, not its path: the same folder retrained is another start
+        made["init_adapter_weights"] = init_fingerprint(cfg.distill.init_adapter)
+    return made
 
 
 def adapter_metadata(
