@@ -228,7 +228,10 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """Every option, flat, as the keys a YAML would use (what an adapter's metadata records)."""
         model = {k: v for k, v in dataclasses.asdict(self.model).items()}
-        return {**self.sft.to_dict(), **model, **dataclasses.asdict(self.distill)}
+        distill = dataclasses.asdict(self.distill)
+        if distill["init_adapter"]:  # by what it holds, not where it lies: a recipe's key, a checkpoint's record
+            distill["init_adapter"] = init_fingerprint(distill["init_adapter"])
+        return {**self.sft.to_dict(), **model, **distill}
 
 
 def _tristate(value, name: str):
@@ -417,12 +420,16 @@ def check_values(cfg: TrainConfig, source: str) -> None:
     _check_outputs(cfg, source)
 
 
-def init_fingerprint(adapter: str | Path) -> list[Optional[str]]:
+def init_fingerprint(adapter: str | Path) -> str:
     """What an adapter another starts from (`init_adapter`) holds: its LoRA weights and config, not its card or
-    checkpoints. An adapter and a checkpoint record it, so a new init retrains rather than resumes."""
+    checkpoints. The settings an adapter and a checkpoint record (`TrainConfig.to_dict`) give it in place of the
+    path, so an init adapter retrained retrains what starts from it (never resumed), and a moved one does not."""
     from distill.pipeline.stage_key import content_fingerprint
 
-    return [content_fingerprint(Path(adapter) / name) for name in ("adapter_model.safetensors", "adapter_config.json")]
+    weights, config = (
+        content_fingerprint(Path(adapter) / n) for n in ("adapter_model.safetensors", "adapter_config.json")
+    )
+    return f"weights {weights}, config {config}"
 
 
 def _check_init_adapter(cfg: TrainConfig, source: str) -> None:

@@ -33,7 +33,7 @@ from train import convergence
 from train.adapter_card import card_example
 from train.adapter_save import save_adapter
 from train.completion_head import completion_head_trainer
-from train.config import ConfigError, DistillArguments, TrainConfig, init_fingerprint
+from train.config import ConfigError, DistillArguments, TrainConfig
 from train.plan import plan_line, training_plan
 from train.precision import base_dtype, check_attention
 from train.preflight import check_base_model, check_launch
@@ -259,14 +259,11 @@ def token_counts(dataset) -> dict:
 
 def trained_from(cfg: TrainConfig, data: DatasetDict) -> dict:
     """What an adapter, or a checkpoint on the way to it, was trained from: a recipe retrains when one changes."""
-    made = {
+    return {
         "prompt_version": STUDENT_PROMPT_VERSION,
         "dataset_fingerprint": data["train"]._fingerprint,
         "train_config": cfg.to_dict(),
     }
-    if cfg.distill.init_adapter:  # its weights, not its path: the same folder retrained is another start
-        made["init_adapter_weights"] = init_fingerprint(cfg.distill.init_adapter)
-    return made
 
 
 def adapter_metadata(
@@ -287,6 +284,7 @@ def adapter_metadata(
         "base_model_hub_id": hub_id(cfg.model.model_name_or_path),
         "base_model_path": base_path,
         "dataset_dir": str(Path(cfg.distill.dataset_name) / role),
+        "init_adapter": cfg.distill.init_adapter or None,  # where it started (train_config: what that held)
         **trained_from(cfg, data),
         "lora": {
             "r": cfg.model.lora_r,

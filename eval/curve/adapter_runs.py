@@ -22,8 +22,6 @@ from distill.pipeline.stage_key import model_fingerprint, prompt_fingerprint, st
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CPU_TRAIN_CONFIG = CONFIGS / "train" / "smollm2-cpu.yaml"
 PLACEMENT = ("dataset_name", "output_dir", "roles")  # where a training run reads and writes, not what it learns
-# an adapter it starts from is keyed by its weights (`adapter_inputs`), not by where it lies: a moved run keeps its key
-BY_CONTENT = ("init_adapter",)
 
 
 def training_settings(options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
@@ -33,7 +31,7 @@ def training_settings(options: Mapping[str, Any], config: Path | str) -> dict[st
 
     written = {**read_yaml(config), **options}
     resolved = config_from_dict(dict(written), str(config)).to_dict()
-    return {k: resolved.get(k, v) for k, v in written.items() if k not in (*PLACEMENT, *BY_CONTENT)}
+    return {k: resolved.get(k, v) for k, v in written.items() if k not in PLACEMENT}
 
 
 def adapter_inputs(dataset: Path, options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
@@ -54,16 +52,7 @@ def adapter_inputs(dataset: Path, options: Mapping[str, Any], config: Path | str
     }
     if settings.get("early_stopping_patience"):  # the validation loss picks the epoch kept: it is an input too
         inputs["validation"] = splits["validation"]._fingerprint if "validation" in splits else None
-    if options.get("init_adapter"):  # the adapter it starts from (two-stage): another one, another adapter
-        inputs["init adapter"] = _init(options)
     return inputs
-
-
-def _init(options: Mapping[str, Any]) -> Optional[list[Optional[str]]]:
-    """The weights of the adapter these options start from (`init_adapter`); None for a fresh LoRA."""
-    from train.config import init_fingerprint
-
-    return init_fingerprint(options["init_adapter"]) if options.get("init_adapter") else None
 
 
 def stale_reason(
@@ -78,15 +67,13 @@ def stale_reason(
     settings = training_settings(options, config)
 
     def explain() -> Optional[str]:  # what the adapter's own record says differs
-        return _changed(read_metadata(adapter), dataset, settings, _init(options))
+        return _changed(read_metadata(adapter), dataset, settings)
 
     details = dict.fromkeys(("dataset", "training settings", "student prompt version"), explain)
     return stale(adapter, adapter_inputs(dataset, options, config), migrate=explain, details=details)
 
 
-def _changed(
-    meta: Mapping[str, Any], dataset: Path, settings: Mapping[str, Any], init: Optional[list] = None
-) -> Optional[str]:
+def _changed(meta: Mapping[str, Any], dataset: Path, settings: Mapping[str, Any]) -> Optional[str]:
     """What differs between the record of a training run (adapter metadata, checkpoint record) and today's."""
     from datasets import load_from_disk
 
@@ -96,8 +83,6 @@ def _changed(
         return "its dataset changed"
     if meta.get("prompt_version") != STUDENT_PROMPT_VERSION:
         return f"it was trained for student prompt version {meta.get('prompt_version')}"
-    if meta.get("init_adapter_weights") != init:
-        return "it started from another init adapter"
     trained = meta.get("train_config") or {}
     for key, value in settings.items():
         if trained.get(key) != value:
@@ -119,8 +104,7 @@ def train_stale(
     stale = {r: why for r, o in options.items() if (why := stale_reason(adapters / r, datasets / r, o, config))}
     groups: dict[tuple, list[str]] = {}
     for role, why in stale.items():
-        checkpoint = resumable(adapters / role, datasets / role, training_settings(options[role], config),
-                               _init(options[role]))  # fmt: skip
+        checkpoint = resumable(adapters / role, datasets / role, training_settings(options[role], config))
         if checkpoint:
             print(f"resuming {role} from {checkpoint}: {why}", flush=True)
         elif why != "not trained yet":
@@ -176,14 +160,14 @@ def _rows(dataset: Path) -> dict[str, list[dict]]:
     return {name: split.remove_columns(["key"]).to_list() for name, split in splits.items()}
 
 
-def resumable(adapter: Path, dataset: Path, settings: Mapping[str, Any], init: Optional[list] = None) -> Optional[str]:
+def resumable(adapter: Path, dataset: Path, settings: Mapping[str, Any]) -> Optional[str]:
     """The name of the checkpoint `--resume true` would continue in `adapter`, when its record shows it was trained
     from today's dataset, prompt version and training `settings`; None otherwise (no checkpoint, or another run's)."""
     from train.resume import checkpoint_record, last_checkpoint
 
     found = last_checkpoint(adapter / "checkpoints")
     record = checkpoint_record(found) if found else None
-    return Path(found).name if record and _changed(record, dataset, settings, init) is None else None
+    return Path(found).name if record and _changed(record, dataset, settings) is None else None
 
 
 def _train(argv: list[str], roles: Sequence[str]) -> None:
