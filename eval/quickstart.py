@@ -24,7 +24,8 @@ from typing import Optional
 import yaml
 
 from data_prep.config_file import read_mapping
-from distill.roles.roles import CORE_ROLES
+from distill.roles.roles import DEFAULT_STAGES
+from distill.roles.trace_data import QUICKSTART_BUDGETS, QUICKSTART_LEARNING_RATES
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -41,11 +42,9 @@ def _positive(text: str) -> int:
     return value
 
 
-# Where the training goes: the emotion (a label the gold-guided teacher gets right) and the reply (the human
-# one) are what the student can learn on a CPU's budget; the 135M teacher's causes and strategies are weak
-# targets. asi's answer is a few tokens, so its rows are cheap to see many times, at a higher learning rate.
-ROLE_BUDGETS = {"asi": 24000, "cae": 2000, "srp": 2000, "ers": 16000}
-ROLE_LEARNING_RATES = {"asi": 2e-3, "cae": 5e-4, "srp": 5e-4, "ers": 5e-4}
+# where the training goes, per role: distill.roles.trace_data says why
+ROLE_BUDGETS = dict(QUICKSTART_BUDGETS)
+ROLE_LEARNING_RATES = dict(QUICKSTART_LEARNING_RATES)
 # The shipped sample is split with a larger test share than a corpus needs (51 test dialogues against 14 at
 # 0.8,0.1,0.1), so that the student-vs-teacher difference can be told from noise.
 SAMPLE_SPLIT_RATIOS = "0.6,0.1,0.3"
@@ -263,7 +262,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> Optional[
     from distill.pipeline.stage_key import regenerating, stale, write_key
 
     inputs = _datasets_inputs(out, args)
-    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in CORE_ROLES)
+    built = all((out / "datasets" / r / "dataset_dict.json").is_file() for r in DEFAULT_STAGES)
     why = stale(out / "datasets", inputs) if built else "not built yet"
     if why is None:
         print(f"reusing {out / 'datasets'}")
@@ -272,7 +271,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> Optional[
         regenerating(str(out / "datasets"), why)
     argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
     # the teacher's traces of the first --train-limit dialogues: a run made with a larger limit keeps more
-    argv += ["--roles", ",".join(CORE_ROLES), "--limit", str(args.train_limit)]
+    argv += ["--roles", ",".join(DEFAULT_STAGES), "--limit", str(args.train_limit)]
     # the student's replies are learnt from the human ones: a 135M teacher's replies are often
     # fragments, and those would be its targets
     argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
@@ -289,7 +288,7 @@ def step_adapters(out: Path, args: argparse.Namespace, source: str) -> Optional[
             "max_tokens_budget": args.max_tokens_budget or args.role_budgets[r],
             "learning_rate": ROLE_LEARNING_RATES[r],
         }
-        for r in CORE_ROLES
+        for r in DEFAULT_STAGES
     }
     if not train_stale(out / "datasets", out / "adapters", options, card_example=args.card_example):
         print(f"reusing {out / 'adapters'}")

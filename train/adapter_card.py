@@ -22,7 +22,7 @@ from distill.adapters.adapters import (
 from distill.datasets.dataset_card import label_section, read_build_record
 from distill.datasets.sft_tasks import JOINT
 from distill.roles.declared import load_pipeline, pipeline_roles, stored_roles
-from distill.roles.roles import CORE_ROLES, RoleSpec
+from distill.roles.roles import DEFAULT_STAGES, RoleSpec
 
 # Training options worth quoting; the full config is in the metadata file.
 _TRAIN_KEYS = (
@@ -188,7 +188,7 @@ def render_joint_card(meta: dict, figures: Optional[dict[str, Any]] = None) -> s
     return f"""{_front_matter(meta)}
 # trace-distill adapter: `{JOINT}` (every role in one adapter)
 
-One LoRA adapter for all of trace-distill's distilled agents ({", ".join(f"`{r}`" for r in CORE_ROLES)}),
+One LoRA adapter for all of trace-distill's distilled agents ({", ".join(f"`{r}`" for r in DEFAULT_STAGES)}),
 the baseline against one adapter per role. Each prompt's system message `[<role>]` names the agent;
 the prompts and answers are those of the per-role adapters (see their cards).
 - base model: `{base_hub_id(meta) or meta.get("base_model")}`

@@ -30,7 +30,7 @@ from trl import ModelConfig, SFTConfig, TrlParser
 
 from data_prep.config_file import read_mapping
 from distill.datasets.sft_tasks import JOINT
-from distill.roles.roles import CORE_ROLES, ROLES, RoleSpec
+from distill.roles.roles import DEFAULT_STAGES, ROLES, RoleSpec
 from train import TOKENS_BUDGET
 
 # TRL's `dtype` names for the base's weights (train.precision.base_dtype resolves them).
@@ -194,7 +194,7 @@ class TrainConfig:
         roles = self.roles()
         declared = [name for name, spec in roles.items() if spec.pipeline is not None]
         if self.distill.roles.strip() == "all":
-            return declared or list(CORE_ROLES)
+            return declared or list(DEFAULT_STAGES)
         names = [r.strip() for r in self.distill.roles.split(",") if r.strip()]
         unknown = [r for r in names if r not in roles and r != JOINT]
         if not names or unknown:

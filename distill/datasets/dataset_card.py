@@ -23,6 +23,7 @@ from distill.quality.checks import role_checks
 from distill.quality.report import QUALITY_FILE
 from distill.quality.thresholds import QualityThresholds
 from distill.roles.declared import stored_roles
+from distill.roles.duties import is_gold_reply
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleSpec
 from distill.version import __version__
 
@@ -95,7 +96,7 @@ def render_card(dd: DatasetDict, record: dict[str, Any]) -> str:
     splits = "\n".join(f"| {s} | {dd[s].num_rows} | `{dd[s]._fingerprint}` |" for s in dd)
     target = (
         "the human gold reply (hybrid target)"
-        if role == "ers" and options["ers_target"] == "gold"
+        if is_gold_reply(role, roles) and options["ers_target"] == "gold"
         else "the teacher's final answer"
     )
     return f"""---

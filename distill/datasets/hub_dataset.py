@@ -2,7 +2,7 @@
 
 `stage` writes exactly what the hub receives into a local folder: `<role>/<split>-00000-of-00001.parquet`
 (the layout `DatasetDict.push_to_hub(config_name=role)` uses) and a `README.md` whose YAML header
-declares each role as a config, so `load_dataset(repo_id, "asi")` (or the staged folder itself) gives
+declares each role as a config, so `load_dataset(repo_id, role)` (or the staged folder itself) gives
 that role's splits. `push` uploads the staged folder in one commit. Staging first means the payload
 can be checked, and loaded, without the hub.
 """

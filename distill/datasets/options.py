@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from distill.datasets.sft_tasks import RationaleSource
+from distill.roles.duties import is_gold_reply
 
 QualityMode = Literal["filter", "report", "off"]
 QUALITY_DROP = "failed a quality check"  # the one drop reason; which checks failed is in RoleCounts.quality
@@ -76,6 +77,6 @@ class RoleCounts:
 def quality_mode(role: str, options: DatasetOptions) -> QualityMode:
     """The quality mode that holds for `role`'s rows: "off" where the row's target is not the teacher's answer
     (direct rows; a gold ers target), since the checks judge what the teacher wrote."""
-    if options.inputs == "direct" or (role == "ers" and options.ers_target == "gold"):
+    if options.inputs == "direct" or (is_gold_reply(role) and options.ers_target == "gold"):
         return "off"
     return options.quality

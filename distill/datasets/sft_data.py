@@ -33,7 +33,9 @@ from distill.datasets.sft_tasks import DIRECT_ROLES, direct_row, with_rationale_
 from distill.pipeline.config import PipelineConfig
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace, roles_of
-from distill.roles.roles import CORE_ROLES, RoleSpec, build_role_input
+from distill.roles.declared import REPLY_FIELD
+from distill.roles.duties import emotion_role, is_gold_reply
+from distill.roles.roles import DEFAULT_STAGES, RoleSpec, build_role_input
 
 SPLITS = ("train", "validation")
 
@@ -104,10 +106,10 @@ def trace_split(trace: Trace, run: Optional[RunInfo]) -> Optional[str]:
 
 def _target(role: str, trace: Trace, options: DatasetOptions) -> tuple[Optional[dict], Optional[str]]:
     """The parsed answer the student must learn, or (None, reason to drop)."""
-    if role == "ers" and options.ers_target == "gold":
+    if is_gold_reply(role, trace.roles) and options.ers_target == "gold":
         if not trace.dialogue.gold_response:
             return None, "no gold response"
-        return {"response": trace.dialogue.gold_response}, None
+        return {REPLY_FIELD: trace.dialogue.gold_response}, None
     parsed = trace.outputs.get(role)
     return (parsed, None) if parsed is not None else (None, "no output")
 
@@ -141,7 +143,7 @@ def role_row(
     try:
         answer = spec.schema.model_validate(parsed)
     except ValidationError:
-        gold = role == "ers" and options.ers_target == "gold"
+        gold = is_gold_reply(role, trace.roles) and options.ers_target == "gold"
         return None, "gold response invalid for schema" if gold else "invalid output"
     if any(up in run_roles and up not in trace.outputs for up in spec.inputs):
         return None, "missing upstream output"
@@ -205,7 +207,8 @@ def build_role_datasets(
     if options.split:
         traces = _only_split(traces, options.split, run, report)
     run_roles = enabled_roles(traces)
-    wanted = _wanted_roles(roles, run_roles, roles_of(traces), options, report)
+    known = roles_of(traces)
+    wanted = _wanted_roles(roles, run_roles, known, options, report)
     held_out = validation_conv_ids([t.dialogue.conv_id for t in traces], options.eval_fraction, options.seed)
     failing = quality_failures(traces, options)
     result: dict[str, DatasetDict] = {}
@@ -223,7 +226,7 @@ def build_role_datasets(
             report.skipped_roles[role] = "no rows kept"
             continue
         by_split = {s: [r for r in rows if (r["conv_id"] in held_out) == (s == "validation")] for s in SPLITS}
-        if options.balance_emotions and role == "asi":
+        if options.balance_emotions and role == emotion_role(known):
             by_split["train"] = balance_by_emotion(by_split["train"], options.seed)
         if options.rationale:  # twins train only: validation measures the label task the student answers
             by_key = {t.key: t for t in traces}
@@ -252,9 +255,10 @@ def _wanted_roles(
         requested = list(roles or DIRECT_ROLES)
         bad = [r for r in requested if r not in DIRECT_ROLES]
         if bad:
-            raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: asi, ers)")
+            gold = ", ".join(DIRECT_ROLES)
+            raise ValueError(f"--inputs direct: role(s) {', '.join(bad)} have no gold answer (direct rows: {gold})")
         return requested
-    roles = roles or [r for r in run_roles if r in CORE_ROLES or known[r].pipeline is not None]
+    roles = roles or [r for r in run_roles if r in DEFAULT_STAGES or known[r].pipeline is not None]
     for role in roles:
         if role not in known:
             raise ValueError(f"unknown role '{role}' (known: {', '.join(known)})")

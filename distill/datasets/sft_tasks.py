@@ -23,14 +23,16 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from data_prep.taxonomy import to_ekman
 from distill.pipeline.trace import Trace
+from distill.roles.declared import REPLY_FIELD
+from distill.roles.duties import EMOTION_FIELD, RATIONALE_FIELD, answers_emotion, gold_roles, rationale_roles
 from distill.roles.roles import ROLES, RoleInput, render_student
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
 JOINT = "joint"  # one adapter for every role: each row's system tag already names its role
-DIRECT_ROLES = ("asi", "ers")  # the roles with a gold answer in the data itself
-RATIONALE_ROLES = ("asi", "srp")  # the classification roles whose teacher answer carries a rationale
+DIRECT_ROLES = gold_roles(ROLES)  # the roles with a gold answer in the data itself
+RATIONALE_ROLES = rationale_roles(ROLES)  # the classification roles whose teacher answer carries a rationale
 RationaleSource = Literal["teacher", "situation"]
 
 
@@ -44,16 +46,16 @@ def direct_row(role: str, trace: Trace) -> tuple[Optional[dict], Optional[str]]:
     if role not in DIRECT_ROLES:
         raise ValueError(f"direct rows exist for {', '.join(DIRECT_ROLES)} only (the roles with gold answers)")
     spec, dialogue = ROLES[role], trace.dialogue
-    if role == "asi":
+    if answers_emotion(spec):
         try:
-            target = spec.student_schema.model_validate({"emotion": to_ekman(dialogue.emotion)})
+            target = spec.student_schema.model_validate({EMOTION_FIELD: to_ekman(dialogue.emotion)})
         except ValueError:
             return None, "gold emotion not a known label"
     else:
         if not dialogue.gold_response:
             return None, "no gold response"
         try:
-            target = spec.schema.model_validate({"response": dialogue.gold_response})
+            target = spec.schema.model_validate({REPLY_FIELD: dialogue.gold_response})
         except ValueError:
             return None, "gold response invalid for schema"
     prompt = render_student(spec, RoleInput(dialogue=dialogue))
@@ -74,7 +76,7 @@ def rationale_text(role: str, trace: Trace, source: RationaleSource) -> Optional
     if source == "situation":
         text = trace.dialogue.situation
     else:
-        text = (trace.outputs.get(role) or {}).get("reasoning")
+        text = (trace.outputs.get(role) or {}).get(RATIONALE_FIELD)
     text = " ".join((text or "").split())
     return text or None
 

@@ -23,9 +23,9 @@ from distill.pipeline.reflection import FinalSelection
 from distill.pipeline.stage_key import content_fingerprint
 from distill.pipeline.store import TRACES_FILE
 from distill.roles.declared import DeclaredPipeline, load_pipeline, pipeline_roles
-from distill.roles.roles import CORE_ROLES, ROLES, STAGE_ORDER, RoleSpec
+from distill.roles.duties import gold_roles
+from distill.roles.roles import ROLES, STAGE_ORDER, RoleSpec
 
-GOLD_ORACLE_ROLES = ("asi", "ers")  # the stages whose answer the data itself holds
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
 KEYED_WHEN_SET = (
     "direct", "oracle", "oracle_traces", "final_selection", "reflection_backend", "retry_temperature", "top_p", "min_p",
@@ -165,8 +165,9 @@ class _PipelineSettings(BaseModel):
         for role, source in self.oracle.items():
             if role not in self.roles or not self.roles[role].stage:
                 raise ValueError(f"oracle: '{role}' is not a pipeline stage (stages: {', '.join(STAGE_ORDER)})")
-            if source == "gold" and role not in GOLD_ORACLE_ROLES:
-                raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: asi, ers; else teacher)")
+            if source == "gold" and role not in gold_roles(self.roles):
+                gold = ", ".join(gold_roles(self.roles))
+                raise ValueError(f"oracle: {role}: the data has no gold {role} answer (gold: {gold}; else teacher)")
         if "teacher" in self.oracle.values() and not self.oracle_traces:
             raise ValueError("oracle: a 'teacher' answer needs oracle_traces (the teacher's trace run)")
         return self
@@ -289,4 +290,4 @@ PipelineConfig = create_model(
     },
 )
 
-__all__ = ["PipelineConfig", "CORE_ROLES"]
+__all__ = ["PipelineConfig"]

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import to_ekman
+from distill.roles.duties import answers_emotion
 from distill.roles.roles import ROLES, RoleSpec
 
 
@@ -42,7 +43,7 @@ class Oracle:
         """(the answer in the role's full schema, or None; what it came from, or why there is none)."""
         schema = self.roles[role].schema
         if self.sources[role] == "gold":
-            if role == "asi":
+            if answers_emotion(self.roles[role]):
                 return schema(emotion=to_ekman(dialogue.emotion), reasoning=""), "oracle: gold emotion"
             if not dialogue.gold_response:
                 return None, f"oracle: dialogue {dialogue.id} has no gold reply"

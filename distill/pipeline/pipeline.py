@@ -33,6 +33,7 @@ from distill.pipeline.reflection import OutputRejected, choose_final, parse_outp
 from distill.pipeline.reuse import StoredStages
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import GoldGuidance, Step, Trace, trace_key
+from distill.roles.duties import EMOTION_FIELD, emotion_role
 from distill.roles.roles import RoleInput, RoleSpec, build_role_input, prompt_version
 from distill.roles.schemas import GRAOutput
 from distill.version import __version__
@@ -76,6 +77,7 @@ class Pipeline:
             )
         self.stages = config.stages()
         self.roles = config.roles  # this pipeline's own: another config in the process has its own
+        self._emotion_role = emotion_role(self.roles)  # its answer keys the exemplar search
         specs = [self.roles[role] for role in self.stages]
         self.labels = LabelDecoding(config.label_decoding, backend, config.prompt_style, specs, config.direct)
         self.config = config
@@ -188,7 +190,9 @@ class Pipeline:
                 self._fill_from_run(role, active)
                 continue
             if spec.uses_exemplars:
-                self._retrieve([r for r in active if r.exemplars is None or r.exemplar_emotion != _emotion(r)])
+                self._retrieve(
+                    [r for r in active if r.exemplars is None or r.exemplar_emotion != _emotion(r, self._emotion_role)]
+                )
             inputs = [self._role_input(spec, r, iteration) for r in active]
             steps, outputs = self._generate(spec, inputs, iteration, progress)
             for r, step, out in zip(active, steps, outputs):
@@ -245,9 +249,9 @@ class Pipeline:
             return
         if not (self.config.rag and self.index is not None and self._teacher):
             for r in runs:
-                r.exemplars, r.exemplar_emotion = [], _emotion(r)
+                r.exemplars, r.exemplar_emotion = [], _emotion(r, self._emotion_role)
             return
-        emotions = [_emotion(r) for r in runs]
+        emotions = [_emotion(r, self._emotion_role) for r in runs]
         found = self.index.query(
             [r.dialogue.situation for r in runs],
             emotions,
@@ -405,6 +409,6 @@ def _warn_truncated(traces: Sequence[Trace]) -> None:
         )
 
 
-def _emotion(r: _DialogueRun) -> Optional[str]:
-    """ASI's emotion in the dialogue's latest iteration: what the precise exemplar search keys on."""
-    return getattr(r.iterations[-1].get("asi"), "emotion", None)
+def _emotion(r: _DialogueRun, role: Optional[str]) -> Optional[str]:
+    """The emotion role's answer in the dialogue's latest iteration: what the precise exemplar search keys on."""
+    return getattr(r.iterations[-1].get(role), EMOTION_FIELD, None)

@@ -14,7 +14,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, Field, computed_field
 
 from data_prep.dialogues import Dialogue
-from distill.roles.declared import stored_roles
+from distill.roles.declared import REPLY_FIELD, stored_roles
+from distill.roles.duties import EMOTION_FIELD, emotion_role
 from distill.roles.roles import ROLES, RoleSpec
 
 
@@ -66,10 +67,8 @@ class Trace(BaseModel):
 
     @property
     def response(self) -> Optional[str]:
-        """The reply: ers's, or a declared pipeline's (the last stage that answers a `response` field)."""
-        if "ers" in self.outputs:
-            return self.outputs["ers"].get("response")
-        replies = [out["response"] for out in self.outputs.values() if isinstance(out, dict) and "response" in out]
+        """The reply: the last stage's that answers the reply field (`distill.roles.duties`)."""
+        replies = [out[REPLY_FIELD] for out in self.outputs.values() if isinstance(out, dict) and REPLY_FIELD in out]
         return replies[-1] if replies else None
 
     @property
@@ -79,8 +78,8 @@ class Trace(BaseModel):
 
     @property
     def emotion(self) -> Optional[str]:
-        """The emotion the ASI stage answered (as it answered it: not checked against the label set)."""
-        return (self.outputs.get("asi") or {}).get("emotion")
+        """The emotion the pipeline's emotion role answered (as it answered it: not checked against the label set)."""
+        return (self.outputs.get(emotion_role(self.roles)) or {}).get(EMOTION_FIELD)
 
 
 def roles_of(traces: Iterable[Trace]) -> dict[str, RoleSpec]:

@@ -77,6 +77,9 @@ class RoleSpec:
     # A declared role's upstream roles, from its own pipeline (a built-in role's are built-in): a prompt reads their
     # titles and briefs, and an upstream answer their schemas, from the pipeline the role belongs to.
     input_specs: tuple[RoleSpec, ...] = field(default=(), compare=False, repr=False)
+    # The data holds this role's answer (ED's emotion label, the human listener's reply): the gold oracle and
+    # direct rows can stand in for the teacher's (distill.roles.duties).
+    gold_answer: bool = False
 
     def input_spec(self, name: str) -> RoleSpec:
         """The spec of `name`, one of this role's inputs."""
@@ -256,7 +259,7 @@ ROLES: Mapping[str, RoleSpec] = MappingProxyType({
     for spec in (
         RoleSpec(
             "asi", "Affective State Identifier", schemas.ASIOutput, (), 0.0, 96, teacher_prompts.ASI_TASK,
-            student_schema=schemas.ASIDecision,
+            student_schema=schemas.ASIDecision, gold_answer=True,
             switch="use_asi", switch_help="TRACE's emotion identifier (false ablates it)",
         ),
         RoleSpec(
@@ -292,7 +295,7 @@ ROLES: Mapping[str, RoleSpec] = MappingProxyType({
         RoleSpec(
             "ers", "Empathetic Response Synthesizer", schemas.ERSOutput, _ALL_BEFORE_ERS, 0.5, 128,
             teacher_prompts.ERS_TASK,
-            uses_exemplars=True,
+            uses_exemplars=True, gold_answer=True,
         ),
         RoleSpec(
             "gra", "Global Reflection Agent", schemas.GRAOutput, (*_ALL_BEFORE_ERS, "ers"), 0.0, 256,
@@ -304,4 +307,6 @@ ROLES: Mapping[str, RoleSpec] = MappingProxyType({
     )
 })  # fmt: skip
 STAGE_ORDER: tuple[str, ...] = tuple(name for name, spec in ROLES.items() if spec.stage)
-CORE_ROLES: tuple[str, ...] = ("asi", "cae", "srp", "ers")  # TRACE's four: the quickstart's and train's default
+# The stages a default PipelineConfig runs (TRACE's four): the quickstart's, the curve's and train's default roles
+DEFAULT_STAGES: tuple[str, ...] = tuple(name for name, spec in ROLES.items() if spec.stage and spec.default_on)
+CORE_ROLES = DEFAULT_STAGES  # its older name, which stored code and notebooks import

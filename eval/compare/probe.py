@@ -18,6 +18,8 @@ import numpy as np
 from data_prep.dialogues import Dialogue
 from data_prep.taxonomy import EKMAN, to_ekman
 from distill.pipeline.trace import Step, Trace
+from distill.roles.duties import EMOTION_FIELD, RATIONALE_FIELD, emotion_role
+from distill.roles.roles import ROLES
 
 PROBE_BACKEND = "probe"
 
@@ -111,8 +113,9 @@ def probe_traces(
 
 
 def _trace(dialogue: Dialogue, emotion: str, model: str, latency_s: float) -> Trace:
-    answer = {"emotion": emotion, "reasoning": ""}
-    step = Step(role="asi", messages=[], raw=emotion, parsed=answer, latency_s=latency_s)
+    role = emotion_role()
+    answer = {EMOTION_FIELD: emotion, RATIONALE_FIELD: ""}
+    step = Step(role=role, messages=[], raw=emotion, parsed=answer, latency_s=latency_s)
     return Trace(
         key=f"{PROBE_BACKEND}:{dialogue.id}",
         dialogue=dialogue,
@@ -120,7 +123,7 @@ def _trace(dialogue: Dialogue, emotion: str, model: str, latency_s: float) -> Tr
         model=model,
         prompt_version="-",
         prompt_style="student",
-        config={"use_asi": True},
+        config={ROLES[role].switch: True},
         steps=[step],
-        outputs={"asi": answer},
+        outputs={role: answer},
     )

@@ -18,6 +18,8 @@ from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import restart_stage
 from distill.pipeline.trace import Trace
 from distill.quality import QualityReport, check_replies, check_traces
+from distill.roles.declared import REPLY_FIELD
+from distill.roles.duties import is_gold_reply, reply_role
 from distill.roles.roles import STAGE_ORDER
 from distill.roles.schemas import GRAOutput
 from eval.metrics.stats import mean_with_ci
@@ -39,7 +41,8 @@ def retries_per_role(traces: Sequence[Trace]) -> dict[str, Any]:
 
 
 def _iteration0_reply(trace: Trace) -> Optional[str]:
-    return next((s.parsed["response"] for s in trace.steps if s.role == "ers" and s.iteration == 0 and s.valid), None)
+    replies = (s.parsed[REPLY_FIELD] for s in trace.steps if s.iteration == 0 and s.valid and REPLY_FIELD in s.parsed)
+    return next(replies, None)
 
 
 def reflection_figures(traces: Sequence[Trace]) -> Optional[dict[str, Any]]:
@@ -88,7 +91,7 @@ def trace_quality(traces: Sequence[Trace], own_reply: bool) -> dict[str, Any]:
     """The quality checks on a system's own outputs: the teacher's and the students' alike, so a reader sees
     a student's loop rate beside its teacher's. A reply fed from the data (`own_reply` False) is left out."""
     report = check_traces(traces, progress=False)
-    return quality_rates(report, None if own_reply else [r for r in report.checked if r != "ers"])
+    return quality_rates(report, None if own_reply else [r for r in report.checked if not is_gold_reply(r)])
 
 
 def reply_quality(replies: Sequence[str], dialogues: Sequence[Dialogue]) -> dict[str, Any]:
@@ -101,5 +104,5 @@ def reply_rates(replies: Sequence[str], dialogues: Sequence[Dialogue]) -> dict[s
     `reply` or `chain`): replies checked, and the share failing each check, 0 where none did; a missing reply (a
     failed trace) counts as a non-reply."""
     report = check_replies(replies, dialogues)
-    rates = report.rates().get("ers", {})
+    rates = report.rates().get(reply_role(), {})  # bare replies are checked as the built-in reply role's
     return {"checked": len(replies), "rates": {check: rates.get(check, 0.0) for check in ("loop", "echo", "non_reply")}}

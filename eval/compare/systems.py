@@ -22,6 +22,7 @@ from data_prep.models import ModelNotAvailable, check_causal_lm, check_model_nam
 from distill.backends import BACKEND_TYPES
 from distill.pipeline.store import TRACES_FILE
 from distill.pipeline.trace import Trace
+from distill.roles.duties import is_gold_reply
 from eval.compare.answers import AnswersSpec
 from eval.compare.cost import PeakRSS
 from eval.metrics.judge import ASPECTS
@@ -275,8 +276,13 @@ class SystemRun:
     def __post_init__(self) -> None:
         # a reply fed from the data (`oracle: {ers: gold}`, an emotion-only system) is the human's, not
         # the system's: scoring it would credit the system with the human row's figures
-        if any((t.config.get("oracle") or {}).get("ers") == "gold" for t in self.traces):
+        if any(_gold_reply_fed(t) for t in self.traces):
             self.replies = False
+
+
+def _gold_reply_fed(trace: Trace) -> bool:
+    oracle = trace.config.get("oracle") or {}
+    return any(source == "gold" and is_gold_reply(role, trace.roles) for role, source in oracle.items())
 
 
 def _squash(text: str) -> str:

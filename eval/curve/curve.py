@@ -47,7 +47,7 @@ from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.stage_key import PATH_FIELDS, digest, placed, prompt_fingerprint, read_key, regenerating
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
-from distill.roles.roles import CORE_ROLES
+from distill.roles.roles import DEFAULT_STAGES
 from eval.compare.systems import (
     SYSTEMS_DIR,
     BertScoreSpec,
@@ -274,13 +274,15 @@ def build_datasets(
 
     def build() -> None:
         report = BuildReport()
-        roles = list(CORE_ROLES if student.joint else student.trains)
+        roles = list(DEFAULT_STAGES if student.joint else student.trains)
         built = build_role_datasets(traces, roles, options, report, info)
         missing = [r for r in roles if r not in built]
         if missing:
             raise CompareError(f"student '{student.name}': no {', '.join(missing)} rows ({'; '.join(report.lines())})")
         if student.joint:
-            joint_dataset(built, options.seed).save_to_disk(str(out / JOINT), num_shards={s: 1 for s in built["asi"]})
+            joint_dataset(built, options.seed).save_to_disk(
+                str(out / JOINT), num_shards={s: 1 for s in next(iter(built.values()))}
+            )
         else:
             save_role_datasets(built, out, traces, info, options, report, Path(config.traces))
 
@@ -336,7 +338,7 @@ def _train_roles(student: Student, n: int, point: Path, config: CurveConfig) -> 
     from eval.curve.adapter_runs import copy_identical, train_stale
 
     adapters, datasets = point / f"adapters-{student.name}", point / f"datasets-{student.name}"
-    budget = config.budget(n, student) * (len(CORE_ROLES) if student.joint else 1)  # the same total tokens
+    budget = config.budget(n, student) * (len(DEFAULT_STAGES) if student.joint else 1)  # the same total tokens
     flags = {"max_tokens_budget": budget, **({} if student.seed is None else {"seed": student.seed})}
     options = dict.fromkeys(student.trains, flags)
     others = sorted(p for p in point.glob("adapters-*") if p != adapters)  # each beside its datasets-<name>
@@ -361,7 +363,7 @@ def student_system(student: Student, adapters: Path, config: CurveConfig) -> dic
     reuse = reused_stages(student, config.lender(student))
     if reuse:  # the lender's system is generated first (`ordered_students`), in the same compare folder
         pipeline.update(reuse=list(reuse), reuse_from=str(system_run(adapters.parent, student.lender)))
-    folders = {role: str(adapters / JOINT) for role in CORE_ROLES} if student.joint else str(adapters)
+    folders = {role: str(adapters / JOINT) for role in DEFAULT_STAGES} if student.joint else str(adapters)
     return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
 
 

@@ -11,7 +11,9 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from distill.datasets.sft_tasks import JOINT
-from distill.roles.roles import CORE_ROLES, ROLES
+from distill.roles.declared import label_set
+from distill.roles.duties import emotion_role, gold_roles, is_gold_reply, rationale_roles, reply_role
+from distill.roles.roles import DEFAULT_STAGES, ROLES, RoleSpec
 
 
 @dataclass(frozen=True)
@@ -30,30 +32,34 @@ class Student:
     seed: Optional[int] = None  # its LoRA init and data order (train's `seed`); None = the train config's
 
 
+def _others(trains: tuple[str, ...]) -> tuple[str, ...]:
+    """The default stages a student that trains `trains` borrows."""
+    return tuple(r for r in DEFAULT_STAGES if r not in trains)
+
+
+# the default stages the data cannot stand in for, switched off: what runs then is what the data holds
+_GOLD_ONLY = {ROLES[r].switch: False for r in _others(gold_roles())}
+_REPLY = reply_role()
+
 STUDENTS: dict[str, Student] = {
     s.name: s
     for s in (
-        Student("traces", CORE_ROLES),
-        Student(
-            "direct",
-            ("asi", "ers"),
-            options={"inputs": "direct"},
-            pipeline={"direct": True, "use_cae": False, "use_srp": False},
-        ),
-        Student("rationale", ("asi", "srp"), borrows=("cae", "ers"), rationale_task=True),
-        Student("teacher-reply", ("ers",), borrows=("asi", "cae", "srp"), options={"ers_target": "teacher"}),
+        Student("traces", DEFAULT_STAGES),
+        Student("direct", gold_roles(), options={"inputs": "direct"}, pipeline={"direct": True, **_GOLD_ONLY}),
+        Student("rationale", rationale_roles(), borrows=_others(rationale_roles()), rationale_task=True),
+        Student("teacher-reply", (_REPLY,), borrows=_others((_REPLY,)), options={"ers_target": "teacher"}),
         Student("joint", (JOINT,), joint=True),
     )
 }
 
 
-# what an emotion-only system runs: asi alone, its reply the data's own (so it spends no generation)
-EMOTION_ONLY = {"use_cae": False, "use_srp": False, "oracle": {"ers": "gold"}}
+# what an emotion-only system runs: the emotion role alone, its reply the data's own (so it spends no generation)
+EMOTION_ONLY = {**_GOLD_ONLY, "oracle": {_REPLY: "gold"}}
 
 
 def emotion_only(student: Student) -> Student:
-    """The student's emotion agent alone: asi trained (when it trains it), nothing borrowed."""
-    trains = tuple(r for r in student.trains if r == "asi")
+    """The student's emotion agent alone: trained (when the student trains it), nothing borrowed."""
+    trains = tuple(r for r in student.trains if r == emotion_role())
     return replace(student, trains=trains, borrows=(), pipeline={**student.pipeline, **EMOTION_ONLY})
 
 
@@ -184,24 +190,31 @@ def role_decoding(pipeline: dict[str, Any], role: str) -> dict[str, Any]:
 
 # --- what each student learns from whom ------------------------------------------------------------
 
-_TEACHER_TARGETS = {"cae": "teacher's triggers, cause and category", "srp": "teacher's strategy label"}
+
+def _teacher_target(spec: RoleSpec) -> str:
+    """What the student learns of the teacher's answer, in words: its fields (a lone label named as one)."""
+    schema = spec.student_schema or spec.schema
+    names = list(schema.model_fields)
+    if len(names) == 1:
+        return f"teacher's {names[0]}" + (" label" if label_set(spec, names[0]) else "")
+    return f"teacher's {', '.join(names[:-1])} and {names[-1]}"
 
 
 def _target_source(role: str, options: dict[str, Any], gold_filtered: bool) -> str:
-    if role == "asi":
+    if role == emotion_role():
         if options.get("inputs") == "direct" or gold_filtered:
             # a traces row is kept only when the teacher agreed with gold: its label IS the gold label
             return "gold label" + ("" if options.get("inputs") == "direct" else " (rows where the teacher agreed)")
         return "teacher's label"
-    if role == "ers":
+    if is_gold_reply(role):
         return "human reply" if options.get("ers_target", "gold") == "gold" else "teacher's reply"
-    return _TEACHER_TARGETS.get(role, f"teacher's {role}")
+    return _teacher_target(ROLES[role])
 
 
 def _input_source(role: str, options: dict[str, Any]) -> str:
     if options.get("inputs") == "direct":
         return "dialogue"
-    upstream = [r for r in ROLES[role].inputs if r in CORE_ROLES]
+    upstream = [r for r in ROLES[role].inputs if r in DEFAULT_STAGES]
     return "dialogue" + (f" + teacher's {', '.join(upstream)}" if upstream else "")
 
 
@@ -211,14 +224,14 @@ def role_sources(student: Student, gold_filtered: bool, rationale: str) -> dict[
     this beside every figure."""
     lender = STUDENTS[student.lender]
     out = {}
-    for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or CORE_ROLES:
+    for role in student.borrows + tuple(r for r in student.trains if r != JOINT) or DEFAULT_STAGES:
         owner = lender if role in student.borrows else student
         options = {"ers_target": "gold", **owner.options}
         row = {"target": _target_source(role, options, gold_filtered), "input": _input_source(role, options)}
-        if owner.rationale_task and role in ("asi", "srp"):
+        if owner.rationale_task and role in rationale_roles():
             human = options.get("rationale", rationale) == "situation"
             row["target"] += "; rationale-task twin: " + ("ED's situation (human)" if human else "teacher's reasoning")
         if role in student.borrows:
             row["adapter"] = f"student-{lender.name}'s"
         out[role] = row
-    return dict(sorted(out.items(), key=lambda kv: CORE_ROLES.index(kv[0])))
+    return dict(sorted(out.items(), key=lambda kv: DEFAULT_STAGES.index(kv[0])))

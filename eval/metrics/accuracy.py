@@ -14,6 +14,7 @@ from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, to_ekman
 from distill.pipeline.trace import Trace
+from distill.roles.trace_data import AGREEMENT_FIELDS, SPAN_AGREEMENT_FIELDS
 from eval.metrics.stats import bootstrap_ci, mean_with_ci
 
 INVALID = "(invalid)"  # a prediction missing or outside the label set: wrong in the strict figure
@@ -199,8 +200,8 @@ def teacher_agreement(system: Sequence[Trace], teacher: Sequence[Trace]) -> dict
     are compared as one bag of tokens per dialogue (token F1).
     """
     by_id = {t.dialogue.id: t for t in teacher}
-    fields = {"emotion": ("asi", "emotion"), "cause_category": ("cae", "category"), "strategy": ("srp", "strategy")}
-    scores: dict[str, list[float]] = {name: [] for name in [*fields, "trigger_f1"]}
+    fields, spans = AGREEMENT_FIELDS, SPAN_AGREEMENT_FIELDS
+    scores: dict[str, list[float]] = {name: [] for name in [*fields, *spans]}
     for trace in system:
         ref = by_id.get(trace.dialogue.id)
         if ref is None:
@@ -208,9 +209,10 @@ def teacher_agreement(system: Sequence[Trace], teacher: Sequence[Trace]) -> dict
         for name, (role, key) in fields.items():
             if _field(ref, role, key) is not None:
                 scores[name].append(float(_field(trace, role, key) == _field(ref, role, key)))
-        if _field(ref, "cae", "triggers"):
-            mine = " ".join(_field(trace, "cae", "triggers") or [])
-            scores["trigger_f1"].append(token_f1(mine, " ".join(_field(ref, "cae", "triggers"))))
+        for name, (role, key) in spans.items():
+            if _field(ref, role, key):
+                mine = " ".join(_field(trace, role, key) or [])
+                scores[name].append(token_f1(mine, " ".join(_field(ref, role, key))))
     return {name: mean_with_ci(vals) for name, vals in scores.items()}
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from distill.pipeline.stage_key import PATH_FIELDS
+from distill.roles.duties import reply_role
 from distill.roles.roles import ROLES
 from eval.compare import shares_table
 from eval.compare.markdown import DASH, cell, fmt, interval, markdown_table, wrap_paragraph
@@ -89,7 +90,7 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
     # what a decoding lever costs: the reply's generated tokens per dialogue and the dialogue's seconds (its
     # steps' summed latency), each counting all k samples of a consensus
     cost = report_row.get("cost") or {}
-    ers = (cost.get("tokens_per_role") or {}).get("ers") or {}
+    reply = (cost.get("tokens_per_role") or {}).get(reply_role()) or {}
     return {
         "name": report_row["name"],
         "learns": {role: source["target"] for role, source in sources.items()},
@@ -97,7 +98,7 @@ def _system(report_row: dict[str, Any], sources: dict[str, dict[str, str]], vari
         "decoding": (variant or {}).get("decoding") or {},
         "seed": (variant or {}).get("seed"),
         "figures": figures,
-        "reply_tokens_per_dialogue": ers.get("completion_per_dialogue"),
+        "reply_tokens_per_dialogue": reply.get("completion_per_dialogue"),
         "seconds_per_dialogue": (cost.get("latency_s") or {}).get("value"),
         # Dist/EAD shares on nested sub-corpora (compare's `shares_by_size`), where the run asked for them
         "shares_by_size": [
@@ -276,8 +277,9 @@ def _cost_cells(system: dict[str, Any]) -> list[str]:
 
 
 def _decoding(decoding: dict[str, Any]) -> str:
+    reply = reply_role()
     if not decoding:
-        return f"TRACE's (T {ROLES['ers'].temperature})"
+        return f"TRACE's (T {ROLES[reply].temperature})"
     parts = []
     for key, label in (
         ("temperatures", "T"),
@@ -286,9 +288,9 @@ def _decoding(decoding: dict[str, Any]) -> str:
         ("typical_p", "typical-p"),
         ("consensus", "consensus of"),
     ):
-        if "ers" in (decoding.get(key) or {}):
-            parts.append(f"{label} {decoding[key]['ers']}")
-    if decoding.get("consensus_by") and "ers" in (decoding.get("consensus") or {}):
+        if reply in (decoding.get(key) or {}):
+            parts.append(f"{label} {decoding[key][reply]}")
+    if decoding.get("consensus_by") and reply in (decoding.get("consensus") or {}):
         parts[-1] += f" by {decoding['consensus_by']}"
     return ", ".join(parts)
 
