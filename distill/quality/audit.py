@@ -13,10 +13,12 @@ from typing import Any, Optional
 from tqdm.auto import tqdm
 
 from data_prep.dialogues import Dialogue
+from distill.backends.base import Backend
 from distill.pipeline.reflection import ungrounded_triggers
 from distill.pipeline.trace import Step, Trace
 from distill.quality.checks import (
     CHECKS,
+    JUDGE_CHECK,
     echo,
     exemplar_copy,
     is_reply_role,
@@ -26,9 +28,12 @@ from distill.quality.checks import (
     parroted_rationale,
 )
 from distill.quality.duplicates import near_duplicates
+from distill.quality.judge import judge_reason, judge_replies
+from distill.quality.relevance import off_dialogue
+from distill.quality.reply_form import meta_commentary, prompt_echo, self_description, template_fragment
 from distill.quality.report import Finding, QualityReport
 from distill.quality.thresholds import QualityThresholds
-from distill.roles.roles import ROLES, exemplar_texts
+from distill.roles.roles import ROLES, RoleInput, exemplar_texts
 
 CHECKED_ROLES = tuple(r for r in ROLES if any(r in c.roles for c in CHECKS.values()))
 _REASONING = "reasoning"
@@ -47,14 +52,18 @@ def _reply_role(trace: Trace) -> str:
 
 
 def check_traces(
-    traces: Sequence[Trace], thresholds: Optional[QualityThresholds] = None, progress: Optional[bool] = None
+    traces: Sequence[Trace],
+    thresholds: Optional[QualityThresholds] = None,
+    progress: Optional[bool] = None,
+    judge: Optional[Backend] = None,
 ) -> QualityReport:
     """Every check on every role output the traces hold (failed traces included: what they did answer).
 
-    `progress` None shows a bar for runs of more than 200 traces.
+    `progress` None shows a bar for runs of more than 200 traces. `judge`, a backend, adds `reply_judge` (a
+    model asked whether each reply is one: distill.quality.judge); without it that check does not run.
     """
     t = thresholds or QualityThresholds()
-    report = QualityReport(thresholds=t, traces=len(traces))
+    report = QualityReport(thresholds=t, traces=len(traces), judged=judge is not None)
     register_declared(traces)
     show = len(traces) > 200 if progress is None else progress
     for trace in tqdm(traces, desc="quality checks", unit="trace", disable=not show, leave=False):
@@ -63,7 +72,7 @@ def check_traces(
                 report.checked[role] = report.checked.get(role, 0) + 1
         report.findings += check_trace(trace, t)
     replied = [tr for tr in traces if isinstance(tr.response, str)]
-    report.findings += _near_duplicates(replied, [tr.response for tr in replied], t)
+    report.findings += _run_level(replied, [tr.response for tr in replied], t, judge)
     return report
 
 
@@ -109,7 +118,8 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
             field = "response" if role == "ers" else _REASONING
             text = out.get(field)
             if isinstance(text, str) and step is not None:
-                note(role, "exemplar_copy", field, exemplar_copy(text, exemplar_texts(step.messages), t), text)
+                shown = exemplar_texts(step.messages)  # situation, reply, situation, reply...
+                note(role, "exemplar_copy", field, exemplar_copy(text, shown, t, shown[0::2]), text)
         if role in CHECKS["parroted_rationale"].roles and isinstance(out.get(_REASONING), str):
             text = out[_REASONING]
             reason = parroted_rationale(text, _instructions(role, step, d), seeker, t)
@@ -124,41 +134,75 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
             reply = out["response"]
             note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t), reply)
             note(role, "non_reply", "response", non_reply(reply, t), reply)
+            for check, reason in reply_form(reply, _own_instructions(role, step, trace, d), t):
+                note(role, check, "response", reason, reply)
     return found
 
 
+def reply_form(reply: str, instructions: str, t: QualityThresholds) -> list[tuple[str, Optional[str]]]:
+    """(check, reason) of the per-reply checks that a reply is one (distill.quality.reply_form)."""
+    titles = [spec.title for spec in ROLES.values()]
+    return [
+        ("meta_commentary", meta_commentary(reply)),
+        ("self_description", self_description(reply, titles)),
+        ("prompt_echo", prompt_echo(reply, instructions, t)),
+        ("template_fragment", template_fragment(reply)),
+    ]
+
+
 def check_replies(
-    replies: Sequence[str], dialogues: Sequence[Dialogue], thresholds: Optional[QualityThresholds] = None
+    replies: Sequence[str],
+    dialogues: Sequence[Dialogue],
+    thresholds: Optional[QualityThresholds] = None,
+    judge: Optional[Backend] = None,
 ) -> QualityReport:
-    """The ers checks that need no prompt (loop, echo, non_reply, near_duplicate) on bare replies, one per
-    dialogue, and leaked_reference on each dialogue: a reply's finding is keyed by its dialogue's id."""
+    """The ers checks that need no recorded prompt on bare replies, one per dialogue (prompt_echo reads the ers
+    teacher prompt the dialogue alone would render), and leaked_reference on each dialogue: a reply's finding is
+    keyed by its dialogue's id. exemplar_copy needs the retrieved cases, so it does not run."""
     if len(replies) != len(dialogues):
         raise ValueError(f"check_replies: {len(replies)} replies for {len(dialogues)} dialogues")
     t = thresholds or QualityThresholds()
-    report = QualityReport(thresholds=t, traces=len(replies), checked={"ers": len(replies)})
+    report = QualityReport(thresholds=t, traces=len(replies), checked={"ers": len(replies)}, judged=judge is not None)
     for reply, d in zip(replies, dialogues):
         last = next((turn.text for turn in reversed(d.turns) if turn.speaker == "seeker"), "")
         for check, reason in (
             ("loop", loop(reply, t)),
             ("echo", echo(reply, last, t)),
             ("non_reply", non_reply(reply, t)),
+            *reply_form(reply, _own_instructions("ers", None, None, d), t),
         ):
             if reason:
                 report.findings.append(Finding(d.id, d.id, "ers", check, "response", reason, reply))
         if reason := leaked_reference(d.gold_response, [turn.text for turn in d.turns]):
             report.findings.append(Finding(d.id, d.id, "ers", "leaked_reference", "response", reason, d.gold_response))
-    ids = [d.id for d in dialogues]
-    for reply, d, reason in zip(replies, dialogues, near_duplicates(replies, ids, t)):
-        if reason:
-            report.findings.append(Finding(d.id, d.id, "ers", "near_duplicate", "response", reason, reply))
+    keys = [(d.id, d, "ers") for d in dialogues]
+    report.findings += _run_level_findings(keys, replies, t, judge)
     return report
 
 
-def _near_duplicates(traces: Sequence[Trace], replies: Sequence[str], t: QualityThresholds) -> list[Finding]:
-    reasons = near_duplicates(replies, [tr.dialogue.id for tr in traces], t)
+def _run_level(
+    traces: Sequence[Trace], replies: Sequence[str], t: QualityThresholds, judge: Optional[Backend]
+) -> list[Finding]:
+    keys = [(tr.key, tr.dialogue, _reply_role(tr)) for tr in traces]
+    return _run_level_findings(keys, replies, t, judge)
+
+
+def _run_level_findings(
+    keys: Sequence[tuple[str, Dialogue, str]], replies: Sequence[str], t: QualityThresholds, judge: Optional[Backend]
+) -> list[Finding]:
+    """The checks that read a reply beside the run's others (near_duplicate, off_dialogue) or ask a model
+    (reply_judge); `keys` holds each reply's (finding key, dialogue, role)."""
+    dialogues = [d for _, d, _ in keys]
+    found = {
+        "near_duplicate": near_duplicates(replies, [d.id for d in dialogues], t),
+        "off_dialogue": off_dialogue(replies, dialogues, t),
+    }
+    if judge is not None:
+        found[JUDGE_CHECK] = [judge_reason(v) for v in judge_replies(judge, dialogues, replies)]
     return [
-        Finding(tr.key, tr.dialogue.id, _reply_role(tr), "near_duplicate", "response", reason, reply)
-        for tr, reply, reason in zip(traces, replies, reasons)
+        Finding(key, d.id, role, check, "response", reason, reply)
+        for check, reasons in found.items()
+        for (key, d, role), reply, reason in zip(keys, replies, reasons)
         if reason
     ]
 
@@ -187,6 +231,28 @@ def _instructions(role: str, step: Optional[Step], dialogue: Dialogue) -> str:
         return ROLES[role].task
     context = dialogue.render_context()
     return "\n".join(m.get("content", "").replace(context, " ") for m in step.messages)
+
+
+def _own_instructions(role: str, step: Optional[Step], trace: Optional[Trace], dialogue: Dialogue) -> str:
+    """What the role was told in its own words: `_instructions` without the earlier agents' answers (a cause the
+    reply may rightly reword), the retrieved cases' text and the reference reply (exemplar_copy and a gold-guided
+    reply's own business). A reply with no recorded prompt is read against the teacher prompt its dialogue alone
+    renders."""
+    if step is None or not step.messages:
+        if role not in ROLES:
+            return ""
+        messages = ROLES[role].render(RoleInput(dialogue=dialogue), "teacher")
+        step = Step(role=role, messages=messages)
+    text = _instructions(role, step, dialogue)
+    turns = ROLES[role].context_turns if role in ROLES else None  # a declared role may see the last turns only
+    # a label ("ER", "anger") is left in: cut out of the text it would cut words apart, and the prompt lists it anyway
+    outputs = [out for name, out in (trace.outputs.items() if trace else ()) if name != role]
+    upstream = [v for out in outputs for _, v in _texts(out) if len(v.split()) > 2]
+    cuts = [dialogue.render_context(turns), *upstream, *exemplar_texts(step.messages), dialogue.gold_response or ""]
+    for cut in sorted(cuts, key=len, reverse=True):  # the longest first: a short answer may sit inside a long one
+        if cut.strip():
+            text = text.replace(cut, " ")
+    return text
 
 
 def _ungrounded(out: dict[str, Any], dialogue: Dialogue, t: QualityThresholds) -> list[str]:

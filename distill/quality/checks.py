@@ -100,6 +100,12 @@ _LABEL_GLUE = frozenset("a an the and or is of".split())
 _TAG_PREFIX = re.compile(r"^\W*([^\W\d_]+(?:[ _][^\W\d_]+){0,2})[\s\"'*`]*[:=]")
 
 
+# Whether a reply is one at all (distill.quality.reply_form and .relevance): what a weak teacher writes instead of a
+# reply. `reply_judge` runs only when a judge model is given, so a role is counted under it only then.
+REPLY_FORM_CHECKS = ("meta_commentary", "self_description", "prompt_echo", "template_fragment", "off_dialogue")
+JUDGE_CHECK = "reply_judge"
+
+
 @dataclass(frozen=True)
 class Check:
     """One named check: the roles whose outputs it reads, which fields, and why it exists (one line)."""
@@ -132,12 +138,26 @@ CHECKS: dict[str, Check] = {
         Check("leaked_reference", ("ers",), "response (the dialogue's turns against its reference reply)",
               "the dialogue already holds its reference reply as a turn: a reply role trained on it learns to copy "
               "the reply out of its own prompt, and one scored on it is scored on a copy"),
+        Check("meta_commentary", ("ers",), "response",
+              "talks about the exchange in the third person (\"the seeker\", \"the response\", empathy) instead of "
+              "to the seeker"),
+        Check("self_description", ("ers",), "response",
+              "the writer describes itself as an agent, a model or one of the pipeline's roles"),
+        Check("prompt_echo", ("ers",), "response",
+              "repeats the role's own instructions (word n-grams of its prompt, the dialogue and cases cut out)"),
+        Check("template_fragment", ("ers",), "response",
+              "template debris instead of prose: braces or markup, a heading or label chain, a trailing colon, "
+              "brackets that never close"),
+        Check("off_dialogue", ("ers",), "response, against other dialogues of the run (run-level)",
+              "about another dialogue: its relevance to its own seeker is far below its relevance to others'"),
+        Check(JUDGE_CHECK, ("ers",), "response (only with a judge model)",
+              "a judge model answered that it is not a reply to the seeker (off unless a judge is given)"),
     )
 }  # fmt: skip
 # What audit runs on a declared role (distill.roles.declared): `loop` on every text field, and on the role that
 # writes the reply the reply checks that need no built-in role's prompt.
 _DECLARED_CHECKS = ("loop",)
-_DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked_reference")
+_DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked_reference", *REPLY_FORM_CHECKS)
 
 
 def is_reply_role(role: str) -> bool:
@@ -146,14 +166,17 @@ def is_reply_role(role: str) -> bool:
     return role == "ers" or (spec is not None and spec.pipeline is not None and REPLY_FIELD in spec.schema.model_fields)
 
 
-def role_checks(role: str) -> tuple[str, ...]:
+def role_checks(role: str, judged: bool = False) -> tuple[str, ...]:
     """The checks a role's outputs are counted under, in report order: a built-in role's are those naming it, a
-    declared role's those audit runs on it (a report lists every check a role was read by, at 0 where none fired)."""
+    declared role's those audit runs on it (a report lists every check a role was read by, at 0 where none fired);
+    `reply_judge` only when a judge read the replies."""
     spec = ROLES.get(role)
     if spec is None or spec.pipeline is None:
-        return tuple(name for name, c in CHECKS.items() if role in c.roles)
-    declared = _DECLARED_REPLY_CHECKS if is_reply_role(role) else _DECLARED_CHECKS
-    return tuple(name for name in CHECKS if name in declared)
+        names = tuple(name for name, c in CHECKS.items() if role in c.roles)
+    else:
+        declared = (*_DECLARED_REPLY_CHECKS, JUDGE_CHECK) if is_reply_role(role) else _DECLARED_CHECKS
+        names = tuple(name for name in CHECKS if name in declared)
+    return names if judged else tuple(name for name in names if name != JUDGE_CHECK)
 
 
 def words(text: str) -> list[str]:
@@ -288,14 +311,20 @@ def _clip(text: str, width: int = 48) -> str:
 # --- copies: of an exemplar, of the seeker ------------------------------------------------------
 
 
-def exemplar_copy(text: str, exemplars: Sequence[str], t: QualityThresholds) -> Optional[str]:
-    """The text reproduces the retrieved exemplars it was shown (their situations or replies)."""
+def exemplar_copy(
+    text: str, exemplars: Sequence[str], t: QualityThresholds, situations: Sequence[str] = ()
+) -> Optional[str]:
+    """The text reproduces the retrieved exemplars it was shown (their situations or replies), or tells a retrieved
+    case's situation (`situations`) as its own: a run of `exemplar_situation_run` of its words, which a listener
+    answering another seeker has no reason to repeat."""
     ws = words(text)
     if not ws or not exemplars:
         return None
     hits = sum(copied(ws, [words(e) for e in exemplars], t.exemplar_ngram))
     if hits >= t.exemplar_copy_min_words and hits / len(ws) >= t.exemplar_copy_share:
         return f"{hits} of its {len(ws)} words are copied from a retrieved exemplar"
+    if any(copied(ws, [words(s) for s in situations], t.exemplar_situation_run)):
+        return f"{t.exemplar_situation_run}+ words in a row from a retrieved case's situation"
     return None
 
 

@@ -47,6 +47,7 @@ class QualityReport:
     traces: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # role -> outputs checked
     findings: list[Finding] = field(default_factory=list)
+    judged: bool = False  # a judge model read the replies (`reply_judge`)
 
     def failing(self) -> dict[tuple[str, str], set[str]]:
         """(trace key, role) -> the checks that role's output failed: what a dataset builder filters on."""
@@ -60,7 +61,9 @@ class QualityReport:
         seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         for f in self.findings:
             seen[f.role][f.check].add(f.key)
-        return {role: {check: len(seen[role][check]) for check in role_checks(role)} for role in self.checked}
+        return {
+            role: {check: len(seen[role][check]) for check in role_checks(role, self.judged)} for role in self.checked
+        }
 
     def rates(self) -> dict[str, dict[str, float]]:
         """role -> check -> share of that role's checked outputs that failed it."""
