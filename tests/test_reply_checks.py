@@ -218,3 +218,58 @@ def test_the_judge_is_off_by_default_and_files_its_no_as_reply_judge():
         trace_with_prompts(d, {"ers": {"response": r}}, f"k{i}") for i, (d, r) in enumerate(zip(dialogues, replies))
     ]
     assert check_traces(traces, judge=Judge()).counts()["ers"]["reply_judge"] == 1
+
+
+def _judge_config(tmp_path, backend: dict):
+    import yaml
+
+    path = tmp_path / "judge.yaml"
+    path.write_text(yaml.safe_dump({"backend": backend}))
+    return path
+
+
+def test_inspect_refuses_a_judge_config_without_a_backend_before_any_check(tiny_dialogues, tmp_path, capsys):
+    from test_datasets import write_run
+
+    from distill.__main__ import main as distill_main
+
+    write_run(tmp_path / "run", [trace_with_prompts(tiny_dialogues[0], {"ers": {"response": HUMAN[0]}}, "k")])
+    bad = tmp_path / "judge.yaml"
+    bad.write_text("pipeline: {}\n")
+    assert distill_main(["inspect", str(tmp_path / "run"), "--judge", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: field 'backend' must be a mapping" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "quality.json").exists()
+
+
+@pytest.mark.slow
+def test_inspect_asks_a_judge_behind_a_local_openai_compatible_server(smollm_path, tiny_dialogues, tmp_path, capsys):
+    """`distill serve` on a tiny random model is the judge: constrained decoding makes every verdict parse, so each
+    reply gets one, and quality.json counts the replies under reply_judge."""
+    import json
+
+    from fault_proxy import ServeProcess, make_tiny_model
+    from test_datasets import write_run
+
+    from distill.__main__ import main as distill_main
+    from distill.quality.judge import judge_backend
+
+    server = ServeProcess(str(make_tiny_model(smollm_path, tmp_path / "tiny")), tmp_path / "serve.log").wait_ready()
+    try:
+        import httpx
+
+        model = httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+        backend = {"type": "openai", "model": model, "base_url": server.url + "/v1", "strict_schema": False}
+        config = _judge_config(tmp_path, backend)
+        dialogues = tiny_dialogues[:3]
+        assert None not in judge_replies(judge_backend(str(config)), dialogues, HUMAN[:3])
+        traces = [
+            trace_with_prompts(d, {"ers": {"response": r}}, f"k{i}") for i, (d, r) in enumerate(zip(dialogues, HUMAN))
+        ]
+        write_run(tmp_path / "run", traces)
+        assert distill_main(["inspect", str(tmp_path / "run"), "--judge", str(config)]) == 0
+    finally:
+        server.stop()
+    ers = json.loads((tmp_path / "run" / "quality.json").read_text())["roles"]["ers"]
+    assert ers["checked"] == 3 and "reply_judge" in ers["checks"]
+    assert "reply_judge" in capsys.readouterr().out

@@ -81,3 +81,12 @@ def judge_replies(
 def judge_reason(verdict: Optional[bool]) -> Optional[str]:
     """The finding's reason for a verdict: only a "no" fails."""
     return "the judge model answered that this is not a reply to the seeker" if verdict is False else None
+
+
+def judge_backend(config: str) -> Backend:
+    """The judge model: the backend of a config file (`backend: {type: ...}`, read as `distill generate` reads it);
+    a bad file or backend is a one-line ValueError naming it."""
+    from distill.backends import make_backend
+    from distill.pipeline.cli_generate import load_config
+
+    return make_backend(load_config(config)["backend"])
