@@ -31,6 +31,11 @@ HUMAN = [
     "It sounds like you need someone to listen, and I'm here for that.",
     "You can file a response to their letter and ask for more time.",
     "I'm sorry, that must hurt (:",
+    "I'm an administrative assistant too, so I know those late nights.",
+    "Acting as a role model for your brother is a lot to carry.",
+    "Feeling betrayed is a natural response to what happened to you.",
+    "I can empathize with how stressful this move must be.",
+    "Your mom sounds like her biggest supporter (and yours).",
 ]
 
 META = [
@@ -39,12 +44,15 @@ META = [
     "The listener should show that they understand the speaker's frustration.",
     "An empathetic response would validate her worry about the move.",
     "Empathy",
+    "This is a great response, and a perfect reply to the question.",
 ]
 SELF = [
     "I am the Empathetic Response Synthesizer in a team of agents that writes replies.",
-    "As an assistant built to support people, I hear your frustration with the neighbours.",
+    "As a virtual assistant built to support people, I hear your frustration with the neighbours.",
     "I'm the reply generator here and my task is to comfort you.",
     "Being a language model, I cannot feel it, but that must be hard.",
+    "I am using the new AI to write emails to everyone who cannot use email.",
+    "I am sorry for the confusion.",
     "The Strategic Response Planner chose comfort first.",
 ]
 TEMPLATE = [

@@ -18,29 +18,37 @@ from distill.quality.checks import copied, words
 from distill.quality.thresholds import QualityThresholds
 
 # The parties and the artefact of the exchange, named in the third person. A listener says "you", not "the
-# seeker"; it speaks, it does not discuss "the response". "a response" is left alone ("filing a response to
-# the claims"), as are "the person" and "the situation", which people say of others.
-_PARTY = r"seekers?|listeners?|speakers?|help-?seekers?|supporters?|responders?|users?|interlocutors?"
+# seeker"; it speaks, it does not discuss "the response" or "a great reply". A bare "a response" is left alone
+# ("filing a response to the claims"), as are "the person" and "the situation", which people say of others.
+_PARTY = r"seekers?|listeners?|speakers?|help-?seekers?|responders?|users?|interlocutors?"
 _ARTEFACT = r"responses?|repl(?:y|ies)"
+# a grade given to a reply, as a critic gives it ("a great response"); "a natural response to what happened" passes
+_VERDICT = r"great|good|perfect|best|better|wonderful|excellent|ideal|appropriate|suitable|proper|sample|empathetic"
 _META = re.compile(
-    rf"\b(?:the|this|that|these|those|his|her|their|our)\s+(?:(?:[\w-]+\s+){{0,2}})?(?:{_PARTY})\b"
-    rf"|\b(?:the|this|that|these|my|your|our|an?\s+empathetic|empathetic|compassionate)\s+(?:{_ARTEFACT})\b"
-    r"|\bhow to respond\b|\bempath(?:y|i[sz]\w*)\b|\bhuman (?:listeners?|responders?|responses?|repl(?:y|ies))\b"
+    rf"\b(?:the|this|that|these|those)\s+(?:(?:[\w-]+\s+){{0,2}})?(?:{_PARTY})\b"
+    rf"|\b(?:the|this|that|these|my|your|our|empathetic|compassionate)\s+(?:{_ARTEFACT})\b"
+    rf"|\b(?:a|an)\s+(?:\w+\s+)?(?:{_VERDICT})\s+(?:{_ARTEFACT})\b"
+    r"|\bhow to respond\b|\bhuman (?:listeners?|responders?|responses?|repl(?:y|ies))\b"
     r"|\b(?:is|was) (?:a|an) (?:\w+ ){0,2}example of\b"
-    r"|\b(?:in|of) (?:this|the) (?:dialogue|conversation|exchange|scenario)\b",
+    r"|\b(?:in|of) this (?:dialogue|conversation|exchange|scenario)\b",
     re.I,
 )
+# The task's name as the whole reply ("empathy", "Empathizing."): listeners say "I can empathize with that".
+_TASK_WORD = re.compile(r"^\W*(?:\w+\W+){0,2}empath\w*\W*$", re.I)
 # What the writer says it is. "I'm a nurse" is a person; an agent, a model, or one of the pipeline's own role titles
 # (`role_titles`: from the registry, so a declared role's title counts) is the prompt talking.
+# ("a wedding planner", "a role model", "an administrative assistant" are people: those words are not here)
 _WHAT_AN_AGENT_IS = (
-    r"agents?|ai|a\.i\.|assistant|bot|chatbot|language model|model|synthesi[sz]er|planner|identifier|engine"
-    r"|forecaster|recogni[sz]er|generator|system|program|role"
+    r"agents?|ai|a\.i\.|(?:ai|virtual) assistant|bot|chatbot|language model|synthesi[sz]er|identifier"
+    r"|forecaster|recogni[sz]er|(?:reply|response|text) generator|responder"
 )
 _SELF = re.compile(
     rf"\b(?:i am|i'm|as|being) (?:the|an?|your|this)\s+(?:[\w-]+\s+){{0,3}}?(?:{_WHAT_AN_AGENT_IS})\b"
-    r"|\bteam of (?:agents|experts)\b|\bmy (?:role|task|job|instructions?|prompt) (?:is|was|here)\b",
+    r"|\bteam of (?:agents|experts)\b|\bmy (?:role|task|job|instructions?|prompt) (?:is|was|here)\b"
+    r"|\bchat ?bots?\b|\blanguage models?\b|\bsorry for (?:the|any) (?:confusion|misunderstanding)\b",
     re.I,
 )
+_AI = re.compile(r"\bA\.?I\b")  # "AI" in capitals: no listener in ED or ESD-CoT names it
 # A template's debris: braces, markup tags, chat-template tokens, a reply that ends on a label's colon, or opens
 # with a heading of capitalised words and a colon ("Specter Response: ..."). An emoticon's colon (":)", "(:")
 # is no label: the colon must follow a letter.
@@ -56,7 +64,7 @@ _EMOTICON = re.compile(r"[:;=][-']?[()\[\]DPpOo3/\\|]|[()\[\]][-']?[:;=]")
 def meta_commentary(reply: str) -> Optional[str]:
     """Talk about the exchange in the third person ("the seeker", "the response", "empathy") instead of to the
     seeker."""
-    if m := _META.search(reply):
+    if m := _META.search(reply) or _TASK_WORD.match(reply):
         return f"speaks about the exchange, not to the seeker: {_clip(m.group(0))}"
     return None
 
@@ -69,7 +77,7 @@ def self_description(reply: str, role_titles: Iterable[str]) -> Optional[str]:
         claim = r"\b(?:i am|i'm|as) (?:the|an?|your) " if len(title.split()) == 1 else r"\b"
         if title.strip() and re.search(rf"{claim}{re.escape(title.strip())}\b", text, re.I):
             return f"names its own role: {_clip(title)}"
-    if m := _SELF.search(text):
+    if m := _SELF.search(text) or _AI.search(text):
         return f"describes itself as an agent: {_clip(m.group(0))}"
     return None
 
