@@ -45,6 +45,7 @@ META = [
     "An empathetic response would validate her worry about the move.",
     "Empathy",
     "This is a great response, and a perfect reply to the question.",
+    "Empathy Response",
 ]
 SELF = [
     "I am the Empathetic Response Synthesizer in a team of agents that writes replies.",
@@ -53,6 +54,7 @@ SELF = [
     "Being a language model, I cannot feel it, but that must be hard.",
     "I am using the new AI to write emails to everyone who cannot use email.",
     "I am sorry for the confusion.",
+    "I'm really sorry for the inconvenience, but I'm here to help. What's your name?",
     "The Strategic Response Planner chose comfort first.",
 ]
 TEMPLATE = [

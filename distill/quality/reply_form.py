@@ -26,7 +26,7 @@ _ARTEFACT = r"responses?|repl(?:y|ies)"
 _VERDICT = r"great|good|perfect|best|better|wonderful|excellent|ideal|appropriate|suitable|proper|sample|empathetic"
 _META = re.compile(
     rf"\b(?:the|this|that|these|those)\s+(?:(?:[\w-]+\s+){{0,2}})?(?:{_PARTY})\b"
-    rf"|\b(?:the|this|that|these|my|your|our|empathetic|compassionate)\s+(?:{_ARTEFACT})\b"
+    rf"|\b(?:the|this|that|these|my|your|our|empathy|empathetic|compassionate)\s+(?:{_ARTEFACT})\b"
     rf"|\b(?:a|an)\s+(?:\w+\s+)?(?:{_VERDICT})\s+(?:{_ARTEFACT})\b"
     r"|\bhow to respond\b|\bhuman (?:listeners?|responders?|responses?|repl(?:y|ies))\b"
     r"|\b(?:is|was) (?:a|an) (?:\w+ ){0,2}example of\b"
@@ -45,7 +45,7 @@ _WHAT_AN_AGENT_IS = (
 _SELF = re.compile(
     rf"\b(?:i am|i'm|as|being) (?:the|an?|your|this)\s+(?:[\w-]+\s+){{0,3}}?(?:{_WHAT_AN_AGENT_IS})\b"
     r"|\bteam of (?:agents|experts)\b|\bmy (?:role|task|job|instructions?|prompt) (?:is|was|here)\b"
-    r"|\bchat ?bots?\b|\blanguage models?\b|\bsorry for (?:the|any) (?:confusion|misunderstanding)\b",
+    r"|\bchat ?bots?\b|\blanguage models?\b|\bsorry for (?:the|any) (?:confusion|misunderstanding|inconvenience)\b",
     re.I,
 )
 _AI = re.compile(r"\bA\.?I\b")  # "AI" in capitals: no listener in ED or ESD-CoT names it
