@@ -31,6 +31,8 @@ HUMAN = [
     "It sounds like you need someone to listen, and I'm here for that.",
     "You can file a response to their letter and ask for more time.",
     "I'm sorry, that must hurt (:",
+    "lol :p",
+    "Be there by 3:30 and bring snacks!",
     "I'm an administrative assistant too, so I know those late nights.",
     "Acting as a role model for your brother is a lot to carry.",
     "Feeling betrayed is a natural response to what happened to you.",
@@ -66,6 +68,7 @@ TEMPLATE = [
     "[INST] Write a reply [/INST]",
     "I know it's hard (and you tried so much",
     "**Reply** That must be hard.",
+    "Kindred: Lullaby",
 ]
 
 

@@ -55,6 +55,7 @@ _AI = re.compile(r"\bA\.?I\b")  # "AI" in capitals: no listener in ED or ESD-CoT
 _MARKUP = re.compile(r"[{}]|</?[A-Za-z][\w-]*\s*/?>|<\|[^|]*\|>|\[/?(?:INST|SYS|ref)\]|^\s*#{1,6}\s|\*\*", re.M)
 _TRAILING_COLON = re.compile(r"[^\W\d_]['\")\]*]*\s*:\s*$")
 _HEADING = re.compile(r"^\W*(?:[A-Z][\w'-]*\s+){1,3}[A-Z][\w'-]*\s*:\s+\S")
+_LABEL_PAIR = re.compile(r"^\W*[^\W\d_][\w'-]*(?: [\w'-]+)?\s*:\s*[\w'-]+(?: [\w'-]+)?\W*$")  # "Malike: Serenade"
 _LABEL_CHAIN = re.compile(r"[^\W\d_]\s*:\s+[^:]{1,60}[^\W\d_]\s*:\s")
 _SHOUTED_WORD = re.compile(r"^\W*[A-Z]{4,}\W*$")  # "DISGUSTED": a label; people shout short words ("OMG", "LOL")
 _BRACKETS = (("(", ")"), ("[", "]"))
@@ -101,9 +102,9 @@ def template_fragment(reply: str) -> Optional[str]:
         return f"one word in capitals, a label in place of a reply: {_clip(reply)}"
     if _TRAILING_COLON.search(reply):
         return f"ends on a label's colon: {_clip(reply.strip()[-40:])}"
-    if m := _HEADING.match(reply) or _LABEL_CHAIN.search(reply):
-        return f"a heading or label chain, not a sentence: {_clip(m.group(0))}"
     bare = _EMOTICON.sub(" ", reply)
+    if m := _HEADING.match(reply) or _LABEL_PAIR.match(bare) or _LABEL_CHAIN.search(reply):
+        return f"a heading or label chain, not a sentence: {_clip(m.group(0))}"
     for left, right in _BRACKETS:
         if bare.count(left) != bare.count(right):
             return f"unbalanced {left}{right}: {bare.count(left)} opened, {bare.count(right)} closed"
