@@ -46,10 +46,22 @@ LABELS = REPO / "benchmarks" / "fixtures" / "quality_labels.jsonl"
 ESD_MAPPING = REPO / "configs" / "import" / "esdcot-full-chain.yaml"
 LABEL_FIELDS = {"run": str, "trace": str, "role": str, "field": str, "sha256": (str, type(None)), "label": str,
                 "category": str, "held_out": bool}  # fmt: skip
-# why a row is bad: replies (meta, self, prompt, template, other-dialogue, unrelated, missing, loop) and rationales
-# (parrot: the label or the prompt restated; copy: the seeker's turn copied; loop; unrelated)
+# why a row is bad: replies (meta, self, prompt, template, other-dialogue, unrelated, echo, missing, loop) and
+# rationales (parrot: the label or the prompt restated; copy: the dialogue copied; loop; unrelated)
 CATEGORIES = {
-    "bad": {"meta", "self", "prompt", "template", "other-dialogue", "unrelated", "missing", "loop", "parrot", "copy"},
+    "bad": {
+        "meta",
+        "self",
+        "prompt",
+        "template",
+        "other-dialogue",
+        "unrelated",
+        "echo",
+        "missing",
+        "loop",
+        "parrot",
+        "copy",
+    },
     "good": {"ok"},
 }
 ANY = "any check"

@@ -286,3 +286,13 @@ def test_inspect_asks_a_judge_behind_a_local_openai_compatible_server(smollm_pat
     ers = json.loads((tmp_path / "run" / "quality.json").read_text())["roles"]["ers"]
     assert ers["checked"] == 3 and "reply_judge" in ers["checks"]
     assert "reply_judge" in capsys.readouterr().out
+
+
+def test_echo_catches_a_writer_speaking_as_the_seeker_in_the_seekers_own_sentence():
+    """Eight words in a row of the seeker's last turn, even inside a longer reply: people quote five at most."""
+    from distill.quality.checks import echo
+
+    seeker = "I do not have a car. I took the bus anyway because the interview mattered so much."
+    reply = "I took the bus anyway because the interview mattered so much. It's normal, and I'm glad you're here."
+    assert echo(reply, seeker, T) == "8+ words in a row of the seeker's last turn"
+    assert echo("The bus anyway because the interview mattered? Wow, good for you.", seeker, T) is None

@@ -329,7 +329,7 @@ def exemplar_copy(
 
 
 def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[str]:
-    """The reply says back the seeker's last turn instead of answering it."""
+    """The reply says back the seeker's last turn instead of answering it: most of its words, or a run of them."""
     ws, seeker = words(reply), words(seeker_last_turn)
     if not ws or not seeker:
         return None
@@ -338,6 +338,8 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
     share = sum(copied(ws, [seeker], _COPY_NGRAM)) / len(ws)
     if share >= t.echo_share:
         return f"{share:.0%} of the reply's words repeat the seeker's last turn"
+    if any(copied(ws, [seeker], t.echo_run)):  # the writer speaks as the seeker, in the seeker's sentence
+        return f"{t.echo_run}+ words in a row of the seeker's last turn"
     return None
 
 

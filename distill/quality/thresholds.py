@@ -79,6 +79,9 @@ class QualityThresholds(BaseModel):
     echo_share: float = Field(
         0.8, gt=0, le=1, description="echo: share of the reply's words in word trigrams of the seeker's last turn"
     )
+    echo_run: int = Field(
+        8, ge=3, description="echo: or this many words in a row of the seeker's last turn (ED's replies: at most 5)"
+    )
     non_reply_min_words: int = Field(1, ge=1, description="non_reply: words (letters only) a reply needs")
     # near_duplicate
     # one changed word costs up to three trigrams: a 12-word reply with one word changed has Jaccard 0.54
