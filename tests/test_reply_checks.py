@@ -32,6 +32,9 @@ HUMAN = [
     "You can file a response to their letter and ask for more time.",
     "I'm sorry, that must hurt (:",
     "lol :p",
+    "Devastated.",
+    "awesome",
+    "k",
     "Be there by 3:30 and bring snacks!",
     "I'm an administrative assistant too, so I know those late nights.",
     "Acting as a role model for your brother is a lot to carry.",
@@ -48,6 +51,9 @@ META = [
     "Empathy",
     "This is a great response, and a perfect reply to the question.",
     "Empathy Response",
+    "Compassion-Driven Reply",
+    "I'm not sure, but I think it's sadness.",
+    "Here's a JSON object with the reply in it.",
 ]
 SELF = [
     "I am the Empathetic Response Synthesizer in a team of agents that writes replies.",
@@ -69,6 +75,8 @@ TEMPLATE = [
     "I know it's hard (and you tried so much",
     "**Reply** That must be hard.",
     "Kindred: Lullaby",
+    "Gloomy",
+    "warm-hearted-reactive-label-joy",
 ]
 
 

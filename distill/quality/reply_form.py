@@ -26,11 +26,14 @@ _ARTEFACT = r"responses?|repl(?:y|ies)"
 _VERDICT = r"great|good|perfect|best|better|wonderful|excellent|ideal|appropriate|suitable|proper|sample|empathetic"
 _META = re.compile(
     rf"\b(?:the|this|that|these|those)\s+(?:(?:[\w-]+\s+){{0,2}})?(?:{_PARTY})\b"
-    rf"|\b(?:the|this|that|these|my|your|our|empathy|empathetic|compassionate)\s+(?:{_ARTEFACT})\b"
+    rf"|\b(?:the|this|that|these|my|your|our|(?:empath|compassion)\w*(?:-\w+)?)\s+(?:{_ARTEFACT})\b"
     rf"|\b(?:a|an)\s+(?:\w+\s+)?(?:{_VERDICT})\s+(?:{_ARTEFACT})\b"
-    r"|\bhow to respond\b|\bhuman (?:listeners?|responders?|responses?|repl(?:y|ies))\b"
+    r"|\bhow to respond\b|\bhuman(?:-\w+)? (?:listeners?|responders?|responses?|repl(?:y|ies))\b"
     r"|\b(?:is|was) (?:a|an) (?:\w+ ){0,2}example of\b"
-    r"|\b(?:in|of) this (?:dialogue|conversation|exchange|scenario)\b",
+    r"|\b(?:in|of) this (?:dialogue|conversation|exchange|scenario)\b"
+    # an emotion class given as a verdict ("I think it's disgust"), and talk of the output's format
+    r"|\b(?:it's|it is|is|was) (?:anger|fear|disgust|happiness|sadness|surprise)\b"
+    r"|\bjson\b|\bhere(?:'s| is) (?:a|an|the) (?:\w+ )?(?:script|template|sample|code|example)\b",
     re.I,
 )
 # The task's name as the whole reply ("empathy", "Empathizing."): listeners say "I can empathize with that".
@@ -57,6 +60,16 @@ _TRAILING_COLON = re.compile(r"[^\W\d_]['\")\]*]*\s*:\s*$")
 _HEADING = re.compile(r"^\W*(?:[A-Z][\w'-]*\s+){1,3}[A-Z][\w'-]*\s*:\s+\S")
 _LABEL_PAIR = re.compile(r"^\W*[^\W\d_][\w'-]*(?: [\w'-]+)?\s*:\s*[\w'-]+(?: [\w'-]+)?\W*$")  # "Malike: Serenade"
 _LABEL_CHAIN = re.compile(r"[^\W\d_]\s*:\s+[^:]{1,60}[^\W\d_]\s*:\s")
+# One word and no sentence mark ("depressing", "Demonizing", "SELF-CORPORAL") is a label or a fragment, not what a
+# listener says: ED's one-word replies are "ok", "k", "ick." and "Why?"; a mark ("Devastated.") or a word people say
+# on its own passes.
+_ONE_WORD = re.compile(r"^\W*([^\W\d_][^\W_]*(?:[-_'][^\W_]+)*)\s*$")  # a number alone is non_reply's
+_SAID_ALONE = frozenset(
+    "ok okay k kk yes yeah yep yup yay no nope nah oh ah aw aww awww wow whoa ha haha hahaha lol lmao omg ugh hmm um"
+    " uh ick ew eww gross yikes ouch nice cool awesome great sweet congrats congratulations thanks thank same true"
+    " agreed sure right exactly definitely absolutely totally indeed really seriously sorry bummer damn dang yum"
+    " amazing wonderful lovely perfect fantastic terrible awful horrible hi hey hello bye".split()
+)
 _SHOUTED_WORD = re.compile(r"^\W*[A-Z]{4,}\W*$")  # "DISGUSTED": a label; people shout short words ("OMG", "LOL")
 _BRACKETS = (("(", ")"), ("[", "]"))
 _EMOTICON = re.compile(r"[:;=][-']?[()\[\]DPpOo3/\\|]|[()\[\]][-']?[:;=]")
@@ -95,11 +108,13 @@ def _titles(role_titles: Iterable[str]) -> list[str]:
 
 def template_fragment(reply: str) -> Optional[str]:
     """Template debris instead of prose: braces or markup, a label chain or heading ("Specter Response: "), a
-    trailing colon, or brackets that never close."""
+    trailing colon, one word and no sentence, or brackets that never close."""
     if m := _MARKUP.search(reply):
         return f"markup or template syntax: {_clip(m.group(0))}"
     if _SHOUTED_WORD.match(reply):
         return f"one word in capitals, a label in place of a reply: {_clip(reply)}"
+    if (m := _ONE_WORD.match(_EMOTICON.sub(" ", reply))) and m.group(1).lower() not in _SAID_ALONE:
+        return f"one word and no sentence: {_clip(reply)}"
     if _TRAILING_COLON.search(reply):
         return f"ends on a label's colon: {_clip(reply.strip()[-40:])}"
     bare = _EMOTICON.sub(" ", reply)
