@@ -4,9 +4,9 @@
         --run ed-test=runs/issue81/ed/teacher-test --out benchmarks/quality_recall.json [--judge CONFIG]
 
 The bad class is the teacher outputs labelled bad by reading them (`--labels`, benchmarks/fixtures/
-quality_labels.jsonl: trace key, role, field, label, a category, whether the row is kept back, and the SHA-256 of
-the text read, so that a regenerated run whose text differs is refused, never scored against another text's
-label); the good class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's
+quality_labels.jsonl: trace key, role, field, label, a category, whether the row is kept back (`held_out`: read
+only after the checks were last changed) and in which set it was read (`set`), and the SHA-256 of the text read,
+so that a regenerated run whose text differs is refused, never scored against another text's label); the good class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's
 test split (`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's
 `re`). Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back
 rows), false-positive rate on each good set, with Wilson 95% intervals; `any check` is the filter. A bad reply that
@@ -45,7 +45,7 @@ SHARED = REPO.parent / "shared" / "data"
 LABELS = REPO / "benchmarks" / "fixtures" / "quality_labels.jsonl"
 ESD_MAPPING = REPO / "configs" / "import" / "esdcot-full-chain.yaml"
 LABEL_FIELDS = {"run": str, "trace": str, "role": str, "field": str, "sha256": (str, type(None)), "label": str,
-                "category": str, "held_out": bool}  # fmt: skip
+                "category": str, "held_out": bool, "set": str}  # fmt: skip
 # why a row is bad: replies (meta, self, prompt, template, other-dialogue, unrelated, echo, missing, loop) and
 # rationales (parrot: the label or the prompt restated; copy: the dialogue copied; loop; unrelated)
 CATEGORIES = {
@@ -203,6 +203,11 @@ def figures(teacher: list[dict[str, Any]], human: dict[str, list[tuple[str, set[
                 "all": _rates([set(r["failed"]) for r in bad], checks),
                 "dev": _rates([set(r["failed"]) for r in bad if not r["held_out"]], checks),
                 "held_out": _rates([set(r["failed"]) for r in bad if r["held_out"]], checks),
+            },
+            # each labelled set alone: the rows read while the checks were written, and each set kept back
+            "recall_by_set": {
+                name: _rates([set(r["failed"]) for r in bad if r["set"] == name], checks)[ANY]
+                for name in sorted({r["set"] for r in bad})
             },
             "recall_by_category": {
                 cat: _rates([set(r["failed"]) for r in bad if r["category"] == cat], checks)[ANY]

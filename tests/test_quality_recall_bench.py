@@ -47,7 +47,7 @@ def _fixture(tmp_path, tiny_dialogues):
     labels = tmp_path / "labels.jsonl"
     rows = [
         {"run": "mini", "trace": f"k{i}", "role": "ers", "field": "response", "sha256": text_sha256(r), "label": label,
-         "category": cat, "held_out": i % 2 == 1}
+         "category": cat, "held_out": i % 2 == 1, "set": "kept-back" if i % 2 else "dev"}
         for i, (r, label, cat) in enumerate(REPLIES)
     ]  # fmt: skip
     labels.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -77,6 +77,7 @@ def test_the_record_counts_recall_per_check_and_false_positives_on_each_human_se
     assert recall["all"]["self_description"]["k"] == 1 and recall["all"]["template_fragment"]["k"] == 1
     assert replies["false_positives_on_good"]["any check"] == wilson(0, 2)
     assert replies["recall_by_category"]["unrelated"]["k"] == 0
+    assert replies["recall_by_set"] == {"dev": wilson(2, 2), "kept-back": wilson(1, 2)}
     human = record["human"]
     assert human["ed-dev-human"]["any check"] == wilson(0, 8) and human["esd-cot-test-human"]["any check"]["n"] == 4
     assert record["labels"] == {"file": str(labels), "rows": 6, "held_out": 3} and "text" not in json.dumps(record)
