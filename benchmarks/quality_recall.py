@@ -6,13 +6,14 @@
 The bad class is the teacher outputs labelled bad by reading them (`--labels`, benchmarks/fixtures/
 quality_labels.jsonl: trace key, role, field, label, a category, whether the row is kept back (`held_out`: read
 only after the checks were last changed) and in which set it was read (`set`), and the SHA-256 of the text read,
-so that a regenerated run whose text differs is refused, never scored against another text's label); the good class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's
-test split (`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's
-`re`). Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back
-rows), false-positive rate on each good set, with Wilson 95% intervals; `any check` is the filter. A bad reply that
-is missing (the trace failed) can be caught by no check, and no dataset row is made from it: it is counted apart.
-No text of the data is written, only counts, check names and dialogue ids. `--judge` adds the judge model's
-`reply_judge` (a config whose `backend:` names it).
+so that a regenerated run whose text differs is refused, never scored against another text's label); the good
+class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's test split
+(`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's `re`).
+Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back rows, each
+set), false-positive rate on each good set, with Wilson 95% intervals; `any check` is the filter. A bad reply that
+is missing (the trace failed) can be caught by no check and no dataset row is made from it: `filtered` counts it
+as kept out. No text of the data is written, only counts, check names and dialogue ids. `--judge` adds the judge
+model's `reply_judge` (a config whose `backend:` names it). docs/quality.md says how the labelled runs were made.
 """
 
 from __future__ import annotations
@@ -209,6 +210,15 @@ def figures(teacher: list[dict[str, Any]], human: dict[str, list[tuple[str, set[
                 name: _rates([set(r["failed"]) for r in bad if r["set"] == name], checks)[ANY]
                 for name in sorted({r["set"] for r in bad})
             },
+            # what `distill datasets --quality filter` keeps out: a bad output some check fails, or one that is
+            # missing (its trace failed: no row is made of it), per set
+            "filtered": {
+                name: wilson(
+                    sum(r["missing"] or bool(set(r["failed"]) & set(checks)) for r in rows_in),
+                    len(rows_in),
+                )
+                for name, rows_in in _by_set([r for r in rows if r["label"] == "bad"]).items()
+            },
             "recall_by_category": {
                 cat: _rates([set(r["failed"]) for r in bad if r["category"] == cat], checks)[ANY]
                 for cat in sorted({r["category"] for r in bad})
@@ -224,6 +234,14 @@ def figures(teacher: list[dict[str, Any]], human: dict[str, list[tuple[str, set[
         for name, rows in human.items()
     }  # fmt: skip
     return result
+
+
+def _by_set(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows, all of them and then each set's."""
+    sets = {"all": rows}
+    for name in sorted({r["set"] for r in rows}):
+        sets[name] = [r for r in rows if r["set"] == name]
+    return sets
 
 
 def _count(items) -> dict[str, int]:

@@ -78,6 +78,7 @@ def test_the_record_counts_recall_per_check_and_false_positives_on_each_human_se
     assert replies["false_positives_on_good"]["any check"] == wilson(0, 2)
     assert replies["recall_by_category"]["unrelated"]["k"] == 0
     assert replies["recall_by_set"] == {"dev": wilson(2, 2), "kept-back": wilson(1, 2)}
+    assert replies["filtered"] == {"all": wilson(3, 4), "dev": wilson(2, 2), "kept-back": wilson(1, 2)}
     human = record["human"]
     assert human["ed-dev-human"]["any check"] == wilson(0, 8) and human["esd-cot-test-human"]["any check"]["n"] == 4
     assert record["labels"] == {"file": str(labels), "rows": 6, "held_out": 3} and "text" not in json.dumps(record)
