@@ -138,18 +138,13 @@ CHECKS: dict[str, Check] = {
         Check("leaked_reference", ("ers",), "response (the dialogue's turns against its reference reply)",
               "the dialogue already holds its reference reply as a turn: a reply role trained on it learns to copy "
               "the reply out of its own prompt, and one scored on it is scored on a copy"),
-        Check("meta_commentary", ("ers",), "response",
-              "talks about the exchange in the third person (\"the seeker\", \"the response\", empathy) instead of "
-              "to the seeker"),
-        Check("self_description", ("ers",), "response",
-              "the writer describes itself as an agent, a model or one of the pipeline's roles"),
-        Check("prompt_echo", ("ers",), "response",
-              "repeats the role's own instructions (word n-grams of its prompt, the dialogue and cases cut out)"),
+        Check("meta_commentary", ("ers",), "response", "talks about the exchange (\"the seeker\", \"the response\")"),
+        Check("self_description", ("ers",), "response", "the writer says it is an agent, a model or a role"),
+        Check("prompt_echo", ("ers",), "response", "repeats the role's own instructions (its prompt's word n-grams)"),
         Check("template_fragment", ("ers",), "response",
-              "template debris instead of prose: braces or markup, a heading or label chain, a trailing colon, "
-              "brackets that never close"),
+              "template debris: braces, markup, a label's colon, one word and no sentence, unclosed brackets"),
         Check("off_dialogue", ("ers",), "response, against other dialogues of the run (run-level)",
-              "about another dialogue: its relevance to its own seeker is far below its relevance to others'"),
+              "about another dialogue: far less related to its own seeker than to another's"),
         Check(JUDGE_CHECK, ("ers",), "response (only with a judge model)",
               "a judge model answered that it is not a reply to the seeker (off unless a judge is given)"),
     )
