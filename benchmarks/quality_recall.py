@@ -10,7 +10,7 @@ so that a regenerated run whose text differs is refused, never scored against an
 class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's test split
 (`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's `re`).
 Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back rows, each
-set), false-positive rate on each good set, with Wilson 95% intervals; `any check` is the filter. A bad reply that
+set), false-positive rate on each good set, with Wilson 95% intervals; `any` (any check) is the filter. A bad reply that
 is missing (the trace failed) can be caught by no check and no dataset row is made from it: `filtered` counts it
 as kept out. No text of the data is written, only counts, check names and dialogue ids. `--judge` adds the judge
 model's `reply_judge` (a config whose `backend:` names it). docs/quality.md says how the labelled runs were made.
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +41,7 @@ from distill.pipeline.trace import Trace  # noqa: E402
 from distill.quality import QualityThresholds, check_replies, check_traces  # noqa: E402
 from distill.quality.checks import CHECKS, role_checks  # noqa: E402
 from distill.quality.judge import judge_backend  # noqa: E402
+from distill.roles.roles import ROLES, RoleSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -65,7 +67,7 @@ CATEGORIES = {
     },
     "good": {"ok"},
 }
-ANY = "any check"
+ANY = "any"  # a key inline figures can name (docs/quality.md: `bench:quality_recall replies.recall.all.any.k`)
 
 
 class BenchError(ValueError):
@@ -137,7 +139,7 @@ def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge) -> list[d
     return out
 
 
-def _esd_dialogues_and_replies(path: Path) -> tuple[list, list[str]]:
+def _esd_dialogues_and_replies(path: Path) -> tuple[list, list[str], Mapping[str, RoleSpec]]:
     from distill.imports import chains
     from distill.imports.mapping import load_mapping
 
@@ -147,17 +149,18 @@ def _esd_dialogues_and_replies(path: Path) -> tuple[list, list[str]]:
     report = chains.ImportReport(rows=len(rows))
     traces = [t for n, row in enumerate(rows, 1) if (t := chains.to_trace(mapping, config, row, n, report))]
     kept = [t for t in traces if isinstance(t.response, str)]
-    return [t.dialogue for t in kept], [t.response for t in kept]
+    return [t.dialogue for t in kept], [t.response for t in kept], config.roles
 
 
 def human_outcomes(ed: Path, esd: Path, thresholds, judge) -> dict[str, list[tuple[str, set[str]]]]:
-    """Per human set: (dialogue id, checks failed) for every reply, each set read as one run (`check_replies`)."""
+    """Per human set: (dialogue id, checks failed) for every reply, each set read as one run (`check_replies`) by its
+    pipeline's reply role: ED's as TRACE's ers, ESD-CoT's as escot's `re` (prompt_echo reads that role's prompt)."""
     sets = {}
-    for name, (dialogues, replies) in {
+    for name, (dialogues, replies, roles) in {
         "ed-dev-human": _ed(ed),
         "esd-cot-test-human": _esd_dialogues_and_replies(esd),
     }.items():
-        report = check_replies(replies, dialogues, thresholds, judge=judge)
+        report = check_replies(replies, dialogues, thresholds, judge=judge, roles=roles)
         failed = defaultdict(set)
         for f in report.findings:
             failed[f.dialogue_id].add(f.check)
@@ -165,9 +168,9 @@ def human_outcomes(ed: Path, esd: Path, thresholds, judge) -> dict[str, list[tup
     return sets
 
 
-def _ed(path: Path) -> tuple[list, list[str]]:
+def _ed(path: Path) -> tuple[list, list[str], Mapping[str, RoleSpec]]:
     dialogues = [d for d in next(iter(load_dialogues(path).splits.values())) if (d.gold_response or "").strip()]
-    return dialogues, [d.gold_response for d in dialogues]
+    return dialogues, [d.gold_response for d in dialogues], ROLES
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> dict[str, Any]:

@@ -72,15 +72,15 @@ def test_the_record_counts_recall_per_check_and_false_positives_on_each_human_se
     assert replies["bad"] == 4 and replies["missing"] == 0
     recall = replies["recall"]
     # the prompt echo, the self-description and the template are caught; the unrelated sentence is not
-    assert recall["all"]["any check"] == wilson(3, 4)
-    assert recall["dev"]["any check"]["n"] == 2 and recall["held_out"]["any check"]["n"] == 2  # rows 1, 3 kept back
+    assert recall["all"]["any"] == wilson(3, 4)
+    assert recall["dev"]["any"]["n"] == 2 and recall["held_out"]["any"]["n"] == 2  # rows 1, 3 kept back
     assert recall["all"]["self_description"]["k"] == 1 and recall["all"]["template_fragment"]["k"] == 1
-    assert replies["false_positives_on_good"]["any check"] == wilson(0, 2)
+    assert replies["false_positives_on_good"]["any"] == wilson(0, 2)
     assert replies["recall_by_category"]["unrelated"]["k"] == 0
     assert replies["recall_by_set"] == {"dev": wilson(2, 2), "kept-back": wilson(1, 2)}
     assert replies["filtered"] == {"all": wilson(3, 4), "dev": wilson(2, 2), "kept-back": wilson(1, 2)}
     human = record["human"]
-    assert human["ed-dev-human"]["any check"] == wilson(0, 8) and human["esd-cot-test-human"]["any check"]["n"] == 4
+    assert human["ed-dev-human"]["any"] == wilson(0, 8) and human["esd-cot-test-human"]["any"]["n"] == 4
     assert record["labels"] == {"file": str(labels), "rows": 6, "held_out": 3} and "text" not in json.dumps(record)
     assert "replies: 4 bad present" in capsys.readouterr().out
 
