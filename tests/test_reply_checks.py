@@ -232,6 +232,10 @@ def test_the_judge_is_off_by_default_and_files_its_no_as_reply_judge():
     verdicts = judge_replies(judge, dialogues, replies)
     assert verdicts == [False, True, None] and judge.asked[0].schema is not None
     assert parse_verdict('{"reply_to_seeker": "yes"}') is True and parse_verdict("yes") is None
+    # cut off by the token cap after the verdict (JSON mode without the schema went on with another key)
+    assert (
+        parse_verdict('{"reply_to_seeker":"no",", Ref Ref') is False and parse_verdict('{"reply_to_seeker":"y') is None
+    )
     assert "reply_judge" not in check_replies(replies, dialogues).counts()["ers"]
     judged = check_replies(replies, dialogues, judge=judge)
     assert judged.counts()["ers"]["reply_judge"] == 1

@@ -11,6 +11,7 @@ does not parse is no verdict, and the reply passes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Literal, Optional
 
@@ -25,6 +26,9 @@ QUESTION = (
     "person, describes its writer as an agent, model or role, repeats instructions, is a template, label or "
     "fragment, or is about something other than this conversation."
 )
+
+
+_CUT_VERDICT = re.compile(r'\{\s*"reply_to_seeker"\s*:\s*"(yes|no)"\s*,')
 
 
 class ReplyVerdict(BaseModel):
@@ -51,7 +55,10 @@ def parse_verdict(text: str) -> Optional[bool]:
             start, end = text.index("{"), text.rindex("}") + 1
             data = ReplyVerdict.model_validate(json.loads(text[start:end]))
         except (ValueError, ValidationError):
-            return None
+            # an object cut off by the token cap after its verdict (a server held to JSON, not to the schema, may go
+            # on with another key): the verdict was written whole
+            cut = _CUT_VERDICT.match(text.strip())
+            return None if cut is None else cut[1] == "yes"
     return data.reply_to_seeker == "yes"
 
 
