@@ -3,6 +3,9 @@ people write pass. Every example here was written for these tests, in the manner
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from test_quality import dialogue, trace_with_prompts
 
@@ -17,6 +20,7 @@ from distill.roles.declared import DeclaredPipeline, pipeline_roles
 from distill.roles.roles import ROLES
 from distill.roles.teacher_prompts import ERS_TASK
 
+REPO = Path(__file__).resolve().parents[1]
 T = QualityThresholds()
 TITLES = [spec.title for spec in ROLES.values()]
 # Replies a listener could write: none of them may fail a rule below.
@@ -309,3 +313,30 @@ def test_echo_catches_a_writer_speaking_as_the_seeker_in_the_seekers_own_sentenc
     reply = "I took the bus anyway because the interview mattered so much. It's normal, and I'm glad you're here."
     assert echo(reply, seeker, T) == "8+ words in a row of the seeker's last turn"
     assert echo("The bus anyway because the interview mattered? Wow, good for you.", seeker, T) is None
+
+
+def test_bare_replies_are_read_by_their_own_pipelines_reply_role():
+    """check_replies with a declared pipeline's roles files the replies under its reply role (escot's `re`, not
+    TRACE's ers) and reads prompt_echo against that role's own prompt: its task said back fails, ers's passes."""
+    from distill.quality.registry import reply_role
+    from distill.roles.declared import load_pipeline
+
+    roles = pipeline_roles(load_pipeline(REPO / "configs" / "pipelines" / "escot.yaml"))
+    assert reply_role(roles) == "re" and reply_role(ROLES) == "ers"
+    own = "Write the supporter's next turn in the dialogue: one to three warm, specific sentences."
+    dialogues = _dialogues(SEEKERS[:2])
+    report = check_replies([own, HUMAN[0]], dialogues, roles=roles)
+    assert set(report.checked) == {"re"} and report.failing() == {(dialogues[0].id, "re"): {"prompt_echo"}}
+    assert check_replies([own, HUMAN[0]], dialogues).failing() == {}  # ers's prompt is not re's
+
+
+def test_no_module_of_distill_quality_names_a_trace_role():
+    """The checks read a role by what it answers or is shown (distill.quality.registry), never by TRACE's names."""
+    quoted = re.compile(r"""["'](?:asi|cae|srp|ers)["']|\bCORE_ROLES\b""")
+    found = [
+        f"{path.name}:{n}"
+        for path in sorted((REPO / "distill" / "quality").glob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if quoted.search(line)
+    ]
+    assert not found, found
