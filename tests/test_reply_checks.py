@@ -340,3 +340,18 @@ def test_no_module_of_distill_quality_names_a_trace_role():
         if quoted.search(line)
     ]
     assert not found, found
+
+
+def test_a_reply_whose_declaration_cannot_be_read_is_filed_under_the_built_in_reply_role():
+    """A stored declaration this version cannot read leaves its roles unchecked, but its reply still goes through
+    the run-level checks (near_duplicate here), filed under the built-in reply role."""
+    from distill.pipeline.trace import Trace
+
+    dialogues = _dialogues(SEEKERS[:5])
+    traces = [
+        Trace(key=f"k{i}", dialogue=d, backend="b", model="m", prompt_version="v2", prompt_style="teacher",
+              config={"pipeline": {"name": "newer", "roles": "a form this version cannot read"}},
+              outputs={"say": {"response": "That is a lot to carry, and I am glad you told me about it today."}})
+        for i, d in enumerate(dialogues)
+    ]  # fmt: skip
+    assert {(f.role, f.check) for f in check_traces(traces).findings} == {("ers", "near_duplicate")}

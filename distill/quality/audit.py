@@ -48,9 +48,11 @@ def checked_roles(trace: Trace) -> tuple[str, ...]:
 
 def _reply_role(trace: Trace) -> str:
     """The role whose answer is the trace's reply (`Trace.response`): a built-in reply role's, else the last declared
-    one's."""
+    one's; a reply whose declaration this version cannot read is filed under the built-in reply role."""
     roles = trace.roles
     present = [r for r in checked_roles(trace) if r in trace.outputs and is_reply_role(r, roles)]
+    if not present:
+        return reply_role(roles)
     return present[0] if roles[present[0]].pipeline is None else present[-1]
 
 

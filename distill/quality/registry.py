@@ -112,7 +112,7 @@ def reply_role(roles: Mapping[str, RoleSpec]) -> str:
 
 
 def role_checks(role: str, roles: Mapping[str, RoleSpec] = ROLES, judged: bool = False) -> tuple[str, ...]:
-    """The checks a role's outputs are counted under, in report order: a built-in role's are those naming it, a
+    """The checks a role's outputs are counted under, in report order: a built-in role's are those that read it, a
     declared role's (of `roles`, its pipeline's) those audit runs on it (a report lists every check a role was read
     by, at 0 where none fired); `reply_judge` only when a judge read the replies."""
     spec = roles.get(role)
