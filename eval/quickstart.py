@@ -14,10 +14,12 @@ and a smaller one trains on the traces of its first dialogues alone.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -215,16 +217,20 @@ def _run_cli(package: str, argv: list[str], what: str) -> None:
     _check(mains[package](argv), what)
 
 
-def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> None:
+# Each step returns why it ran, or None when it reused what a finished run left (the runner's `Stage.run`).
+
+
+def step_dialogues(out: Path, args: argparse.Namespace, source: str) -> Optional[str]:
     if (out / "dialogues" / "dataset_dict.json").is_file():
         print(f"reusing {out / 'dialogues'}")
-        return
+        return None
     ratios = ["--split-ratios", args.split_ratios] if args.split_ratios else []
     argv = ["dialogues", "--source", source, "--out", str(out / "dialogues"), "--seed", str(args.seed), *ratios]
     _run_cli("data_prep", argv, "dialogues")
+    return "not prepared yet"
 
 
-def step_index(out: Path, args: argparse.Namespace, source: str) -> None:
+def step_index(out: Path, args: argparse.Namespace, source: str) -> Optional[str]:
     from distill.pipeline.stage_key import content_fingerprint, regenerating, stale, write_key
 
     inputs = {"dialogues": content_fingerprint(out / "dialogues")}
@@ -232,15 +238,16 @@ def step_index(out: Path, args: argparse.Namespace, source: str) -> None:
     why = stale(out / "index", inputs, migrate=lambda: None) if built else "not built yet"  # built before keys: kept
     if why is None:
         print(f"reusing {out / 'index'}")
-        return
+        return None
     if built:
         regenerating(str(out / "index"), why)
     argv = ["index", "--dialogues", str(out / "dialogues"), "--split", "train", "--out", str(out / "index")]
     _run_cli("data_prep", argv, "index")
     write_key(out / "index", inputs)
+    return why
 
 
-def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
+def step_traces(out: Path, args: argparse.Namespace, source: str) -> str:
     for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
         gold = ["--gold-emotion"] if split == "train" else []  # the test-split teacher is scored: no gold hints
         argv = ["generate", "--config", str(CONFIGS / "teacher" / "local.yaml"), "--dialogues", str(out / "dialogues")]
@@ -249,9 +256,10 @@ def step_traces(out: Path, args: argparse.Namespace, source: str) -> None:
     # the quality checks over the traces the students learn from (of the quickstart's roles, only cae's
     # failures drop rows: asi and srp learn the label alone and ers the human reply, which no check reads)
     _run_cli("distill", ["inspect", str(out / "teacher-train")], "inspect")
+    return "each trace store adds the dialogues it lacks"
 
 
-def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
+def step_datasets(out: Path, args: argparse.Namespace, source: str) -> Optional[str]:
     from distill.pipeline.stage_key import regenerating, stale, write_key
 
     inputs = _datasets_inputs(out, args)
@@ -259,7 +267,7 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
     why = stale(out / "datasets", inputs) if built else "not built yet"
     if why is None:
         print(f"reusing {out / 'datasets'}")
-        return
+        return None
     if built:
         regenerating(str(out / "datasets"), why)
     argv = ["datasets", "--traces", str(out / "teacher-train"), "--out", str(out / "datasets")]
@@ -270,9 +278,10 @@ def step_datasets(out: Path, args: argparse.Namespace, source: str) -> None:
     argv += ["--ers-target", "gold", *(["--require-gold-emotion"] if args.require_gold_emotion else [])]
     _run_cli("distill", argv, "datasets")
     write_key(out / "datasets", inputs)
+    return why
 
 
-def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
+def step_adapters(out: Path, args: argparse.Namespace, source: str) -> Optional[str]:
     from eval.curve.adapter_runs import train_stale
 
     options = {
@@ -284,22 +293,26 @@ def step_adapters(out: Path, args: argparse.Namespace, source: str) -> None:
     }
     if not train_stale(out / "datasets", out / "adapters", options, card_example=args.card_example):
         print(f"reusing {out / 'adapters'}")
+        return None
+    return "a role's adapter was missing or stale (the lines above name it)"
 
 
-def step_eval(out: Path, args: argparse.Namespace, source: str) -> None:
+def step_eval(out: Path, args: argparse.Namespace, source: str) -> str:
     config = _eval_config(out, args.test_limit, args.judge)
     _run_cli("eval", ["compare", "--config", str(config), "--out", str(out / "eval")], "eval compare")
     _cards_with_eval(out)
+    return "eval compare reuses each system's stored replies and scores while their keys hold"
 
 
-# The whole loop: each step runs the command a user would type, and skips what a rerun can reuse.
+# The whole loop: each step runs the command a user would type, and skips what a rerun can reuse. Each is a
+# stage of the one runner (eval.runner): name, output folder, title, step.
 STEPS = (
-    ("prepare", "prepare the dialogues", step_dialogues),
-    ("index", "exemplar index over the train split", step_index),
-    ("traces", "gold-guided teacher traces (train and test splits)", step_traces),
-    ("datasets", "per-role SFT datasets", step_datasets),
-    ("train", "LoRA adapters, one per role", step_adapters),
-    ("eval", "evaluate teacher, student and untuned base on the test split", step_eval),
+    ("prepare", "dialogues", "prepare the dialogues", step_dialogues),
+    ("index", "index", "exemplar index over the train split", step_index),
+    ("traces", "teacher-train", "gold-guided teacher traces (train and test splits)", step_traces),
+    ("datasets", "datasets", "per-role SFT datasets", step_datasets),
+    ("train", "adapters", "LoRA adapters, one per role", step_adapters),
+    ("eval", "eval", "evaluate teacher, student and untuned base on the test split", step_eval),
 )
 
 
@@ -312,15 +325,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.source and args.split_ratios is None:
         args.split_ratios = SAMPLE_SPLIT_RATIOS
     _check_same_data(out, source, args.split_ratios, args.seed, default=str(SAMPLE_PATH))
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    for n, (key, title, step) in enumerate(STEPS, 1):
-        t = _stage(n, title + (" (the shipped sample)" if key == "prepare" and not args.source else ""))
-        step(out, args, source)
-        timings[key] = time.perf_counter() - t
-    _stage(7, "summary")
-    timings["total"] = time.perf_counter() - t0
-    (out / "timings.json").write_text(json.dumps({k: round(v, 1) for k, v in timings.items()}, indent=2))
+    timings = _run_steps(out, args, source)
     report_md = out / "eval" / "report.md"
     print(report_md.read_text() if report_md.is_file() else "(no report.md)")
     print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
@@ -328,6 +333,21 @@ def run(args: argparse.Namespace) -> int:
     print(headline(out / "eval" / "report.json"))
     print(teacher_quality(out / "teacher-train"))
     return 0
+
+
+def _run_steps(out: Path, args: argparse.Namespace, source: str) -> dict[str, float]:
+    """Every step through the runner (its seconds and peak RSS in `<out>/stages.json`); this invocation's seconds."""
+    from eval.runner import Runner, Stage
+
+    runner, timings = Runner(out), {}
+    t0 = time.perf_counter()
+    for n, (name, folder, title, step) in enumerate(STEPS, 1):
+        t = _stage(n, title + (" (the shipped sample)" if name == "prepare" and not args.source else ""))
+        runner.run(Stage(name, out / folder, functools.partial(step, out, args, source)))
+        timings[name] = time.perf_counter() - t
+    _stage(7, "summary")
+    timings["total"] = time.perf_counter() - t0
+    return timings
 
 
 # Under this share of its replies passing every check, the teacher's replies are mostly not replies: the quickstart

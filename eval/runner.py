@@ -1,5 +1,6 @@
-"""The one stage runner of the recipes (`eval students`, `eval curve`): a recipe is a list of named stages, and the
-runner runs each or reuses it, saying why in one line, and records what it cost in `<out>/stages.json`.
+"""The one stage runner of the recipes (`eval students`, `eval curve`, the quickstart): a recipe is a list of named
+stages, and the runner runs each or reuses it, saying why in one line, and records what it cost in
+`<out>/stages.json`.
 
 A stage either declares its key (`Stage.key`: the named inputs of `distill.pipeline.stage_key`), which the runner
 checks against the key stored in the stage's folder and writes once the stage finished, or checks its own inputs

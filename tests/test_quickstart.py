@@ -46,10 +46,18 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     card = (out / "adapters" / "asi" / "README.md").read_text()  # the model card carries the eval figures
     assert "| emotion accuracy (I-ACC, 6 classes) [95% CI] |" in card and "| test dialogues | 2 |" in card
 
+    stages = json.loads((out / "stages.json").read_text())  # the one runner's record of each stage
+    assert list(stages) == ["prepare", "index", "traces", "datasets", "train", "eval"]
+    assert all(s["seconds"] > 0 and s["peak_rss_mb"] > 0 and not s["reused"] for s in stages.values())
+
     assert main(["--out", str(out), *SMALL]) == 0
     second = capsys.readouterr().out
     for stage in ("dialogues", "index", "datasets", "adapters"):
         assert f"reusing {out / stage}" in second
+    again = json.loads((out / "stages.json").read_text())
+    assert [n for n, s in again.items() if s["reused"]] == ["prepare", "index", "datasets", "train"]
+    assert again["train"]["seconds"] == stages["train"]["seconds"]  # a reused stage keeps the cost of its run
+    assert "[stage] train: reused: key unchanged" in second
     assert "wrote 0 traces" in second  # the trace store skipped every finished dialogue
 
     # More train dialogues extend the run: one new trace, then datasets and adapters are rebuilt from it.

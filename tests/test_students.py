@@ -51,11 +51,14 @@ def tiny_config(tmp_path: Path, model: str, **changes) -> Path:
                 student[key] = str(local_mapping(Path(student[key]), tmp_path))
         if "pipeline" in student:
             student["pipeline"] = str(local_variant(REPO / student["pipeline"], tmp_path / "maps"))
+        if "auxiliary" in student:  # a multitask student's links: their import's mapping, compacted as well
+            student["auxiliary"]["mapping"] = str(local_mapping(Path(student["auxiliary"]["mapping"]), tmp_path))
     config["student"] = ["traces", "direct", "joint"]  # the strategy link's variants: their own test
     config.update(num_train_epochs=2, seeds=[42], backend={"model": model, "dtype": "float32", "batch_size": 4})
     config["train_flags"] = dict(TRAIN_FLAGS)
     config["compare"].update(ppl=None, bertscore=None, relevance=None, max_attempts=1)
-    config["compare"]["primary"]["metric"] = "rouge_l"  # the shipped bertscore_f1 is off here: a metric scored
+    # the shipped bertscore_f1 is off here: a metric scored; the pair one that the students chosen here train
+    config["compare"]["primary"] = {"pair": ["traces", "direct"], "metric": "rouge_l"}
     config.update(changes)
     path = tmp_path / "students.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -102,21 +105,26 @@ def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_vari
                 ("joint", ["chain"], "chain", {}), ("traces-rank", ["em", "sr", "re"], "re", {"sr": "rank"}),
                 ("joint-rank", ["chain"], "chain", {"chain.strategy": "rank"}),
                 ("traces-strategy-first", ["em", "sr", "re"], "re", {}),
-                ("traces-strategy-only", ["em", "sr", "re"], "re", {})]  # fmt: skip
+                ("traces-strategy-only", ["em", "sr", "re"], "re", {}), ("multitask", ["reply"], "reply", {}),
+                ("two-stage", ["em", "sr", "re"], "re", {})]  # fmt: skip
     assert [(s.name, s.roles, s.reply_role, s.label_decoding) for s in config.students] == expected
+    multitask, two_stage = config.by_name("multitask"), config.by_name("two-stage")
+    assert multitask.auxiliary.links == ["em", "sr"] and two_stage.init_from == "multitask"
     assert config.train_config.endswith("smollm2-cpu.yaml") and config.early_stopping_patience == 1
     # the question the run is for is declared before it, and reaches the compare it runs
     from eval.students.systems import compare_config
 
-    trained = {"traces": {42: tmp_path / "a"}, "direct": {42: tmp_path / "b"}}
+    trained = {"multitask": {42: tmp_path / "a"}, "direct": {42: tmp_path / "b"}}
     compare = compare_config(config, tmp_path / "ref", trained, 200)
-    assert compare["primary"] == {"pair": ("traces", "direct"), "metric": "bertscore_f1"}
-    # a run of fewer students (`--student traces`) scores no `direct`: no primary row, Holm over every row
-    assert compare_config(config, tmp_path / "ref", {"traces": trained["traces"]}, 200)["primary"] is None
+    assert compare["primary"] == {"pair": ("multitask", "direct"), "metric": "bertscore_f1"}
+    # declared before the run, with its date: the config's comment says when
+    assert "declared on 2026-12-07" in SHIPPED.read_text()
+    # a run of fewer students (`--student multitask`) scores no `direct`: no primary row, Holm over every row
+    assert compare_config(config, tmp_path / "ref", {"multitask": trained["multitask"]}, 200)["primary"] is None
     # with several seeds a student is its first seed's system (each seed's own name also loads)
     seeded = load_students_config(str(SHIPPED), seeds=[42, 43])
-    both = {name: {42: tmp_path / "a", 43: tmp_path / "b"} for name in ("traces", "direct")}
-    assert compare_config(seeded, tmp_path / "ref", both, 200)["primary"]["pair"] == ("traces-s42", "direct-s42")
+    both = {name: {42: tmp_path / "a", 43: tmp_path / "b"} for name in ("multitask", "direct")}
+    assert compare_config(seeded, tmp_path / "ref", both, 200)["primary"]["pair"] == ("multitask-s42", "direct-s42")
 
 
 @pytest.mark.slow

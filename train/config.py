@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import difflib
 import importlib.util
+import json
 import os
 import typing
 import warnings
@@ -92,6 +93,14 @@ class DistillArguments:
             "help": "If > 0, train to convergence: evaluate and save every epoch, stop when the validation loss has "
             "not improved for this many epochs, and keep the best epoch's adapter (num_train_epochs is the most). "
             "Needs a validation split (distill datasets --eval-fraction)."
+        },
+    )
+    init_adapter: str = field(
+        default="",
+        metadata={
+            "help": "An adapter folder (adapter_model.safetensors) whose LoRA weights every role starts from, "
+            "trainable, instead of a fresh LoRA: a two-stage student's roles start from its multitask adapter. Its "
+            "rank and alpha must be this run's (lora_r, lora_alpha); empty (the default): a fresh LoRA."
         },
     )
     card_example: bool = field(
@@ -219,7 +228,10 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """Every option, flat, as the keys a YAML would use (what an adapter's metadata records)."""
         model = {k: v for k, v in dataclasses.asdict(self.model).items()}
-        return {**self.sft.to_dict(), **model, **dataclasses.asdict(self.distill)}
+        distill = dataclasses.asdict(self.distill)
+        if distill["init_adapter"]:  # by what it holds, not where it lies: a recipe's key, a checkpoint's record
+            distill["init_adapter"] = init_fingerprint(distill["init_adapter"])
+        return {**self.sft.to_dict(), **model, **distill}
 
 
 def _tristate(value, name: str):
@@ -404,7 +416,36 @@ def check_values(cfg: TrainConfig, source: str) -> None:
         raise ConfigError(f"{source}: field 'load_in_4bit': QLoRA needs bitsandbytes ({hint})")
     cfg.role_list()
     cfg.use_completion_head()
+    _check_init_adapter(cfg, source)
     _check_outputs(cfg, source)
+
+
+def init_fingerprint(adapter: str | Path) -> str:
+    """What an adapter another starts from (`init_adapter`) holds: its LoRA weights and config, not its card or
+    checkpoints. The settings an adapter and a checkpoint record (`TrainConfig.to_dict`) give it in place of the
+    path, so an init adapter retrained retrains what starts from it (never resumed), and a moved one does not."""
+    from distill.pipeline.stage_key import content_fingerprint
+
+    weights, config = (
+        content_fingerprint(Path(adapter) / n) for n in ("adapter_model.safetensors", "adapter_config.json")
+    )
+    return f"weights {weights}, config {config}"
+
+
+def _check_init_adapter(cfg: TrainConfig, source: str) -> None:
+    """The adapter every role starts from is there and has this run's LoRA shape (its rank and alpha)."""
+    init = cfg.distill.init_adapter
+    if not init:
+        return
+    config, weights = Path(init) / "adapter_config.json", Path(init) / "adapter_model.safetensors"
+    if not (config.is_file() and weights.is_file()):
+        raise ConfigError(f"{source}: field 'init_adapter': {init} is not a trained adapter "
+                          "(no adapter_config.json and adapter_model.safetensors in it)")  # fmt: skip
+    saved = json.loads(config.read_text(encoding="utf-8"))
+    ours = {"r": cfg.model.lora_r, "lora_alpha": cfg.model.lora_alpha}
+    if differ := [f"{k} {saved.get(k)} (this run: {v})" for k, v in ours.items() if saved.get(k) != v]:
+        raise ConfigError(f"{source}: field 'init_adapter': {init} has LoRA {', '.join(differ)}; "
+                          "train with its lora_r and lora_alpha")  # fmt: skip
 
 
 def _check_outputs(cfg: TrainConfig, source: str) -> None:

@@ -155,7 +155,24 @@ def with_new_lora(base, cfg: TrainConfig):
     set_seed(cfg.sft.seed)
     # The default adapter name keeps the files at <out>/ (a named adapter goes to a subfolder, which
     # breaks both vLLM paths and Trainer's resume: transformers#28531).
-    return get_peft_model(base, lora_config(cfg))
+    model = get_peft_model(base, lora_config(cfg))
+    if cfg.distill.init_adapter:
+        start_from_adapter(model, cfg.distill.init_adapter)
+    return model
+
+
+def start_from_adapter(model, folder: str) -> None:
+    """Copy the LoRA weights of the adapter in `folder` into `model`'s fresh (trainable) LoRA. Loaded into the LoRA
+    this run's config built, not as the saved adapter's own (`PeftModel.from_pretrained(is_trainable=True)`), so the
+    train config keeps saying what trains; an adapter of other modules is refused, not half copied."""
+    from peft import get_peft_model_state_dict, load_peft_weights, set_peft_model_state_dict
+
+    weights = load_peft_weights(folder, device="cpu")
+    ours = get_peft_model_state_dict(model)
+    if set(weights) != set(ours) or any(weights[k].shape != ours[k].shape for k in ours):
+        other = sorted(set(weights) ^ set(ours)) or [k for k in ours if weights[k].shape != ours[k].shape]
+        raise ConfigError(f"init_adapter: {folder} does not fit this run's LoRA (first differing weight: {other[0]})")
+    set_peft_model_state_dict(model, weights)
 
 
 def lora_config(cfg: TrainConfig):
@@ -267,6 +284,7 @@ def adapter_metadata(
         "base_model_hub_id": hub_id(cfg.model.model_name_or_path),
         "base_model_path": base_path,
         "dataset_dir": str(Path(cfg.distill.dataset_name) / role),
+        "init_adapter": cfg.distill.init_adapter or None,  # where it started (train_config: what that held)
         **trained_from(cfg, data),
         "lora": {
             "r": cfg.model.lora_r,

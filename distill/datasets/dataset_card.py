@@ -132,7 +132,7 @@ Traces read: {counts["read"]}; kept: {counts["kept"]}.
 ## Quality checks
 
 {quality_section(role, counts["quality"], roles)}
-
+{auxiliary_section(counts.get("auxiliary"))}
 ## Splits (by conversation: no `conv_id` is in both)
 
 | split | rows | fingerprint |
@@ -180,6 +180,28 @@ one check.
 | check | rows that failed it |
 |---|---|
 {rows}"""
+
+
+def auxiliary_section(auxiliary: Optional[dict[str, Any]]) -> str:
+    """How the auxiliary link rows of a multitask dataset were made (`sft_tasks.with_link_rows`); empty without."""
+    if not auxiliary:
+        return ""
+    rows = "\n".join(
+        f"| `[{link}]` | {n} | {auxiliary['without_answer'][link]} |" for link, n in auxiliary["rows"].items()
+    )
+    return f"""
+## Auxiliary rows (distilling step-by-step)
+
+Besides its reply rows (`task` label), the train split holds auxiliary rows (`task` `link <name>`): for \
+{auxiliary["chosen"]} of its {auxiliary["dialogues"]} train dialogues (share {auxiliary["share"]:g}, seeded by \
+{auxiliary["seed"]}), the reply row's own prompt (the dialogue alone) under the link's tag, and that link's answer \
+in `{auxiliary["traces"]}` (the same dialogue's) as the target. The validation split holds reply rows alone: \
+the student answers the reply task alone at test.
+
+| link tag | rows | chosen dialogues without its answer |
+|---|---|---|
+{rows}
+"""
 
 
 def label_section(schema: type) -> str:

@@ -54,9 +54,11 @@ class RoleCounts:
     kept_failing: bool = False  # filter would have left no train rows: all were kept (keep_unfiltered_when_empty)
     # checks every failing row failed, set aside because filtering on them left no train rows
     unfiltered: list[str] = field(default_factory=list)
+    # the auxiliary link rows added to the train split (sft_tasks.with_link_rows), with the run they came from
+    auxiliary: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        counted = {
             "read": self.read,
             "dropped": dict(sorted(self.dropped.items())),
             "kept": self.kept,
@@ -68,6 +70,7 @@ class RoleCounts:
                 "unfiltered": self.unfiltered,
             },
         }
+        return {**counted, "auxiliary": self.auxiliary} if self.auxiliary else counted
 
 
 def quality_mode(role: str, options: DatasetOptions) -> QualityMode:

@@ -5,6 +5,10 @@
   no rationale, no upstream role's answer. Only `asi` (the gold Ekman emotion) and `ers` (the human
   reply) have gold answers, so only they have direct rows. Today's pipeline `asi` rows already have this
   form (its student answers the label alone); they differ only in being filtered by the teacher's trace.
+- **Auxiliary link rows** (`with_link_rows`, the `multitask` student of `eval students`): the reply rows of a
+  dialogue-to-reply student, plus, for a seeded share of their dialogues, one row per upstream link of a chain (the
+  reply row's input under the link's tag, e.g. `[em]`, the link's answer as target). It answers the reply task
+  alone at test, so the chain shapes the weights and costs nothing there.
 - **Rationale-task twins** (Distilling step-by-step, Hsieh et al. 2023): a label row gains a twin with
   the same input and a task prefix, whose target is a rationale. At inference the student is asked the
   label task alone, so the rationale shapes the weights, never the answer's prompt. The rationale is the
@@ -15,7 +19,7 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from data_prep.taxonomy import to_ekman
 from distill.pipeline.trace import Trace
@@ -75,11 +79,16 @@ def rationale_text(role: str, trace: Trace, source: RationaleSource) -> Optional
     return text or None
 
 
+def task_twin(row: dict, tag: str, target: str, task: str) -> dict:
+    """The row's input (its dialogue) under another task's system tag, `target` its completion."""
+    prompt = [{"role": "system", "content": tag}, *row["prompt"][1:]]
+    completion = [{"role": "assistant", "content": target}]
+    return {**row, "prompt": prompt, "completion": completion, "messages": prompt + completion, "task": task}
+
+
 def rationale_twin(row: dict, text: str, role: str) -> dict:
     """The label row's input under the rationale task's tag, with the rationale as its target."""
-    prompt = [{"role": "system", "content": rationale_tag(role)}, *row["prompt"][1:]]
-    completion = [{"role": "assistant", "content": text}]
-    return {**row, "prompt": prompt, "completion": completion, "messages": prompt + completion, "task": "rationale"}
+    return task_twin(row, rationale_tag(role), text, "rationale")
 
 
 def with_rationale_twins(
@@ -109,3 +118,32 @@ def joint_dataset(built: dict[str, DatasetDict], seed: int) -> DatasetDict:
 
     splits = next(iter(built.values())).keys()
     return DatasetDict({s: concatenate_datasets([dd[s] for dd in built.values()]).shuffle(seed=seed) for s in splits})
+
+
+def link_task(link: str) -> str:
+    """The `task` column of an auxiliary row of that link (a reply row's is "label")."""
+    return f"link {link}"
+
+
+def with_link_rows(
+    rows: list[dict], links: dict[str, list[dict]], share: float, seed: int
+) -> tuple[list[dict], dict[str, Any]]:
+    """The reply `rows` plus auxiliary rows (step-by-step): for a seeded `share` of their dialogues (round(share *
+    dialogues), at least one), the reply row's input under each link's tag (`[em]`), that link's row's answer (the
+    same dialogue's, from `links`: link -> its rows) as target; shuffled together, reply rows unchanged. Returns them
+    and what was built (the dataset card's section)."""
+    dialogues = sorted({r["dialogue_id"] for r in rows})
+    rng = random.Random(seed)
+    chosen = set(rng.sample(dialogues, max(1, round(share * len(dialogues))))) if dialogues else set()
+    aux, counts, missing = [], {}, {}
+    for link, link_rows in links.items():
+        answers = {r["dialogue_id"]: r["completion"][0]["content"] for r in link_rows}
+        made = [task_twin(row, f"[{link}]", answers[row["dialogue_id"]], link_task(link))
+                for row in rows if row["dialogue_id"] in chosen and row["dialogue_id"] in answers]  # fmt: skip
+        counts[link], missing[link] = len(made), len(chosen) - len(made)
+        aux += made
+    out = rows + aux
+    rng.shuffle(out)
+    built = {"share": share, "seed": seed, "dialogues": len(dialogues), "chosen": len(chosen),
+             "rows": counts, "without_answer": missing}  # fmt: skip
+    return out, built

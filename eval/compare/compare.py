@@ -290,20 +290,10 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
     scored = [score_system(run, test, loaded, reference, config.answers, train) for run in runs]
     systems = [result for result, _ in scored]
     _mark_shared_outputs(runs, systems)
-    primary = (tuple(config.primary.pair), config.primary.metric) if config.primary else None
-    paired = paired_comparisons({run.name: values for run, (_, values) in zip(runs, scored)}, primary)
-    if primary and not any(row.get("primary") for row in paired):  # e.g. a system that answered no emotion
-        print(f"{config_file}: primary {primary[0][0]} − {primary[0][1]} on {primary[1]}: no such paired row; "
-              "Holm covers every row", file=sys.stderr)  # fmt: skip
+    paired = _paired_rows(config, config_file, {run.name: values for run, (_, values) in zip(runs, scored)})
     human, human_items = human_gold(test, loaded)
     sizes = corpus_sizes(config.shares_by_size, len(test)) if config.shares_by_size else None
-    for system, (_, items) in zip(systems, scored):
-        if ratios := _versus_human(items, human_items):
-            system["human_ratio"] = ratios
-        if sizes and (by_size := _versus_human_by_size(items, human_items, sizes)):
-            system["human_ratio_by_size"] = by_size
-    sections = {spec.config: None for spec in METRICS.values() if spec.config}
-    sections.update({METRICS[name].config: s for name, s in settings.items() if METRICS[name].config})
+    _add_human_ratios(systems, [items for _, items in scored], human_items, sizes)
     return rounded(
         {
             "config_file": config_file,
@@ -318,20 +308,7 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
                 "ids": [d.id for d in test],
                 "index": config.index,
             },
-            "settings": {
-                "reference_system": reference.name,
-                **sections,
-                "registered_metrics": settings,
-                "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
-                "paired_family": {
-                    "rows": sum(in_family(r) for r in paired),
-                    "identical_rows": sum(bool(r.get("identical")) for r in paired),
-                    "correction": "holm",
-                    "alpha": ALPHA,
-                },
-                # the sub-corpora of `human_ratio_by_size`: the first n of one seeded permutation, in test order
-                "shares_by_size": {"sizes": sizes, "subsets": "nested", "seed": DEFAULT_SEED} if sizes else None,
-            },
+            "settings": _report_settings(reference.name, settings, paired, sizes),
             "systems": systems,
             "human_gold": human,
             "paper": load_paper_reference(config.paper_reference) if config.paper_reference else None,
@@ -339,3 +316,43 @@ def build_report(config: CompareConfig, config_file: str, out: Path) -> dict[str
             "judge": judge_systems(config, runs, test),
         }
     )
+
+
+def _paired_rows(config: CompareConfig, config_file: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paired comparisons of every two systems, the declared primary among them (said on stderr when the
+    primary has no row, e.g. a system that answered no emotion)."""
+    primary = (tuple(config.primary.pair), config.primary.metric) if config.primary else None
+    paired = paired_comparisons(values, primary)
+    if primary and not any(row.get("primary") for row in paired):
+        print(f"{config_file}: primary {primary[0][0]} − {primary[0][1]} on {primary[1]}: no such paired row; "
+              "Holm covers every row", file=sys.stderr)  # fmt: skip
+    return paired
+
+
+def _add_human_ratios(systems: list[dict], items: list, human_items, sizes: Optional[list[int]]) -> None:
+    """Each system's diversity against the human replies', on the whole test set and on nested sub-corpora."""
+    for system, its_items in zip(systems, items):
+        if ratios := _versus_human(its_items, human_items):
+            system["human_ratio"] = ratios
+        if sizes and (by_size := _versus_human_by_size(its_items, human_items, sizes)):
+            system["human_ratio_by_size"] = by_size
+
+
+def _report_settings(reference: str, settings: dict, paired: list[dict], sizes: Optional[list[int]]) -> dict:
+    """What the report's figures depend on beyond the systems: metric sections, bootstrap, the paired family."""
+    sections = {spec.config: None for spec in METRICS.values() if spec.config}
+    sections.update({METRICS[name].config: s for name, s in settings.items() if METRICS[name].config})
+    return {
+        "reference_system": reference,
+        **sections,
+        "registered_metrics": settings,
+        "bootstrap": {"resamples": DEFAULT_RESAMPLES, "seed": DEFAULT_SEED, "level_percent": 95},
+        "paired_family": {
+            "rows": sum(in_family(r) for r in paired),
+            "identical_rows": sum(bool(r.get("identical")) for r in paired),
+            "correction": "holm",
+            "alpha": ALPHA,
+        },
+        # the sub-corpora of `human_ratio_by_size`: the first n of one seeded permutation, in test order
+        "shares_by_size": {"sizes": sizes, "subsets": "nested", "seed": DEFAULT_SEED} if sizes else None,
+    }

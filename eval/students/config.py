@@ -74,6 +74,38 @@ class DataFiles(_Strict):
         return None
 
 
+class AuxiliarySpec(_Strict):
+    """A multitask student's auxiliary rows (distilling step-by-step): the upstream links of another import of the
+    same train dialogues, each a task of its own beside the reply."""
+
+    mapping: str = Field(description="the import mapping whose pipeline's links give them (e.g. esdcot-instruction)")
+    share: float = Field(1.0, description="the share of train dialogues given auxiliary rows (0 < share <= 1)")
+
+    @field_validator("share", mode="before")
+    @classmethod
+    def _a_share(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"{value!r} is not a share of the train dialogues: a number above 0 and at most 1 "
+                             "(1 = every dialogue)")  # fmt: skip
+        return value
+
+    @cached_property
+    def pipeline(self) -> str:
+        from distill.imports.mapping import load_mapping
+
+        return load_mapping(self.mapping).pipeline  # one line naming the file and the field
+
+    @cached_property
+    def links(self) -> list[str]:
+        """The upstream links: its pipeline's stages less those its mapping skips, less the reply role."""
+        from distill.imports.mapping import load_mapping
+        from distill.pipeline.config import PipelineConfig
+        from distill.quality.checks import is_reply_role
+
+        config = PipelineConfig(pipeline=self.pipeline, skip=list(load_mapping(self.mapping).skip))
+        return [r for r in config.stages() if not is_reply_role(r, config.roles)]
+
+
 class StudentSpec(_Strict):
     """One student: a declared pipeline and the mapping that makes the train file its trace run."""
 
@@ -88,6 +120,17 @@ class StudentSpec(_Strict):
         default_factory=dict,
         description="how its label answers are decoded when it is scored (the pipeline's `label_decoding`, e.g. "
         "{sr: rank}); a student that differs from an earlier one only here takes that one's adapters, not trained",
+    )
+
+    auxiliary: Optional[AuxiliarySpec] = Field(
+        None,
+        description="multitask (step-by-step): its one adapter also learns the upstream links of another import of "
+        "the same train dialogues, each under its own tag; it answers the reply alone at test; null = none",
+    )
+    init_from: Optional[str] = Field(
+        None,
+        description="two-stage (alpha-UMi): an earlier one-adapter student (e.g. multitask) whose adapter at the same "
+        "seed every role of this one starts from, then trains on its own rows; null = a fresh LoRA",
     )
 
     @cached_property
@@ -132,6 +175,16 @@ class StudentSpec(_Strict):
         if self.reply_role is None:
             raise ValueError(f"pipeline {self.pipeline} has no reply role (no role answers a `response` field)")
         self._check_label_decoding()
+        if self.auxiliary is not None:
+            self._check_auxiliary()
+
+    def _check_auxiliary(self) -> None:
+        if self.roles != [self.reply_role]:
+            raise ValueError(f"auxiliary: a multitask student trains one adapter, its reply role; this one trains "
+                             f"{', '.join(self.roles)}")  # fmt: skip
+        if not self.auxiliary.links:
+            raise ValueError(f"auxiliary.mapping: {self.auxiliary.mapping} imports no link before the reply "
+                             f"(pipeline {self.auxiliary.pipeline})")  # fmt: skip
 
     def _check_label_decoding(self) -> None:
         from distill.pipeline.config import PipelineConfig
@@ -238,6 +291,7 @@ class StudentsConfig(_Strict):
             except ValueError as err:  # a pipeline or mapping refused: its first error, in one line
                 why = first_error(err) if isinstance(err, ValidationError) else str(err)
                 raise ValueError(f"students ({spec.name}): {why}") from None
+        self._check_init_from()
         if (self.oracle or self.prompted) and self.per_role_student not in [s.name for s in self.students]:
             raise ValueError(f"per_role_student: '{self.per_role_student}' is not a student; "
                              "name one, or set oracle and prompted to false")  # fmt: skip
@@ -246,6 +300,22 @@ class StudentsConfig(_Strict):
             raise ValueError(f"compare.primary.pair: '{unknown[0]}' is not a system of this run "
                              f"({', '.join(self.system_names())})")  # fmt: skip
         return self
+
+    def _check_init_from(self) -> None:
+        """Each `init_from` names an earlier one-adapter student, chosen in this run too."""
+        for n, spec in enumerate(self.students):
+            if spec.init_from is None:
+                continue
+            earlier = {s.name: s for s in self.students[:n]}
+            if spec.init_from not in earlier:
+                raise ValueError(f"students ({spec.name}): init_from: '{spec.init_from}' is not a student above it "
+                                 f"({', '.join(earlier) or 'none'})")  # fmt: skip
+            if len(roles := earlier[spec.init_from].roles) != 1:
+                raise ValueError(f"students ({spec.name}): init_from: {spec.init_from} trains {len(roles)} adapters "
+                                 f"({', '.join(roles)}); name a one-adapter student (e.g. multitask)")  # fmt: skip
+            if spec in self.chosen() and earlier[spec.init_from] not in self.chosen():
+                raise ValueError(f"student: {spec.name} starts from {spec.init_from}'s adapter (init_from); "
+                                 f"choose {spec.init_from} too")  # fmt: skip
 
     def check_data(self) -> None:
         """Each data file is there, reads, and fits every mapping that imports it, by the import's own checks on the
@@ -273,7 +343,8 @@ class StudentsConfig(_Strict):
     def _imports(self) -> Iterator[tuple[str, str, list[str]]]:
         """(split, data file, the mappings that import it) for each file the run imports."""
         chosen = self.chosen()
-        yield "train", self.data.train, list(dict.fromkeys(s.mapping for s in chosen))
+        auxiliary = [s.auxiliary.mapping for s in chosen if s.auxiliary is not None]
+        yield "train", self.data.train, list(dict.fromkeys([*(s.mapping for s in chosen), *auxiliary]))
         if self.data.validation is not None:
             mappings = dict.fromkeys(s.validation_mapping or s.mapping for s in chosen)
             yield "validation", self.data.validation, list(mappings)

@@ -68,10 +68,10 @@ def import_run(runner: Runner, stage: str, data: Path | str, mapping: str, run: 
 
 
 def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation: Optional[Path], out: Path,
-                   config: StudentsConfig, root: Path) -> Path:  # fmt: skip
+                   config: StudentsConfig, root: Path, auxiliary: Optional[Path] = None) -> Path:  # fmt: skip
     """The student's role datasets in `out`, in the run folder `root`: train rows from its train import, validation
-    rows from its validation import (or `eval_fraction` of the train conversations), rebuilt only when their inputs
-    changed."""
+    rows from its validation import (or `eval_fraction` of the train conversations), and a multitask student's
+    auxiliary rows from the links of its `auxiliary` import (`with_links`); rebuilt only when their inputs changed."""
     from distill.datasets.dataset_card import read_run
     from distill.datasets.sft_data import (
         BuildReport,
@@ -92,6 +92,10 @@ def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation
         (traces, info, _), (held, _, _) = runs()
         inputs = dataset_inputs(traces, asdict(options), student.roles, info, root)
         inputs["validation"] = digest([t.model_dump(mode="json") for t in held]) if held is not None else None
+        if auxiliary is not None:  # only then, so the other students keep the key they had
+            links, _, _ = read_run(auxiliary)
+            inputs["auxiliary"] = {"traces": digest([t.model_dump(mode="json") for t in links]),
+                                   "links": student.auxiliary.links, "share": student.auxiliary.share}  # fmt: skip
         return inputs
 
     def build() -> None:
@@ -101,6 +105,8 @@ def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation
         if held is not None:
             where = f"{validation} (the validation import of student {student.name})"
             built = with_validation_run(built, held, held_info, options, report, where)
+        if auxiliary is not None:
+            built = with_links(built, student, auxiliary, options, report)
         for line in report.lines():
             print(line, file=sys.stderr)
         if missing := [r for r in student.roles if r not in built or not len(built[r]["validation"])]:
@@ -109,6 +115,30 @@ def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation
         save_role_datasets(built, out, traces, info, options, report, train)
 
     return runner.run(Stage(f"{student.name}: datasets", out, build, key))
+
+
+def with_links(built: dict, student: StudentSpec, auxiliary: Path, options, report) -> dict:
+    """The reply dataset with the auxiliary rows of its train dialogues (`sft_tasks.with_link_rows`), from the links'
+    rows the auxiliary import gives (built as any student's are); the validation split left as it is."""
+    from datasets import Dataset, DatasetDict, concatenate_datasets
+
+    from distill.datasets.dataset_card import read_run
+    from distill.datasets.sft_data import BuildReport, build_role_datasets
+    from distill.datasets.sft_tasks import with_link_rows
+
+    traces, info, _ = read_run(auxiliary)
+    spec, role = student.auxiliary, student.reply_role
+    link_sets = build_role_datasets(traces, spec.links, options, BuildReport(), info)
+    links = {link: concatenate_datasets(list(link_sets[link].values())).to_list() for link in link_sets}
+    rows, made = with_link_rows(built[role]["train"].to_list(), links, spec.share, options.seed)
+    if not sum(made["rows"].values()):
+        raise CompareError(f"student {student.name}: auxiliary: {auxiliary} answers no link of its train dialogues "
+                           f"({', '.join(spec.links)}; do both mappings read the same ids?)")  # fmt: skip
+    counts = report.counts[role]
+    counts.auxiliary = {"traces": str(auxiliary), "mapping": spec.mapping, **made}
+    counts.rows = {**counts.rows, "train": len(rows)}
+    train = Dataset.from_list(rows, features=built[role]["train"].features)
+    return {**built, role: DatasetDict({"train": train, "validation": built[role]["validation"]})}
 
 
 def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: str) -> dict[str, Any]:
@@ -131,13 +161,16 @@ def train_flags(student: StudentSpec, seed: int, config: StudentsConfig, role: s
 
 
 def train_adapters(runner: Runner, student: StudentSpec, datasets: Path, adapters: Path, seed: int,
-                   config: StudentsConfig, donors: Sequence[tuple[Path, Path]] = ()) -> Path:  # fmt: skip
+                   config: StudentsConfig, donors: Sequence[tuple[Path, Path]] = (),
+                   init: Optional[Path] = None) -> Path:  # fmt: skip
     """The student's adapters at this seed, trained (`train_stale`) only where a role's key changed. A role whose
     rows and settings an earlier student's adapter (`donors`: this seed's adapters and their datasets) was trained
-    on is copied from it: a student that differs only in how it decodes, or in one role, trains nothing else."""
+    on is copied from it: a student that differs only in how it decodes, or in one role, trains nothing else. With
+    `init` (two-stage) every role starts from that adapter, whose weights are then part of each role's key."""
     from eval.curve.adapter_runs import copy_identical, train_stale
 
-    flags = {role: train_flags(student, seed, config, role) for role in student.roles}
+    start = {"init_adapter": str(init)} if init is not None else {}
+    flags = {role: {**train_flags(student, seed, config, role), **start} for role in student.roles}
 
     def train() -> Optional[str]:
         copied = {}
@@ -150,6 +183,15 @@ def train_adapters(runner: Runner, student: StudentSpec, datasets: Path, adapter
         return "; ".join(f"{role}: {why}" for role, why in {**copied, **trained}.items()) or None
 
     return runner.run(Stage(f"{student.name} seed {seed}: train", adapters, train))
+
+
+def init_adapter(config: StudentsConfig, student: StudentSpec, trained: dict[str, dict[int, Path]],
+                 seed: int) -> Optional[Path]:  # fmt: skip
+    """The adapter a two-stage student's roles start from: its `init_from` student's one adapter at this seed,
+    trained earlier in this run (and reused, never trained again)."""
+    if student.init_from is None:
+        return None
+    return trained[student.init_from][seed] / config.by_name(student.init_from).roles[0]
 
 
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
@@ -173,7 +215,12 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
             mapping = student.validation_mapping or student.mapping
             validation = import_run(runner, f"{student.name}: import validation", config.data.validation, mapping,
                                     runs / "validation", "validation", student.pipeline)  # fmt: skip
-        datasets = build_datasets(runner, student, train, validation, out / "datasets" / student.name, config, out)
+        auxiliary = None
+        if student.auxiliary is not None:  # the same train dialogues, imported with the links' mapping
+            auxiliary = import_run(runner, f"{student.name}: import auxiliary", train_file, student.auxiliary.mapping,
+                                   runs / "auxiliary", "train")  # fmt: skip
+        datasets = build_datasets(runner, student, train, validation, out / "datasets" / student.name, config, out,
+                                  auxiliary)  # fmt: skip
         trained[student.name] = {
             seed: train_adapters(
                 runner,
@@ -183,6 +230,7 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
                 seed,
                 config,
                 donors=[(seeds[seed], out / "datasets" / name) for name, seeds in trained.items()],
+                init=init_adapter(config, student, trained, seed),
             )
             for seed in config.seeds
         }
