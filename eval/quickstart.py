@@ -349,12 +349,34 @@ def _run_steps(out: Path, args: argparse.Namespace, source: str) -> dict[str, fl
     return timings
 
 
+# Under this share of its replies passing every check, the teacher's replies are mostly not replies: the quickstart
+# says so in one line (its student learns the human replies, so the run itself is not affected).
+REPLY_PASS_WARNING = 0.5
+
+
 def teacher_quality(run: Path) -> str:
-    """The teacher run's quality line (`distill inspect`): what the checks found in the traces students learn from."""
+    """The teacher run's quality line (`distill inspect`): what the checks found in the traces students learn from,
+    the share of its replies that pass every check, and a warning line when that share is under
+    `REPLY_PASS_WARNING`, naming the checks its replies fail most."""
     from distill.quality import read_quality, summary_line
 
     data = read_quality(run)
-    return f"teacher {summary_line(data)} (details: {run / 'quality.json'})" if data else "teacher quality: not checked"
+    if not data:
+        return "teacher quality: not checked"
+    line = f"teacher {summary_line(data)} (details: {run / 'quality.json'})"
+    replies = data["roles"].get("ers")
+    if not replies or not replies["checked"]:
+        return line
+    passed, checked = replies["checked"] - replies["failed"], replies["checked"]
+    line += (
+        f"\nteacher replies passing every check: {passed}/{checked} ({passed / checked:.0%}); the student's replies "
+        "do not come from them but from the human replies (gold guidance, `--ers-target gold`)"
+    )
+    if passed / checked < REPLY_PASS_WARNING:
+        fired = sorted(((c["count"], name) for name, c in replies["checks"].items() if c["count"]), reverse=True)
+        named = ", ".join(f"{name} {count}" for count, name in fired)
+        line += f"\nwarning: most of the teacher's replies are not replies to the seeker (failed: {named})"
+    return line
 
 
 def _cards_with_eval(out: Path) -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from data_prep.dialogues import Dialogue, Turn
 from distill.__main__ import main as distill
 from distill.roles.declared import load_pipeline
+from distill.roles.roles import build_role_input
 
 REPO = Path(__file__).resolve().parents[1]
 ESCOT = REPO / "configs" / "pipelines" / "escot.yaml"
@@ -103,6 +105,18 @@ def test_an_optional_text_left_empty_and_whole_numbers_still_load(tmp_path):
     path = _declared(tmp_path, _set(0, brief="", temperature=0, context_turns=3))
     role = load_pipeline(path).roles[0]
     assert (role.brief, role.temperature, role.context_turns) == ("", 0.0, 3)
+
+
+def test_a_later_roles_teacher_prompt_briefs_an_input_declared_without_a_brief(tmp_path):
+    """`brief` is optional: a later role is told what such an input answered (a KeyError in the briefing before)."""
+    specs = {spec.name: spec for spec in load_pipeline(_declared(tmp_path, _set(0, brief=""))).specs()}
+    em, es = specs["em"], specs["es"]
+    d = Dialogue(
+        id="c#1", conv_id="c", turns=[Turn(speaker="seeker", text="My dog ran away.")], situation="x", emotion="sad"
+    )
+    answer = {name: "sad" for name in em.schema.model_fields}
+    prompt = es.render(build_role_input(es, d, {"em": answer}), "teacher")[1]["content"]
+    assert f"- the {em.title} answered with its {', '.join(em.schema.model_fields)}." in prompt
 
 
 # --- variants: `extends` ------------------------------------------------------------------------------------------

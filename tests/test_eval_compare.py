@@ -168,12 +168,17 @@ def test_report_runs_the_quality_checks_on_every_system_and_the_human_replies(tm
     assert main(["compare", "--config", _write_config(tmp_path, cfg), "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     teacher, student = (s["quality"]["ers"] for s in report["systems"])
-    assert (teacher["checked"], teacher["rates"]["loop"]) == (4, 0.0)
-    assert (student["checked"], student["rates"]["loop"]) == (4, 1.0)
+    assert (teacher["checked"], teacher["rates"]["loop"], teacher["passed"]) == (4, 0.0, 4)
+    assert (student["checked"], student["rates"]["loop"], student["passed"]) == (4, 1.0, 0)
     assert report["human_gold"]["quality"]["ers"]["rates"]["loop"] == 0.0
     md = (out / "report.md").read_text()
     table = md.split("## Trace quality")[1].split("\n## ")[0]
-    assert "| student | ers | 4 | 1.000 |" in table and "| human (gold replies) | ers | 4 | 0.000 |" in table
+    # outputs, the share passing every check, then each check's rate (loop first)
+    assert "| System | role | outputs | passing every check | loop |" in table
+    assert (
+        "| student | ers | 4 | 0.000 | 1.000 |" in table
+        and "| human (gold replies) | ers | 4 | 1.000 | 0.000 |" in table
+    )
 
 
 def test_an_unknown_paper_reference_is_refused_before_anything_runs(tmp_path, capsys, tiny_dialogues):

@@ -12,7 +12,7 @@ import yaml
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason
-from eval.quickstart import headline, main
+from eval.quickstart import REPLY_PASS_WARNING, headline, main, teacher_quality
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,7 @@ def test_quickstart_runs_every_stage_then_reuses_them(tmp_path, capsys):
     assert [s["name"] for s in report["systems"]] == ["teacher", "student"]
     assert f"report: {out / 'eval' / 'report.md'}" in first
     assert "result: the distilled student's emotion accuracy minus its teacher's is " in first
+    assert "teacher replies passing every check: " in first  # what the teacher is, beside its quality line
     md = (out / "eval" / "report.md").read_text()
     assert "- `student`: the same model with one LoRA adapter per role" in md and "- `teacher`: the untuned" in md
     assert "reusing" not in first
@@ -345,3 +346,27 @@ def test_a_smaller_train_limit_on_a_rerun_trains_on_its_first_dialogues_alone(tm
 
     assert asi_dialogues(6) == {d.id for d in train}
     assert asi_dialogues(3) == {d.id for d in train[:3]}
+
+
+def test_the_teacher_line_gives_its_reply_pass_rate_and_warns_naming_the_checks(tiny_dialogues, tmp_path):
+    """A teacher whose replies are mostly not replies says so in one warning line naming what they fail; the
+    line says where the student's replies come from either way."""
+    from test_quality import trace_with_prompts
+
+    from distill.quality import check_traces
+
+    written = ["The seeker's true emotion is sadness.", "I am the Empathetic Response Synthesizer.", "Gentle Reply:"]
+    fine = ["Oh no, what happened next?", "That sounds so hard, I'm sorry.", "Wow, congratulations!"]
+    for name, replies in (("weak", written + fine[:1]), ("fine", fine + written[:1])):
+        traces = [
+            trace_with_prompts(d, {"ers": {"response": r}}, f"{name}{i}")
+            for i, (d, r) in enumerate(zip(tiny_dialogues, replies))
+        ]
+        check_traces(traces).write((tmp_path / name).mkdir() or tmp_path / name)
+    weak = teacher_quality(tmp_path / "weak").splitlines()
+    assert weak[1].startswith("teacher replies passing every check: 1/4 (25%)") and "gold guidance" in weak[1]
+    assert weak[2].startswith("warning: most of the teacher's replies are not replies to the seeker (failed: ")
+    assert "meta_commentary" in weak[2] and "self_description" in weak[2] and "template_fragment" in weak[2]
+    fine_lines = teacher_quality(tmp_path / "fine").splitlines()
+    assert 3 / 4 >= REPLY_PASS_WARNING and len(fine_lines) == 2 and "passing every check: 3/4 (75%)" in fine_lines[1]
+    assert teacher_quality(tmp_path / "none") == "teacher quality: not checked"

@@ -3,7 +3,7 @@ kept out of the student datasets.
 
     from distill.quality import check_traces
     report = check_traces(traces)          # a QualityReport
-    report.rates()["ers"]["loop"]          # share of ers outputs that loop
+    report.rates()[role]["loop"]           # share of a role's outputs that loop
     print(report.summary())                # one line for a log or a quickstart
 
 The checks and why each exists: `CHECKS` (distill.quality.checks); their thresholds: `QualityThresholds`.

@@ -16,7 +16,9 @@ from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import ungrounded_triggers
 from distill.quality.audit import check_replies
 from distill.quality.checks import FUNCTION_WORDS, exemplar_copy, loop, parroted_rationale, words
+from distill.quality.registry import REPLY_FORM_CHECKS, reply_role
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.roles import ROLES
 from distill.roles.teacher_prompts import ASI_TASK
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
@@ -30,6 +32,8 @@ def human_false_positives(
     - loop: every gold reply, seeker turn and situation;
     - echo, non_reply, near_duplicate: the gold replies, as a run (`check_replies`);
     - leaked_reference: each gold reply against its own dialogue's turns (`check_replies`);
+    - meta_commentary, self_description, template_fragment: the gold replies; prompt_echo: each against the ers
+      teacher prompt its dialogue renders; off_dialogue: the gold replies as one run (`check_replies`);
     - exemplar_copy: each gold reply against the situation and reply of the two other dialogues whose
       situations share the most words with its own (a lexical stand-in for the embedding retrieval);
     - ungrounded_trigger: each seeker sentence as a trigger (a check that the normalisation holds on real text);
@@ -43,13 +47,18 @@ def human_false_positives(
     found: dict[str, tuple[str, int, int]] = {}
     texts = gold + seeker_turns + [d.situation for d in dialogues]
     found["loop"] = ("gold replies, seeker turns, situations", len(texts), _flagged(loop(x, t) for x in texts))
-    replies = check_replies(gold, dialogues, t).counts()["ers"]
-    for check in ("echo", "non_reply", "near_duplicate"):
-        found[check] = ("gold replies", len(gold), replies[check])
+    replies = check_replies(gold, dialogues, t).counts()[reply_role(ROLES)]
+    for check in ("echo", "non_reply", "near_duplicate", *REPLY_FORM_CHECKS):
+        found[check] = (_ON.get(check, "gold replies"), len(gold), replies[check])
     found["leaked_reference"] = ("gold replies vs their own dialogues", len(gold), replies["leaked_reference"])
     neighbours = _lexical_neighbours([d.situation for d in dialogues], k=2)
     copies = (
-        exemplar_copy(d.gold_response or "", [x for j in near for x in _exemplar(dialogues[j])], t)
+        exemplar_copy(
+            d.gold_response or "",
+            [x for j in near for x in _exemplar(dialogues[j])],
+            t,
+            [dialogues[j].situation for j in near],
+        )
         for d, near in zip(dialogues, neighbours)
     )
     found["exemplar_copy"] = ("gold replies vs two lexical neighbours", len(dialogues), _flagged(copies))
@@ -62,6 +71,12 @@ def human_false_positives(
         check: {"on": on, "texts": n, "flagged": k, "rate": round(k / n, 4) if n else 0.0}
         for check, (on, n, k) in found.items()
     }
+
+
+_ON = {
+    "prompt_echo": "gold replies vs the ers teacher prompt",
+    "off_dialogue": "gold replies vs other dialogues of the file",
+}
 
 
 def _flagged(reasons) -> int:

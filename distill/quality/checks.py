@@ -5,8 +5,8 @@ These are the rules alone, with no knowledge of traces: distill.quality.audit de
 to which check, and near_duplicate (a run-level check) lives in distill.quality.duplicates. The word rules read
 text through `words`, so "stress_relief_relief" and "Stress relief, relief" are the same three words; `loop`'s
 identifier, character and compression rules read the raw text, `non_reply`'s placeholder and refusal rules the
-lower-cased text, and `ungrounded_trigger` its span matcher's own normalisation. `role_checks` says which checks a
-role's outputs are counted under, a declared role's included.
+lower-cased text, and `ungrounded_trigger` its span matcher's own normalisation. Which check reads which role:
+distill.quality.registry (`CHECKS`, `role_checks` and `is_reply_role` are re-exported here for their importers).
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from __future__ import annotations
 import re
 import unicodedata
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Optional
 
 from data_prep.taxonomy import ED_EMOTIONS, EKMAN, STRATEGIES
+from distill.quality.registry import CHECKS as CHECKS
+from distill.quality.registry import is_reply_role as is_reply_role
+from distill.quality.registry import role_checks as role_checks
 from distill.quality.thresholds import QualityThresholds
-from distill.roles.declared import REPLY_FIELD
-from distill.roles.roles import ROLES, RoleSpec
+from distill.roles.roles import ROLES
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # underscores split: a snake_case identifier reads as its parts
 _IDENTIFIER = re.compile(r"[^\W_]+(?:_+[^\W_]+)+")
@@ -98,64 +99,6 @@ _OUTPUT_TAG_WORDS = _FIELD_WORDS | set(EKMAN) | _STRATEGY_WORDS | {"emotional", 
 # "Was he upset?" and "I'm so happy for you" would be labels.
 _LABEL_GLUE = frozenset("a an the and or is of".split())
 _TAG_PREFIX = re.compile(r"^\W*([^\W\d_]+(?:[ _][^\W\d_]+){0,2})[\s\"'*`]*[:=]")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One named check: the roles whose outputs it reads, which fields, and why it exists (one line)."""
-
-    name: str
-    roles: tuple[str, ...]
-    fields: str
-    why: str
-
-
-# The registry, in report order. `loop` reads every text field of every role that writes text.
-CHECKS: dict[str, Check] = {
-    c.name: c
-    for c in (
-        Check("loop", ("asi", "cae", "caef", "perspective", "srp", "ers", "gra"), "every text field",
-              "degenerate repetition: a unit repeated in a row, a sentence said over and over, a character run, "
-              "or text that compresses like a loop"),
-        Check("exemplar_copy", ("srp", "ers"), "srp reasoning, ers response",
-              "reproduces the retrieved exemplars its own prompt carried instead of answering this seeker"),
-        Check("ungrounded_trigger", ("cae",), "cae triggers",
-              "a trigger that is not a span of the seeker's turns, which TRACE's cause agent is asked to quote"),
-        Check("parroted_rationale", ("asi", "caef", "srp"), "reasoning",
-              "a reasoning that copies the seeker's turn or says nothing beyond the label and the prompt"),
-        Check("echo", ("ers",), "response", "a reply that says back the seeker's last turn"),
-        Check("non_reply", ("ers",), "response",
-              "not a reply: no words (a timestamp, a number, a URL), a placeholder, an assistant's refusal or "
-              "AI boilerplate, or a label or field name in its place (\"emotion: anger\", \"ER\")"),
-        Check("near_duplicate", ("ers",), "response",
-              "the same reply, or nearly the same, given to many different dialogues (run-level)"),
-        Check("leaked_reference", ("ers",), "response (the dialogue's turns against its reference reply)",
-              "the dialogue already holds its reference reply as a turn: a reply role trained on it learns to copy "
-              "the reply out of its own prompt, and one scored on it is scored on a copy"),
-    )
-}  # fmt: skip
-# What audit runs on a declared role (distill.roles.declared): `loop` on every text field, and on the role that
-# writes the reply the reply checks that need no built-in role's prompt.
-_DECLARED_CHECKS = ("loop",)
-_DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked_reference")
-
-
-def is_reply_role(role: str, roles: Mapping[str, RoleSpec] = ROLES) -> bool:
-    """Does the role write the reply: ers, or a declared role (of `roles`, its pipeline's) with a `response` answer
-    field."""
-    spec = roles.get(role)
-    return role == "ers" or (spec is not None and spec.pipeline is not None and REPLY_FIELD in spec.schema.model_fields)
-
-
-def role_checks(role: str, roles: Mapping[str, RoleSpec] = ROLES) -> tuple[str, ...]:
-    """The checks a role's outputs are counted under, in report order: a built-in role's are those naming it, a
-    declared role's (of `roles`, its pipeline's) those audit runs on it (a report lists every check a role was read
-    by, at 0 where none fired)."""
-    spec = roles.get(role)
-    if spec is None or spec.pipeline is None:
-        return tuple(name for name, c in CHECKS.items() if role in c.roles)
-    declared = _DECLARED_REPLY_CHECKS if is_reply_role(role, roles) else _DECLARED_CHECKS
-    return tuple(name for name in CHECKS if name in declared)
 
 
 def words(text: str) -> list[str]:
@@ -290,19 +233,25 @@ def _clip(text: str, width: int = 48) -> str:
 # --- copies: of an exemplar, of the seeker ------------------------------------------------------
 
 
-def exemplar_copy(text: str, exemplars: Sequence[str], t: QualityThresholds) -> Optional[str]:
-    """The text reproduces the retrieved exemplars it was shown (their situations or replies)."""
+def exemplar_copy(
+    text: str, exemplars: Sequence[str], t: QualityThresholds, situations: Sequence[str] = ()
+) -> Optional[str]:
+    """The text reproduces the retrieved exemplars it was shown (their situations or replies), or tells a retrieved
+    case's situation (`situations`) as its own: a run of `exemplar_situation_run` of its words, which a listener
+    answering another seeker has no reason to repeat."""
     ws = words(text)
     if not ws or not exemplars:
         return None
     hits = sum(copied(ws, [words(e) for e in exemplars], t.exemplar_ngram))
     if hits >= t.exemplar_copy_min_words and hits / len(ws) >= t.exemplar_copy_share:
         return f"{hits} of its {len(ws)} words are copied from a retrieved exemplar"
+    if any(copied(ws, [words(s) for s in situations], t.exemplar_situation_run)):
+        return f"{t.exemplar_situation_run}+ words in a row from a retrieved case's situation"
     return None
 
 
 def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[str]:
-    """The reply says back the seeker's last turn instead of answering it."""
+    """The reply says back the seeker's last turn instead of answering it: most of its words, or a run of them."""
     ws, seeker = words(reply), words(seeker_last_turn)
     if not ws or not seeker:
         return None
@@ -311,6 +260,8 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
     share = sum(copied(ws, [seeker], _COPY_NGRAM)) / len(ws)
     if share >= t.echo_share:
         return f"{share:.0%} of the reply's words repeat the seeker's last turn"
+    if any(copied(ws, [seeker], t.echo_run)):  # the writer speaks as the seeker, in the seeker's sentence
+        return f"{t.echo_run}+ words in a row of the seeker's last turn"
     return None
 
 

@@ -51,6 +51,7 @@ class QualityReport:
     findings: list[Finding] = field(default_factory=list)
     # the checked traces' roles (their pipelines'): which checks read each
     roles: Mapping[str, RoleSpec] = field(default_factory=lambda: ROLES)
+    judged: bool = False  # a judge model read the replies (`reply_judge`)
 
     def failing(self) -> dict[tuple[str, str], set[str]]:
         """(trace key, role) -> the checks that role's output failed: what a dataset builder filters on."""
@@ -65,7 +66,8 @@ class QualityReport:
         for f in self.findings:
             seen[f.role][f.check].add(f.key)
         return {
-            role: {check: len(seen[role][check]) for check in role_checks(role, self.roles)} for role in self.checked
+            role: {check: len(seen[role][check]) for check in role_checks(role, self.roles, self.judged)}
+            for role in self.checked
         }
 
     def rates(self) -> dict[str, dict[str, float]]:

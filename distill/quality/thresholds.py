@@ -52,6 +52,9 @@ class QualityThresholds(BaseModel):
     exemplar_copy_min_words: int = Field(
         8, ge=1, description="exemplar_copy: and at least this many copied words (short stock phrases are shared)"
     )
+    exemplar_situation_run: int = Field(
+        6, ge=3, description="exemplar_copy: words in a row from a retrieved case's situation (another seeker's story)"
+    )
     # ungrounded_trigger
     trigger_min_match: float = Field(
         TRIGGER_MIN_MATCH,
@@ -76,6 +79,9 @@ class QualityThresholds(BaseModel):
     echo_share: float = Field(
         0.8, gt=0, le=1, description="echo: share of the reply's words in word trigrams of the seeker's last turn"
     )
+    echo_run: int = Field(
+        8, ge=3, description="echo: or this many words in a row of the seeker's last turn (ED's replies: at most 5)"
+    )
     non_reply_min_words: int = Field(1, ge=1, description="non_reply: words (letters only) a reply needs")
     # near_duplicate
     # one changed word costs up to three trigrams: a 12-word reply with one word changed has Jaccard 0.54
@@ -84,6 +90,24 @@ class QualityThresholds(BaseModel):
     )
     near_duplicate_min_dialogues: int = Field(
         5, ge=2, description="near_duplicate: a reply the same as replies to this many different dialogues"
+    )
+
+    # prompt_echo: the role's instructions, in ED's and ESD-CoT's human replies at most a 4-gram now and then
+    prompt_echo_ngram: int = Field(4, ge=2, description="prompt_echo: word n-gram size of the overlap with the prompt")
+    prompt_echo_share: float = Field(
+        0.5, gt=0, le=1, description="prompt_echo: share of the reply's words inside n-grams of its instructions"
+    )
+    prompt_echo_min_words: int = Field(4, ge=1, description="prompt_echo: and at least this many such words")
+    # off_dialogue (distill.quality.relevance)
+    off_dialogue_own: float = Field(
+        0.1, gt=-1, le=1, description="off_dialogue: a reply's relevance to its own seeker under this (MiniLM cosine)"
+    )
+    off_dialogue_other: float = Field(
+        0.5, gt=-1, le=1, description="off_dialogue: while its relevance to another dialogue's seeker is this or more"
+    )
+    off_dialogue_shuffles: int = Field(20, ge=2, description="off_dialogue: other dialogues each reply is read against")
+    off_dialogue_min_dialogues: int = Field(
+        10, ge=3, description="off_dialogue: conversations a run needs before its replies are read"
     )
 
     @classmethod

@@ -75,11 +75,12 @@ def checks_table(report: dict) -> list[str]:
     rows = []
     for s in [*report["systems"], report.get("human_gold") or {}]:
         for role, q in (s.get("quality") or {}).items():
-            rates = q["rates"]
-            rows.append([s["name"], role, fmt(q["checked"]), *(fmt(rates.get(c), 3) for c in CHECKS)])
+            rates, passed = q["rates"], q.get("passed")  # a report made before the pass count has none
+            share = fmt(passed / q["checked"], 3) if passed is not None and q["checked"] else DASH
+            rows.append([s["name"], role, fmt(q["checked"]), share, *(fmt(rates.get(c), 3) for c in CHECKS)])
     if not rows:
         return []
-    header = ["System", "role", "outputs", *CHECKS]
+    header = ["System", "role", "outputs", "passing every check", *CHECKS]
     return [
         "## Trace quality (share of outputs failing each check; `distill inspect`, docs/quality.md)",
         "",

@@ -79,9 +79,9 @@ def reflection_figures(traces: Sequence[Trace]) -> Optional[dict[str, Any]]:
 
 def quality_rates(report: QualityReport, roles: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """role -> outputs checked and the share failing each check (`roles`: only these)."""
-    rates = report.rates()
+    rates, failing = report.rates(), Counter(role for _, role in report.failing())
     return {
-        role: {"checked": report.checked[role], "rates": rates[role]}
+        role: {"checked": report.checked[role], "rates": rates[role], "passed": report.checked[role] - failing[role]}
         for role in rates
         if roles is None or role in roles
     }
