@@ -359,12 +359,13 @@ def teacher_quality(run: Path) -> str:
     the share of its replies that pass every check, and a warning line when that share is under
     `REPLY_PASS_WARNING`, naming the checks its replies fail most."""
     from distill.quality import read_quality, summary_line
+    from distill.roles.duties import reply_role
 
     data = read_quality(run)
     if not data:
         return "teacher quality: not checked"
     line = f"teacher {summary_line(data)} (details: {run / 'quality.json'})"
-    replies = data["roles"].get("ers")
+    replies = data["roles"].get(reply_role())  # the quickstart's teacher runs the built-in pipeline
     if not replies or not replies["checked"]:
         return line
     passed, checked = replies["checked"] - replies["failed"], replies["checked"]
