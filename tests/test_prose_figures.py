@@ -25,6 +25,8 @@ RESULTS_PAGES = {
     "docs/escot-equal-tokens.md": None,
     "docs/performance.md": None,
     "docs/quality-recall.md": None,
+    "docs/faithfulness.md": None,
+    "docs/quality.md": None,
 }
 FIGURE = re.compile(r"(?<![\w.])(?<![A-Za-z]-)(?:[+\-−](?=\d))?\d+(?:\.\d+(?:%|x|×)?|%)(?!\w|\.\w|-[A-Za-z])")
 NOT_PROSE = re.compile(r"<!-- record:.*?<!-- /record -->|```.*?```|<!-- fig:.*?<!-- /fig -->|`[^`\n]*`", re.S)

@@ -2,9 +2,9 @@
 
 The scratch folder sees the repository's `data_prep/` and `benchmarks/`, a copy of its `configs/` and the venv the
 suite runs in as `.venv`, so every `runs/...` path is made by an earlier command of the page or the test fails:
-nothing is edited by hand but sizes. Each command that runs is started as a reader starts it: in a new bash whose
-PATH does not hold the venv, after the page's own activation line, by the program it names (`python`,
-`trace-distill`).
+nothing is edited by hand but sizes (and a train's card example, a sample answer decoded for the adapter card). Each
+command that runs is started as a reader starts it: in a new bash whose PATH does not hold the venv, after the page's
+own activation line, by the program it names (`python`, `trace-distill`).
 A command that needs an API key, a GPU, a server left running or hours of CPU is not run: its `--help` is, and
 every input path it names (and every path in the YAML it reads) must already exist, or be the output of an
 earlier command treated the same way. A command that reads such an output is treated the same way. An install
@@ -52,13 +52,19 @@ NOT_RUN = {
 # Smaller sizes for the commands that run (sizes only, never paths): the pages' own are for a reader.
 SMALLER = {"--max_tokens_budget": "800", "--limit": "4"}
 EVAL_LIMIT = "4"
-# ... and in the shipped configs they read (copied, then edited): an eval scores 4 test dialogues, not all,
+# ... and in the shipped configs they read (copied, then edited): an eval scores 4 test dialogues, not all, and a
+# CPU training step is 2 rows (an ESD-CoT row of ~400 tokens made a step of 8 the guide test's longest wait),
 SMALLER_IN_CONFIGS = {
-    "eval/sample.yaml": ("\nlimit: null", f"\nlimit: {EVAL_LIMIT}"),
-    "eval/external-adapters.yaml": ("\nlimit: null", "\nlimit: 2"),
-    "eval/escot-adapters.yaml": ("\nlimit: null", "\nlimit: 2"),
-    "train/smollm2-cpu.yaml": ("\nmax_tokens_budget: 60000", "\nmax_tokens_budget: 800"),
+    "eval/sample.yaml": [("\nlimit: null", f"\nlimit: {EVAL_LIMIT}")],
+    "eval/external-adapters.yaml": [("\nlimit: null", "\nlimit: 2")],
+    "eval/escot-adapters.yaml": [("\nlimit: null", "\nlimit: 2")],
+    "train/smollm2-cpu.yaml": [
+        ("\nmax_tokens_budget: 60000", "\nmax_tokens_budget: 800"),
+        ("\nper_device_train_batch_size: 8", "\nper_device_train_batch_size: 2"),
+    ],
 }
+# ... a `train` writes no card example (it decodes up to the role's cap; tests/test_adapter_card.py checks it),
+TRAIN, NO_CARD_EXAMPLE = ["trace-distill", "train"], ["--card_example", "false"]
 # ... the quickstart runs tests/test_quickstart.py's sizes,
 QUICKSTART_SMALL = ["--train-limit", "4", "--test-limit", "2", "--no-judge", "--no-card-example"]
 QUICKSTART_SMALL += ["--role-budgets", "asi=400,cae=300,srp=300,ers=300"]
@@ -216,10 +222,11 @@ class Scratch:
         for name in ("data_prep", "benchmarks"):
             (cwd / name).symlink_to(REPO / name)
         shutil.copytree(REPO / "configs", cwd / "configs")
-        for name, (size, smaller) in SMALLER_IN_CONFIGS.items():
+        for name, edits in SMALLER_IN_CONFIGS.items():
             path = cwd / "configs" / name
-            assert size in path.read_text(encoding="utf-8"), f"{name} no longer has {size.strip()!r}"
-            path.write_text(path.read_text(encoding="utf-8").replace(size, smaller), encoding="utf-8")
+            for size, smaller in edits:
+                assert size in path.read_text(encoding="utf-8"), f"{name} no longer has {size.strip()!r}"
+                path.write_text(path.read_text(encoding="utf-8").replace(size, smaller), encoding="utf-8")
         return cls(cwd, fresh_shell(cwd))
 
     def missing(self, argv: list[str]) -> list[str]:
@@ -266,7 +273,8 @@ class Scratch:
 
 
 def smaller(argv: list[str]) -> list[str]:
-    """The command at the test's sizes: SMALLER's flags, the quickstart's, a generate's limit, a validation share."""
+    """The command at the test's sizes: SMALLER's flags, the quickstart's, a generate's limit, a validation share,
+    a train without its card example."""
     cmd = [SMALLER.get(prev, arg) for prev, arg in zip(["", *argv], argv)]
     if argv[:2] == ["trace-distill", "quickstart"]:
         cmd += QUICKSTART_SMALL
@@ -274,4 +282,6 @@ def smaller(argv: list[str]) -> list[str]:
         cmd += ["--limit", EVAL_LIMIT]
     if argv[:4] == DATASETS and "--eval-fraction" not in argv:
         cmd += ["--eval-fraction", EVAL_FRACTION]
+    if argv[:2] == TRAIN and argv[2:3] != ["export"] and "--card_example" not in argv:
+        cmd += NO_CARD_EXAMPLE
     return cmd

@@ -200,6 +200,8 @@ def _point(point: str, report: dict[str, Any], pairs: tuple[tuple[str, str], ...
             (_at(row, "label_accuracy.majority.rate") for row in report["systems"] if row.get("label_accuracy")), None
         ),
         "paired": [p for pair in pairs for p in _paired(report["paired"], *pair, _declared(report))],
+        # which rows Holm's family held (a report written before identical rows were left out has none)
+        "paired_family": report["settings"].get("paired_family"),
     }
 
 
@@ -241,7 +243,8 @@ def _paired(rows: list[dict[str, Any]], first: str, second: str, declared: Optio
         found.append({"pair": order, "metric": row["metric"], "diff": sign * row["diff"], "ci_low": low,
                       "ci_high": high, "n": row["n"], "p_holm": row.get("p_holm"),
                       "survives_holm": row.get("survives_holm"),
-                      **({"primary": True} if row.get("primary") else {})})  # fmt: skip
+                      **({"primary": True} if row.get("primary") else {}),
+                      **({"identical": True} if row.get("identical") else {})})  # fmt: skip
     return found
 
 
@@ -259,7 +262,7 @@ def render_compare_record(record: dict[str, Any]) -> list[str]:
         lines += [f"**{_point_title(point['point'])}** (majority class {fmt(point['majority_class'], 3)}):", ""]
         lines += systems_table(point["systems"]) + [""]
         if point["paired"]:
-            lines += paired_table(point["paired"]) + [""]
+            lines += paired_table(point["paired"]) + ["", *wrap_paragraph(family_line(point)), ""]
     lines += stages_lines(record["stages"])
     return [*lines, *wrap_paragraph(run_line(record))]
 
@@ -355,12 +358,28 @@ def _p(p: Optional[float]) -> str:
     return "< 0.001" if p is not None and p < 0.001 else fmt(p, 3)
 
 
+def family_line(point: dict[str, Any]) -> str:
+    """Which rows Holm's family held, from the report's `paired_family`; a record without it was written before
+    rows identical on every dialogue were left out (eval/compare/paired.py), and its Holm p values count them."""
+    family = point.get("paired_family")
+    if family is None:
+        return ("Holm's family: every paired row of the run's report but a declared primary comparison, rows whose two "
+                "systems score identically on every dialogue included (this record predates their leaving out, so "
+                "each Holm p is at least what the current rule gives).")  # fmt: skip
+    left_out = family.get("identical_rows") or 0
+    rows_of = f"{left_out} row{'s' * (left_out != 1)} whose two systems score identically on every dialogue"
+    aside = f"; {rows_of} left out" if left_out else ""
+    rows = fmt(family.get("rows"), 0)
+    return f"Holm's family: every paired row of the run's report ({rows}) but a declared primary comparison{aside}."
+
+
 def paired_table(paired: list[dict[str, Any]]) -> list[str]:
     # Holm's p at the resampling floor prints 0.050 and still holds: say whether it holds, not only the p
     holds = {True: "yes", False: "no", None: "–"}
     # the declared primary row's p is its own (tested alone), not Holm's
     rows = [[f"{p['pair'][0]} − {p['pair'][1]}", PAIRED_METRICS[p["metric"]],
-             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]), _p(p["p_holm"]),
+             interval(p["diff"], p["ci_low"], p["ci_high"]), str(p["n"]),
+             "– (identical: left out)" if p.get("identical") else _p(p["p_holm"]),
              holds[p.get("survives_holm")] + " (primary, alone)" * bool(p.get("primary"))]
             for p in paired]  # fmt: skip
     header = ["first − second", "metric", "difference [95% CI]", "dialogues", "p (Holm)", "holds at 5% (Holm)"]

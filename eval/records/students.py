@@ -21,6 +21,7 @@ from eval.records.compare import (
     REPORT_FIELDS,
     CompareRecordError,
     RecordFileError,
+    family_line,
     labels_in_words,
     paired_in_words,
     paired_table,
@@ -149,7 +150,7 @@ def render_students_record(record: dict[str, Any], only: Optional[list[str]] = N
              f"(majority class {fmt(point['majority_class'], 3)}):")  # fmt: skip
     lines = [title, "", *systems_table(point["systems"]), ""]
     if point["paired"]:
-        lines += [*paired_table(point["paired"]), ""]
+        lines += [*paired_table(point["paired"]), "", *wrap_paragraph(family_line(point)), ""]
     if only:
         stops = _stops_in_words(record["students"], only)
         return [*lines, *([*wrap_paragraph(stops), ""] if stops else []), *wrap_paragraph(run_line(record))]
