@@ -27,6 +27,8 @@ RESULTS_PAGES = {
     "docs/quality-recall.md": None,
     "docs/faithfulness.md": None,
     "docs/quality.md": None,
+    "docs/real-data.md": None,
+    "docs/robustness.md": None,
 }
 FIGURE = re.compile(r"(?<![\w.])(?<![A-Za-z]-)(?:[+\-−](?=\d))?\d+(?:\.\d+(?:%|x|×)?|%)(?!\w|\.\w|-[A-Za-z])")
 NOT_PROSE = re.compile(r"<!-- record:.*?<!-- /record -->|```.*?```|<!-- fig:.*?<!-- /fig -->|`[^`\n]*`", re.S)
@@ -34,6 +36,7 @@ NOT_FIGURES = re.compile(
     r"\b(?:T|temperature|top-p|min-p|typical-p)\s+\d+\.\d+"  # a decoding setting names itself
     r"|\b(?:torch|transformers|TRL|PEFT|peft|accelerate|bitsandbytes|Python|llama-cpp-python)\s+\d+\.\d+"  # versions
     r"|\b\d{4}\.\d{4,5}\b"  # arXiv ids
+    r"|\bCC BY(?:-NC)?(?:-SA)? \d\.\d"  # a licence's version
     r"|(?<![\w.])(?:95|5)%"  # the test rule's levels
     r"|≥\s*\d+\.\d+"  # a bar, not a measurement
 )
@@ -90,5 +93,5 @@ def test_the_rule_finds_a_bare_figure_and_passes_tokens_hand_counts_code_and_set
         "```\n0.5\n```\n\n<!-- record: x -->\n0.7\n<!-- /record -->\n\n<!-- hand: n=2 -->\n| a |\n| 0.9 |\n\n| 1.5 |\n"
     )
     assert unmarked_figures(marked) == [(3, "0.6"), (17, "1.5")]
-    versions = "Qwen2.5-0.5B, gpt-3.5-turbo, torch 2.11.0+cu130, v0.1.0 on 2026-11-28; 10% of 3."
+    versions = "Qwen2.5-0.5B, gpt-3.5-turbo, torch 2.11.0+cu130, v0.1.0 on 2026-11-28, CC BY-NC 4.0; 10% of 3."
     assert [f for _, f in unmarked_figures(versions)] == ["10%"]
