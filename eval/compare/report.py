@@ -76,8 +76,8 @@ def checks_table(report: dict) -> list[str]:
     for s in [*report["systems"], report.get("human_gold") or {}]:
         for role, q in (s.get("quality") or {}).items():
             rates, passed = q["rates"], q.get("passed")  # a report made before the pass count has none
-            share = fmt(passed / q["checked"], 3) if passed is not None and q["checked"] else DASH
-            rows.append([s["name"], role, fmt(q["checked"]), share, *(fmt(rates.get(c), 3) for c in CHECKS)])
+            passing = fmt(passed) if passed is not None else DASH  # a count: the report's own figure, not a share
+            rows.append([s["name"], role, fmt(q["checked"]), passing, *(fmt(rates.get(c), 3) for c in CHECKS)])
     if not rows:
         return []
     header = ["System", "role", "outputs", "passing every check", *CHECKS]
