@@ -318,8 +318,8 @@ def test_echo_catches_a_writer_speaking_as_the_seeker_in_the_seekers_own_sentenc
 def test_bare_replies_are_read_by_their_own_pipelines_reply_role():
     """check_replies with a declared pipeline's roles files the replies under its reply role (escot's `re`, not
     TRACE's ers) and reads prompt_echo against that role's own prompt: its task said back fails, ers's passes."""
-    from distill.quality.registry import reply_role
     from distill.roles.declared import load_pipeline
+    from distill.roles.duties import reply_role
 
     roles = pipeline_roles(load_pipeline(REPO / "configs" / "pipelines" / "escot.yaml"))
     assert reply_role(roles) == "re" and reply_role(ROLES) == "ers"

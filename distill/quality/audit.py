@@ -24,7 +24,6 @@ from distill.quality.registry import (
     REASONING_FIELD,
     TRIGGERS_FIELD,
     is_reply_role,
-    reply_role,
     role_checks,
 )
 from distill.quality.relevance import off_dialogue
@@ -32,6 +31,7 @@ from distill.quality.reply_form import meta_commentary, prompt_echo, self_descri
 from distill.quality.report import Finding, QualityReport
 from distill.quality.thresholds import QualityThresholds
 from distill.roles.declared import REPLY_FIELD
+from distill.roles.duties import reply_role
 from distill.roles.roles import ROLES, RoleInput, RoleSpec, exemplar_texts
 
 CHECKED_ROLES = tuple(r for r in ROLES if any(r in c.roles for c in CHECKS.values()))

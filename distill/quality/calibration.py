@@ -16,8 +16,9 @@ from data_prep.dialogues import Dialogue
 from distill.pipeline.reflection import ungrounded_triggers
 from distill.quality.audit import check_replies
 from distill.quality.checks import FUNCTION_WORDS, exemplar_copy, loop, parroted_rationale, words
-from distill.quality.registry import REPLY_FORM_CHECKS, reply_role
+from distill.quality.registry import REPLY_FORM_CHECKS
 from distill.quality.thresholds import QualityThresholds
+from distill.roles.duties import reply_role
 from distill.roles.roles import ROLES
 from distill.roles.teacher_prompts import ASI_TASK
 

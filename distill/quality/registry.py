@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distill.roles.declared import REPLY_FIELD, label_set
+from distill.roles.declared import label_set
+from distill.roles.duties import answers_reply
 from distill.roles.roles import ROLES, RoleSpec
 
 # Whether a reply is one at all (distill.quality.reply_form and .relevance): what a weak teacher writes instead of a
@@ -48,10 +49,6 @@ def writes_text(spec: RoleSpec) -> bool:
     return any(label_set(spec, name) is None and info.annotation is not bool for name, info in fields.items())
 
 
-def writes_reply(spec: RoleSpec) -> bool:
-    return REPLY_FIELD in spec.schema.model_fields
-
-
 def _answers(field: str) -> Callable[[RoleSpec], bool]:
     return lambda spec: field in spec.schema.model_fields
 
@@ -69,25 +66,25 @@ CHECKS: dict[str, Check] = {
               "a trigger that is not a span of the seeker's turns, which TRACE's cause agent is asked to quote"),
         Check("parroted_rationale", _answers(REASONING_FIELD), "reasoning",
               "a reasoning that copies the seeker's turn or says nothing beyond the label and the prompt"),
-        Check("echo", writes_reply, "response", "a reply that says back the seeker's last turn"),
-        Check("non_reply", writes_reply, "response",
+        Check("echo", answers_reply, "response", "a reply that says back the seeker's last turn"),
+        Check("non_reply", answers_reply, "response",
               "not a reply: no words (a timestamp, a number, a URL), a placeholder, an assistant's refusal or "
               "AI boilerplate, or a label or field name in its place (\"emotion: anger\", \"ER\")"),
-        Check("near_duplicate", writes_reply, "response",
+        Check("near_duplicate", answers_reply, "response",
               "the same reply, or nearly the same, given to many different dialogues (run-level)"),
-        Check("leaked_reference", writes_reply, "response (the dialogue's turns against its reference reply)",
+        Check("leaked_reference", answers_reply, "response (the dialogue's turns against its reference reply)",
               "the dialogue already holds its reference reply as a turn: a reply role trained on it learns to copy "
               "the reply out of its own prompt, and one scored on it is scored on a copy"),
-        Check("meta_commentary", writes_reply, "response",
+        Check("meta_commentary", answers_reply, "response",
               "talks about the exchange (\"the seeker\", \"the response\")"),
-        Check("self_description", writes_reply, "response", "the writer says it is an agent, a model or a role"),
-        Check("prompt_echo", writes_reply, "response",
+        Check("self_description", answers_reply, "response", "the writer says it is an agent, a model or a role"),
+        Check("prompt_echo", answers_reply, "response",
               "repeats the role's own instructions (its prompt's word n-grams)"),
-        Check("template_fragment", writes_reply, "response",
+        Check("template_fragment", answers_reply, "response",
               "template debris: braces, markup, a label's colon, one word and no sentence, unclosed brackets"),
-        Check("off_dialogue", writes_reply, "response, against other dialogues of the run (run-level)",
+        Check("off_dialogue", answers_reply, "response, against other dialogues of the run (run-level)",
               "about another dialogue: far less related to its own seeker than to another's"),
-        Check(JUDGE_CHECK, writes_reply, "response (only with a judge model)",
+        Check(JUDGE_CHECK, answers_reply, "response (only with a judge model)",
               "a judge model answered that it is not a reply to the seeker (off unless a judge is given)"),
     )
 }  # fmt: skip
@@ -100,15 +97,7 @@ _DECLARED_REPLY_CHECKS = ("loop", "echo", "non_reply", "near_duplicate", "leaked
 def is_reply_role(role: str, roles: Mapping[str, RoleSpec] = ROLES) -> bool:
     """Does the role (of `roles`, its pipeline's) write the reply: has it a `response` answer field?"""
     spec = roles.get(role)
-    return spec is not None and writes_reply(spec)
-
-
-def reply_role(roles: Mapping[str, RoleSpec]) -> str:
-    """The role of `roles` (a pipeline's) that writes the reply; where a declared pipeline's roles sit beside the
-    built-in ones, the declared reply role."""
-    replies = [name for name in roles if is_reply_role(name, roles)]
-    declared = [name for name in replies if roles[name].pipeline is not None]
-    return (declared or replies)[0]
+    return spec is not None and answers_reply(spec)
 
 
 def role_checks(role: str, roles: Mapping[str, RoleSpec] = ROLES, judged: bool = False) -> tuple[str, ...]:
