@@ -23,7 +23,7 @@ from distill.pipeline.reflection import FinalSelection
 from distill.pipeline.stage_key import content_fingerprint
 from distill.pipeline.store import TRACES_FILE
 from distill.roles.declared import DeclaredPipeline, load_pipeline, pipeline_roles
-from distill.roles.duties import gold_roles
+from distill.roles.duties import exemplar_key_problem, gold_roles
 from distill.roles.roles import ROLES, STAGE_ORDER, RoleSpec
 
 # Fields newer than stored trace runs: part of a trace's key only when not at their default.
@@ -63,7 +63,11 @@ class _PipelineSettings(BaseModel):
         None, description="backend config for the audit alone (as in a YAML's `backend:`); null = the pipeline's"
     )
 
-    rag: bool = Field(True, description="show retrieved exemplars to srp/ers (teacher prompts)")
+    rag: bool = Field(
+        True,
+        description="show retrieved exemplars (teacher prompts) to the roles shown them: srp/ers, a declared role "
+        "with `exemplars: true`",
+    )
     rag_k: int = Field(TRACE_TOP_K, ge=1, description="exemplars per prompt (TRACE: 2)")
     rag_tau: Optional[float] = Field(
         None, ge=-1, le=1, description="cosine threshold for both searches; null = none, as in TRACE's code"
@@ -156,8 +160,15 @@ class _PipelineSettings(BaseModel):
             raise ValueError("skip: names roles of a declared pipeline, and no `pipeline` is declared")
         if unknown := [r for r in self.skip if r not in (self.pipeline.stage_order() if self.pipeline else ())]:
             raise ValueError(f"skip: {', '.join(unknown)} not a role of pipeline '{self.pipeline.name}'")
-        if self.pipeline is not None and (self.reflection or not self.stages()):
-            raise ValueError("a declared pipeline runs at least one of its roles, and without reflection (gra)")
+        if self.pipeline is not None and not self.stages():
+            raise ValueError("a declared pipeline runs at least one of its roles")
+        return self
+
+    @model_validator(mode="after")
+    def _exemplar_key(self) -> _PipelineSettings:
+        # refused here, not at the first search after a whole stage has run
+        if self.rag and (problem := exemplar_key_problem(self.roles, self.stages())):
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
@@ -235,13 +246,15 @@ class _PipelineSettings(BaseModel):
         return pipeline_roles(self.pipeline)
 
     def runs(self, role: str) -> bool:
-        """Whether `role` runs: a declared pipeline's own roles less `skip`, else TRACE's by their switches; a role
-        this config does not have (another pipeline's) never does."""
+        """Whether `role` runs: a declared pipeline's own roles less `skip`, else TRACE's by their switches, and the
+        audit by `reflection` in either; a role this config does not have (another pipeline's) never does."""
         return self._runs(self.roles.get(role))
 
     def _runs(self, spec: Optional[RoleSpec]) -> bool:
         if spec is None:
             return False
+        if not spec.stage:  # the audit: after any pipeline's stages, by its switch
+            return bool(getattr(self, spec.switch))
         if self.pipeline is not None:
             return spec.pipeline == self.pipeline.name and spec.name not in self.skip
         return spec.pipeline is None and (spec.switch is None or bool(getattr(self, spec.switch)))

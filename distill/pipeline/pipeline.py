@@ -53,7 +53,7 @@ class _DialogueRun:
     start: dict[int, str] = field(default_factory=dict)  # stage each refinement restarts from
     correction: dict[int, str] = field(default_factory=dict)
     exemplars: Optional[list[Exemplar]] = None
-    exemplar_emotion: Optional[str] = None  # the ASI emotion the exemplars were fetched for
+    exemplar_emotion: Optional[str] = None  # the emotion role's answer the exemplars were fetched for
 
 
 @dataclass
@@ -243,8 +243,8 @@ class Pipeline:
         )
 
     def _retrieve(self, runs: list[_DialogueRun]) -> None:
-        """Exemplars keyed on ASI's emotion (never the gold one), fetched again when a rerun changes that
-        emotion, since it drives the precise search; student prompts show none."""
+        """Exemplars keyed on the emotion role's answer (never the gold one), fetched again when a rerun changes that
+        emotion, since it drives the precise search (no emotion role: fuzzy only); student prompts show none."""
         if not runs:
             return
         if not (self.config.rag and self.index is not None and self._teacher):

@@ -224,13 +224,19 @@ def generation_inputs(pipeline_config, backend: Mapping[str, Any], adapters: Map
     return {
         "pipeline settings": pipeline_config.key_dict(),
         "prompt version": prompt_version(style),
-        "prompts": prompt_fingerprint(
-            style, [pipeline_config.roles[s] for s in pipeline_config.stages()] if declared else None
-        ),
+        "prompts": prompt_fingerprint(style, _declared_prompts(pipeline_config) if declared else None),
         "adapters": dict(adapters),
         "base model": model_fingerprint(backend),
         "index": index_fingerprint(index),
     }
+
+
+def _declared_prompts(pipeline_config) -> list[RoleSpec]:
+    """The roles whose prompts key a declared pipeline's run: its stages, then the audit where reflection runs it
+    (a run without reflection keeps the key it had before the audit was a declared option)."""
+    roles = pipeline_config.roles
+    after = [name for name, spec in roles.items() if not spec.stage and pipeline_config.runs(name)]
+    return [roles[name] for name in (*pipeline_config.stages(), *after)]
 
 
 def prompt_fingerprint(style: str, roles: Optional[Sequence[RoleSpec]] = None) -> str:

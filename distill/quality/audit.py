@@ -23,6 +23,7 @@ from distill.quality.registry import (
     JUDGE_CHECK,
     REASONING_FIELD,
     TRIGGERS_FIELD,
+    exemplar_copy_fields,
     is_reply_role,
     role_checks,
 )
@@ -99,12 +100,12 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
             note(role, "loop", field, loop(text, t), text)
         step = _final_step(trace, role)
         checks = role_checks(role, roles)
-        if "exemplar_copy" in checks:
-            field = REPLY_FIELD if is_reply_role(role, roles) else REASONING_FIELD
-            text = out.get(field)
-            if isinstance(text, str) and step is not None:
-                shown = exemplar_texts(step.messages)  # situation, reply, situation, reply...
-                note(role, "exemplar_copy", field, exemplar_copy(text, shown, t, shown[0::2]), text)
+        if "exemplar_copy" in checks and step is not None:
+            shown = exemplar_texts(step.messages)  # situation, reply, situation, reply...
+            for field in exemplar_copy_fields(roles[role]):
+                text = out.get(field)
+                if isinstance(text, str):
+                    note(role, "exemplar_copy", field, exemplar_copy(text, shown, t, shown[0::2]), text)
         if "parroted_rationale" in checks and isinstance(out.get(REASONING_FIELD), str):
             text = out[REASONING_FIELD]
             reason = parroted_rationale(text, _instructions(roles[role], step, d), seeker, t)

@@ -4,8 +4,9 @@ and the checks a role's outputs are counted under (`role_checks`).
 A built-in role is read by what it answers or is shown, never by its name: every role that writes free text by
 `loop`, a role shown retrieved cases by `exemplar_copy`, a role with a reasoning by `parroted_rationale`, one with
 trigger spans by `ungrounded_trigger`, and the role with a `response` field (the reply) by the reply checks. A
-declared role (distill.roles.declared) gets `loop`, and its reply role the reply checks that need no built-in
-role's prompt. The rules themselves live in distill.quality.checks, .reply_form, .relevance and .judge.
+declared role (distill.roles.declared) gets `loop`, its reply role the reply checks that need no built-in role's
+prompt, and a declared role shown retrieved cases (`exemplars: true`) `exemplar_copy`. The rules themselves live in
+distill.quality.checks, .reply_form, .relevance and .judge.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distill.roles.declared import label_set
+from distill.roles.declared import REPLY_FIELD, label_set
 from distill.roles.duties import answers_reply
 from distill.roles.roles import ROLES, RoleSpec
 
@@ -47,6 +48,15 @@ def writes_text(spec: RoleSpec) -> bool:
     """Does the role answer with any free text (not only labels and flags)?"""
     fields = spec.schema.model_fields
     return any(label_set(spec, name) is None and info.annotation is not bool for name, info in fields.items())
+
+
+def exemplar_copy_fields(spec: RoleSpec) -> tuple[str, ...]:
+    """What `exemplar_copy` reads of a role shown retrieved cases: its reply, else its free-text answers (srp's
+    reasoning; a declared role's text fields)."""
+    fields = spec.schema.model_fields
+    if answers_reply(spec):
+        return (REPLY_FIELD,)
+    return tuple(name for name, info in fields.items() if info.annotation is str)
 
 
 def _answers(field: str) -> Callable[[RoleSpec], bool]:
@@ -111,5 +121,7 @@ def role_checks(role: str, roles: Mapping[str, RoleSpec] = ROLES, judged: bool =
         names = tuple(name for name, c in CHECKS.items() if c.reads(spec))
     else:
         declared = (*_DECLARED_REPLY_CHECKS, JUDGE_CHECK) if is_reply_role(role, roles) else _DECLARED_CHECKS
+        if spec.uses_exemplars:  # shown retrieved cases (`exemplars: true`), as srp and ers are
+            declared = (*declared, "exemplar_copy")
         names = tuple(name for name in CHECKS if name in declared)
     return names if judged else tuple(name for name in names if name != JUDGE_CHECK)

@@ -13,7 +13,10 @@ two pipelines that declare the same role names run side by side. The declaration
 config, so a trace run can be read (datasets, train, eval) without the YAML file (`stored_roles`).
 
 Two rules tie a declared role to the rest of the toolkit: an answer field named `response` is the pipeline's
-reply (`Trace.response`, the reply quality checks), and the student renderer is the generic compact one.
+reply (`Trace.response`, the reply quality checks), and the student renderer is the generic compact one. TRACE's
+mechanisms are options of any declaration: a role with `exemplars: true` is shown retrieved cases as TRACE's srp and
+ers are, keyed on the pipeline's emotion role (distill.roles.duties), and the reflection audit (`reflection: true` in
+the pipeline config) audits the declared stages (distill.roles.audit_role).
 """
 
 from __future__ import annotations
@@ -32,15 +35,18 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     ValidationError,
     create_model,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from data_prep.config_file import first_error, read_mapping
+from distill.roles.audit_role import AUDIT_ROLE, declared_audit
 from distill.roles.roles import ROLES, RoleSpec
 
 REPLY_FIELD = "response"  # the answer field that makes a declared role the pipeline's reply
@@ -106,6 +112,11 @@ class DeclaredRole(_Strict):
     )
     temperature: StrictFloat = Field(0.0, ge=0, description="sampling temperature (0: greedy)")
     max_new_tokens: StrictInt = Field(128, ge=1, description="the answer's token cap")
+    exemplars: StrictBool = Field(
+        False,
+        description="show the teacher retrieved cases, as TRACE's srp and ers are shown them: precise (the emotion "
+        "role's emotion) then fuzzy, the config's rag_k, fetched again when a rerun changes the emotion",
+    )
 
     @field_validator("name")
     @classmethod
@@ -130,6 +141,15 @@ class DeclaredRole(_Strict):
         if turns is not None and turns < 1:
             raise ValueError(f"context_turns {turns} leaves the role no dialogue context (>= 1, or null for all)")
         return turns
+
+    @model_serializer(mode="wrap")
+    def _without_default_exemplars(self, handler: Any) -> dict[str, Any]:
+        # left out when off: a declaration's dump is part of every trace's key and config, so the runs of
+        # declarations written before the key existed keep their keys
+        data = handler(self)
+        if not self.exemplars:
+            data.pop("exemplars", None)
+        return data
 
     @model_validator(mode="after")
     def _student_fields_exist(self) -> DeclaredRole:
@@ -278,6 +298,7 @@ def _role_spec(pipeline: DeclaredPipeline, role: DeclaredRole, built: Mapping[st
         brief=role.brief,
         context_turns=role.context_turns,
         input_specs=tuple(built[name] for name in role.inputs),
+        uses_exemplars=role.exemplars,
     )
 
 
@@ -293,12 +314,16 @@ def _specs(declaration_json: str) -> tuple[RoleSpec, ...]:
 
 @lru_cache(maxsize=16)
 def _roles(declaration_json: str) -> Mapping[str, RoleSpec]:
-    return MappingProxyType({**ROLES, **{spec.name: spec for spec in _specs(declaration_json)}})
+    # the audit follows the declared stages and reads them (distill.roles.audit_role), not TRACE's
+    specs = _specs(declaration_json)
+    builtin = {name: spec for name, spec in ROLES.items() if name != AUDIT_ROLE}
+    declared = {spec.name: spec for spec in specs}
+    return MappingProxyType({**builtin, **declared, AUDIT_ROLE: declared_audit(specs)})
 
 
 def pipeline_roles(pipeline: Optional[DeclaredPipeline]) -> Mapping[str, RoleSpec]:
     """Every role a run of `pipeline` can name, read-only: the built-in roles and the declaration's own (its names
-    differ from theirs); the built-in ones alone for None."""
+    differ from theirs), then the reflection audit of its stages; the built-in ones alone for None."""
     return ROLES if pipeline is None else _roles(pipeline.model_dump_json())
 
 

@@ -4,7 +4,8 @@ Datasets, metrics, records and the curve ask these questions of a pipeline's rol
 TRACE's built-in roles and a declared pipeline's:
 
 - the reply: a stage whose answer has the `response` field (`REPLY_FIELD`);
-- the emotion: a stage whose answer has an `emotion` label field (a label set, not free text);
+- the emotion: a stage whose answer has an `emotion` label field (a label set, not free text); it keys the
+  exemplar search (`exemplar_key_problem`: when it cannot);
 - a gold answer: the data holds the role's answer (`RoleSpec.gold_answer`), so the gold oracle and direct
   rows can stand in for the teacher's;
 - a rationale task: a role whose student answer drops the teacher's `reasoning` (the decision alone).
@@ -12,9 +13,10 @@ TRACE's built-in roles and a declared pipeline's:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
+from data_prep.taxonomy import to_ekman
 from distill.roles.declared import REPLY_FIELD, label_set
 from distill.roles.roles import ROLES, RoleSpec
 
@@ -59,8 +61,43 @@ def reply_role(roles: Mapping[str, RoleSpec] = ROLES) -> Optional[str]:
 
 
 def emotion_role(roles: Mapping[str, RoleSpec] = ROLES) -> Optional[str]:
-    """The role that names the seeker's emotion: the first stage that answers an emotion label, or None."""
-    return next((spec.name for spec in _stages(roles) if answers_emotion(spec)), None)
+    """The role that names the seeker's emotion: the first stage that answers an emotion label, or None. A declared
+    pipeline's is one of its own stages (its runs never run the built-in ones before it in `pipeline_roles`)."""
+    stages = _stages(roles)
+    own = [spec for spec in stages if spec.pipeline is not None] or stages
+    return next((spec.name for spec in own if answers_emotion(spec)), None)
+
+
+def exemplar_key_problem(roles: Mapping[str, RoleSpec], stages: Sequence[str]) -> Optional[str]:
+    """Why the exemplar search of a run of `stages` cannot key on its emotion role's answer, in one line, or None.
+
+    The precise search looks for cases of the emotion that role answered, so that role must run before the first
+    role shown cases, and its labels must be emotions the index holds (Ekman's six, or ED's 32, mapped to them).
+    Without an emotion role every search is fuzzy, as it is for a dialogue whose emotion role did not answer."""
+    shown = [name for name in stages if roles[name].uses_exemplars]
+    emotion = emotion_role(roles)
+    if not shown or emotion is None:
+        return None
+    if emotion in stages and stages.index(emotion) > stages.index(shown[0]):
+        return (
+            f"exemplars: '{shown[0]}' is shown retrieved cases before '{emotion}' answers the emotion their search "
+            f"keys on; make {emotion} one of its inputs"
+        )
+    unknown = [label for label in label_set(roles[emotion], EMOTION_FIELD) or () if not _indexed_emotion(label)]
+    if unknown:
+        return (
+            f"exemplars: '{emotion}' answers emotion label(s) {', '.join(map(repr, unknown))} that the exemplar "
+            "index cannot search by (it holds Ekman's six, or EmpatheticDialogues' 32 mapped to them)"
+        )
+    return None
+
+
+def _indexed_emotion(label: str) -> bool:
+    try:
+        to_ekman(label)
+    except ValueError:
+        return False
+    return True
 
 
 def gold_roles(roles: Mapping[str, RoleSpec] = ROLES) -> tuple[str, ...]:

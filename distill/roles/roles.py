@@ -192,11 +192,11 @@ def _briefing(spec: RoleSpec, inp: RoleInput) -> str:
     if not ran:
         return ""
     upstream = [spec.input_spec(name) for name in ran]
-    lines = [f"- the {up.title} {_brief(up)}." for up in upstream]
+    lines = [f"- the {up.title} {brief_of(up)}." for up in upstream]
     return "Earlier agents in this team:\n" + "\n".join(lines)
 
 
-def _brief(spec: RoleSpec) -> str:
+def brief_of(spec: RoleSpec) -> str:
     """What later agents are told the role did: its declared brief, TRACE's for a built-in role, else (a declared role
     without one, `brief` being optional) the fields it answered with."""
     return (

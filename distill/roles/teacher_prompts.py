@@ -117,6 +117,12 @@ def gra_task(stages: tuple[str, ...]) -> str:
     checks = [f"- {stage}: {GRA_CHECKS[stage]}" for stage in GRA_CHECKS if stage in stages]
     if "ers" in stages and "plan" in stages:
         checks[-1] += ", and consistent with the plan"
+    return audit_instruction(checks)
+
+
+def audit_instruction(checks: list[str]) -> str:
+    """The audit's instruction around its checks, one `- stage: what passes` line per stage in stage order (TRACE's
+    from `GRA_CHECKS`, a declared pipeline's from its stages: distill.roles.audit_role)."""
     return (
         "Audit the earlier agents' work stage by stage, in order. For each of these stages say whether it "
         "passed:\n" + "\n".join(checks) + "\nName the earliest failed stage (or null) and give a one-sentence "
