@@ -221,6 +221,12 @@ def test_student_forced_cross_fits_its_folds_takes_traces_upstream_and_a_rerun_r
     assert "--output_dir " + str(root / "fold-0" / "adapters") in log
     report = json.loads((out / "eval" / "report.json").read_text())
     assert [s["name"] for s in report["systems"]] == ["chatgpt", "traces", FORCED]
+    trained_record = json.loads((out / "students.json").read_text())["students"]
+    forced = next(s for s in trained_record if s["name"] == FORCED)
+    assert forced["varies"] == "traces" and "folds" not in trained_record[0]["seeds"][0]
+    folds = forced["seeds"][0]["folds"]  # where each fold adapter stopped
+    assert [sorted(fold) for fold in folds] == [["em", "sr"]] * 2
+    assert all(c["stopped_at_epoch"] == 1 and c["steps"] >= 1 for fold in folds for c in fold.values()), folds
     trained = adapter_times(out) | {str(p): p.stat().st_mtime_ns for p in root.glob("fold-*/adapters/*/*.safetensors")}
     assert len(trained) == 10  # traces' 3, student-forced's 3 (2 copied), 2 folds x 2 upstream roles
 
