@@ -106,7 +106,8 @@ def test_the_shipped_config_loads_with_three_students_and_the_strategy_link_vari
                 ("joint-rank", ["chain"], "chain", {"chain.strategy": "rank"}),
                 ("traces-strategy-first", ["em", "sr", "re"], "re", {}),
                 ("traces-strategy-only", ["em", "sr", "re"], "re", {}), ("multitask", ["reply"], "reply", {}),
-                ("two-stage", ["em", "sr", "re"], "re", {})]  # fmt: skip
+                ("two-stage", ["em", "sr", "re"], "re", {}),
+                ("student-forced", ["em", "sr", "re"], "re", {})]  # fmt: skip
     assert [(s.name, s.roles, s.reply_role, s.label_decoding) for s in config.students] == expected
     multitask, two_stage = config.by_name("multitask"), config.by_name("two-stage")
     assert multitask.auxiliary.links == ["em", "sr"] and two_stage.init_from == "multitask"

@@ -31,6 +31,7 @@ from eval.compare.systems import (
     RelevanceSpec,
     loadable_model,
 )
+from eval.students.chain_specs import AuxiliarySpec, ForcedSpec
 
 # flags the recipe sets itself: training to convergence, one seed per run, no token budget
 RECIPE_FLAGS = ("num_train_epochs", "early_stopping_patience", "seed", "max_tokens_budget", "output_dir",
@@ -74,38 +75,6 @@ class DataFiles(_Strict):
         return None
 
 
-class AuxiliarySpec(_Strict):
-    """A multitask student's auxiliary rows (distilling step-by-step): the upstream links of another import of the
-    same train dialogues, each a task of its own beside the reply."""
-
-    mapping: str = Field(description="the import mapping whose pipeline's links give them (e.g. esdcot-instruction)")
-    share: float = Field(1.0, description="the share of train dialogues given auxiliary rows (0 < share <= 1)")
-
-    @field_validator("share", mode="before")
-    @classmethod
-    def _a_share(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise ValueError(f"{value!r} is not a share of the train dialogues: a number above 0 and at most 1 "
-                             "(1 = every dialogue)")  # fmt: skip
-        return value
-
-    @cached_property
-    def pipeline(self) -> str:
-        from distill.imports.mapping import load_mapping
-
-        return load_mapping(self.mapping).pipeline  # one line naming the file and the field
-
-    @cached_property
-    def links(self) -> list[str]:
-        """The upstream links: its pipeline's stages less those its mapping skips, less the reply role."""
-        from distill.imports.mapping import load_mapping
-        from distill.pipeline.config import PipelineConfig
-        from distill.quality.checks import is_reply_role
-
-        config = PipelineConfig(pipeline=self.pipeline, skip=list(load_mapping(self.mapping).skip))
-        return [r for r in config.stages() if not is_reply_role(r, config.roles)]
-
-
 class StudentSpec(_Strict):
     """One student: a declared pipeline and the mapping that makes the train file its trace run."""
 
@@ -131,6 +100,12 @@ class StudentSpec(_Strict):
         None,
         description="two-stage (alpha-UMi): an earlier one-adapter student (e.g. multitask) whose adapter at the same "
         "seed every role of this one starts from, then trains on its own rows; null = a fresh LoRA",
+    )
+    forced: Optional[ForcedSpec] = Field(
+        None,
+        description="student-forced (scheduled sampling, cross-fitted): its reply role learns from its own upstream "
+        "adapters' answers on the train dialogues, each fold's from adapters trained on the other folds; null = the "
+        "teacher's upstream",
     )
 
     @cached_property
@@ -177,6 +152,11 @@ class StudentSpec(_Strict):
         self._check_label_decoding()
         if self.auxiliary is not None:
             self._check_auxiliary()
+        if self.forced is not None and len(self.roles) < 2:
+            raise ValueError(f"forced: a student-forced student's reply reads its own upstream roles; this one trains "
+                             f"{', '.join(self.roles)} alone")  # fmt: skip
+        if self.forced is not None and self.init_from is not None:
+            raise ValueError("forced: and init_from: together are not built: the fold adapters would start fresh")
 
     def _check_auxiliary(self) -> None:
         if self.roles != [self.reply_role]:
@@ -330,6 +310,8 @@ class StudentsConfig(_Strict):
             if not Path(path).is_file() or Path(path).suffix.lower() not in (".json", ".jsonl"):
                 continue
             rows = read_rows(path, split)[: self.n if split == "train" else None]
+            if split == "train":
+                self._check_folds(len(rows))
             for name in mappings:
                 mapping = load_mapping(name)
                 if mapping.format not in (None, "json"):
@@ -339,6 +321,13 @@ class StudentsConfig(_Strict):
                     check_ids(mapping, rows, path)
                 except MappingError as err:
                     raise CompareError(f"data.{split}: {err}") from None
+
+    def _check_folds(self, rows: int) -> None:
+        """Each student-forced student has a train dialogue for every fold."""
+        for spec in self.chosen():
+            if spec.forced is not None and rows < spec.forced.folds:
+                raise CompareError(f"students ({spec.name}): forced.folds: {spec.forced.folds} folds of {rows} train "
+                                   "dialogues; name fewer folds or more rows (n)")  # fmt: skip
 
     def _imports(self) -> Iterator[tuple[str, str, list[str]]]:
         """(split, data file, the mappings that import it) for each file the run imports."""
@@ -356,6 +345,13 @@ class StudentsConfig(_Strict):
         students = [system_name(s.name, seed, self) for s in self.students for seed in self.seeds]
         return [self.reference.name, *[PROMPTED] * self.prompted, *students, *[ORACLE] * self.oracle]
 
+    def dataset_options(self):
+        """The options every student's datasets are built with (a `distill.datasets.options.DatasetOptions`): with
+        no validation file, `eval_fraction` of the train conversations held out for it."""
+        from distill.datasets.options import DatasetOptions
+
+        return DatasetOptions(eval_fraction=0.0 if self.data.validation else self.eval_fraction)
+
     def chosen(self) -> list[StudentSpec]:
         return [s for s in self.students if self.student is None or s.name in self.student]
 
@@ -364,14 +360,16 @@ class StudentsConfig(_Strict):
 
     def varies(self, student: StudentSpec) -> Optional[str]:
         """The earlier student this one is a variant of, which the report sets it against: the one with its
-        pipeline (or the pipeline its own extends) and its mapping, decoding its labels as generated."""
+        pipeline (or the pipeline its own extends) and its mapping, decoding its labels as generated (a
+        student-forced one differs from it in its reply's rows alone)."""
         from distill.roles.declared import base_of
 
         own = Path(student.pipeline).resolve()
-        pipelines = {own, base_of(student.pipeline)} if student.label_decoding else {base_of(student.pipeline)}
+        same = student.label_decoding or student.forced is not None
+        pipelines = {own, base_of(student.pipeline)} if same else {base_of(student.pipeline)}
         for other in self.students[: self.students.index(student)]:
-            if not other.label_decoding and other.mapping == student.mapping and \
-                    Path(other.pipeline).resolve() in pipelines:  # fmt: skip
+            plain = not other.label_decoding and other.forced is None and other.init_from is None
+            if plain and other.mapping == student.mapping and Path(other.pipeline).resolve() in pipelines:
                 return other.name
         return None
 

@@ -12,6 +12,9 @@ line saying which input changed; its seconds and peak RSS go to `<out>/stages.js
 - **train** (`eval.curve.adapter_runs.train_stale`, one `python -m train` per student and seed): every epoch up to
   `num_train_epochs`, stopped by the validation loss, the best epoch kept; keyed by the dataset (both splits),
   every training setting (the seed, the patience, the epochs), the prompts and the base model.
+- **forced** (a student-forced student, per seed: `eval.students.forced`): per fold, the upstream roles' datasets
+  less the fold, their adapters and their answers on the fold's train dialogues; then the datasets its reply
+  learns at that seed, whose upstream is those answers.
 - **compare** (`eval.curve.curve.run_compare`): every student and seed, the reference, the prompted base and the
   oracle row on the test split, keyed by its config, the test dialogues, each system's inputs and its adapters.
 """
@@ -73,16 +76,10 @@ def build_datasets(runner: Runner, student: StudentSpec, train: Path, validation
     rows from its validation import (or `eval_fraction` of the train conversations), and a multitask student's
     auxiliary rows from the links of its `auxiliary` import (`with_links`); rebuilt only when their inputs changed."""
     from distill.datasets.dataset_card import read_run
-    from distill.datasets.sft_data import (
-        BuildReport,
-        DatasetOptions,
-        build_role_datasets,
-        save_role_datasets,
-        with_validation_run,
-    )
+    from distill.datasets.sft_data import BuildReport, build_role_datasets, save_role_datasets, with_validation_run
     from eval.curve.curve import dataset_inputs
 
-    options = DatasetOptions(eval_fraction=0.0 if validation else config.eval_fraction)
+    options = config.dataset_options()
 
     @functools.cache
     def runs() -> tuple:  # read inside the stage (its seconds), once for its key and its build
@@ -194,6 +191,39 @@ def init_adapter(config: StudentsConfig, student: StudentSpec, trained: dict[str
     return trained[student.init_from][seed] / config.by_name(student.init_from).roles[0]
 
 
+def import_student(runner: Runner, student: StudentSpec, config: StudentsConfig, out: Path,
+                   train_file: Path) -> tuple[Path, Path]:  # fmt: skip
+    """The student's imports (train, validation, a multitask student's auxiliary) and its datasets: the train import
+    and the datasets folder."""
+    runs = out / "imports" / student.name
+    train = import_run(runner, f"{student.name}: import train", train_file, student.mapping, runs / "train",
+                       "train", student.pipeline)  # fmt: skip
+    validation = None
+    if config.data.validation:
+        mapping = student.validation_mapping or student.mapping
+        validation = import_run(runner, f"{student.name}: import validation", config.data.validation, mapping,
+                                runs / "validation", "validation", student.pipeline)  # fmt: skip
+    auxiliary = None
+    if student.auxiliary is not None:  # the same train dialogues, imported with the links' mapping
+        auxiliary = import_run(runner, f"{student.name}: import auxiliary", train_file, student.auxiliary.mapping,
+                               runs / "auxiliary", "train")  # fmt: skip
+    datasets = build_datasets(runner, student, train, validation, out / "datasets" / student.name, config, out,
+                              auxiliary)  # fmt: skip
+    return train, datasets
+
+
+def seed_datasets(runner: Runner, student: StudentSpec, train: Path, datasets: Path, seed: int,
+                  config: StudentsConfig, out: Path) -> Path:  # fmt: skip
+    """What the student trains on at this seed: its datasets, or a student-forced student's, whose reply rows read
+    the answers of upstream adapters trained at this seed (`eval.students.forced`)."""
+    if student.forced is None:
+        return datasets
+    from eval.students.forced import forced_datasets, upstream_roles
+
+    flags = {role: train_flags(student, seed, config, role) for role in upstream_roles(student)}
+    return forced_datasets(runner, student, train, datasets, seed, config, out, flags)
+
+
 def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any]]:
     """Every stage in turn; returns the compare's report.json and what `students.json` needs to be written."""
     from eval.students.systems import check_compare, compare_config
@@ -206,37 +236,22 @@ def run_students(config: StudentsConfig, out: Path) -> tuple[Path, dict[str, Any
     reference = import_run(runner, "reference: import test", config.data.test, config.reference.mapping,
                            out / "imports" / "test", "test")  # fmt: skip
     trained: dict[str, dict[int, Path]] = {}
+    learnt: dict[str, dict[int, Path]] = {}  # the datasets each student's adapters learnt, per seed
     for student in config.chosen():
-        runs = out / "imports" / student.name
-        train = import_run(runner, f"{student.name}: import train", train_file, student.mapping, runs / "train",
-                           "train", student.pipeline)  # fmt: skip
-        validation = None
-        if config.data.validation:
-            mapping = student.validation_mapping or student.mapping
-            validation = import_run(runner, f"{student.name}: import validation", config.data.validation, mapping,
-                                    runs / "validation", "validation", student.pipeline)  # fmt: skip
-        auxiliary = None
-        if student.auxiliary is not None:  # the same train dialogues, imported with the links' mapping
-            auxiliary = import_run(runner, f"{student.name}: import auxiliary", train_file, student.auxiliary.mapping,
-                                   runs / "auxiliary", "train")  # fmt: skip
-        datasets = build_datasets(runner, student, train, validation, out / "datasets" / student.name, config, out,
-                                  auxiliary)  # fmt: skip
-        trained[student.name] = {
-            seed: train_adapters(
-                runner,
-                student,
-                datasets,
-                out / "adapters" / student.name / f"seed-{seed}",
-                seed,
-                config,
-                donors=[(seeds[seed], out / "datasets" / name) for name, seeds in trained.items()],
-                init=init_adapter(config, student, trained, seed),
-            )
-            for seed in config.seeds
-        }
+        train, datasets = import_student(runner, student, config, out, train_file)
+        trained[student.name], learnt[student.name] = {}, {}
+        for seed in config.seeds:
+            donors = [(trained[name][seed], learnt[name][seed]) for name in trained if name != student.name]
+            learnt[student.name][seed] = data = seed_datasets(runner, student, train, datasets, seed, config, out)
+            init = init_adapter(config, student, trained, seed)
+            adapters = out / "adapters" / student.name / f"seed-{seed}"
+            trained[student.name][seed] = train_adapters(runner, student, data, adapters, seed, config, donors, init)
     from eval.compare.compare import REPORT_JSON
     from eval.curve.curve import COMPARE_DIR, run_compare
+    from eval.students.forced import fold_adapters
 
     compare = compare_config(config, reference, trained, n)
     runner.run(Stage("compare", out / COMPARE_DIR, lambda: run_compare(out, compare)))
-    return out / COMPARE_DIR / REPORT_JSON, {"n": n, "adapters": trained, "stages": runner.records, "compare": compare}
+    folds = {s.name: {seed: fold_adapters(out, s, seed) for seed in config.seeds} for s in config.chosen() if s.forced}
+    ran = {"n": n, "adapters": trained, "stages": runner.records, "compare": compare, "folds": folds}
+    return out / COMPARE_DIR / REPORT_JSON, ran

@@ -55,6 +55,15 @@ def spread(values: list[Optional[float]]) -> Optional[float]:
     return round(max(values) - min(values), 4)
 
 
+def fold_convergence(student, folds: Optional[list[Path]]) -> dict[str, Any]:
+    """A student-forced student's fold adapters (`eval.students.forced`), each upstream role's convergence per fold;
+    nothing for another student."""
+    if not folds:
+        return {}
+    upstream = [role for role in student.roles if role != student.reply_role]
+    return {"folds": [{role: role_convergence(fold / role) for role in upstream} for fold in folds]}
+
+
 def students_record(config: StudentsConfig, report: dict[str, Any], ran: dict[str, Any]) -> dict[str, Any]:
     rows = {row["name"]: row for row in report["systems"]}
     stages = ran["stages"]
@@ -70,6 +79,7 @@ def students_record(config: StudentsConfig, report: dict[str, Any], ran: dict[st
                 "roles": {role: role_convergence(adapters / role) for role in student.roles},
                 "train_stage": {k: train.get(k) for k in ("seconds", "peak_rss_mb", "reused")},
                 "figures": headline(rows[name]) if name in rows else None,
+                **fold_convergence(student, ran.get("folds", {}).get(student.name, {}).get(seed)),
             })  # fmt: skip
         by_figure = [s["figures"] or {} for s in seeds]
         spreads = {key: spread([f.get(key) for f in by_figure]) for key in (by_figure[0] if by_figure else {})}

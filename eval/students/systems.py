@@ -36,11 +36,17 @@ def _pipeline(student: StudentSpec, config: StudentsConfig, style: str) -> dict[
     }
 
 
-def student_system(student: StudentSpec, seed: int, adapters: Path, n: int, config: StudentsConfig) -> dict:
+def student_pipeline(student: StudentSpec, config: StudentsConfig) -> dict[str, Any]:
+    """A student's pipeline as it runs: its student prompts, its adapters, its label decoding."""
     pipeline = _pipeline(student, config, "student")
-    ranked = ", ".join(f"{key} {mode}" for key, mode in student.label_decoding.items())
-    if ranked:  # only where set, so a student without it keeps the compare key (and the report) it had
+    if student.label_decoding:  # only where set, so a student without it keeps the compare key (and the report) it had
         pipeline["label_decoding"] = dict(student.label_decoding)
+    return pipeline
+
+
+def student_system(student: StudentSpec, seed: int, adapters: Path, n: int, config: StudentsConfig) -> dict:
+    pipeline = student_pipeline(student, config)
+    ranked = ", ".join(f"{key} {mode}" for key, mode in student.label_decoding.items())
     about = f"{student.learns}; {n} train dialogues, to early stopping or the epoch cap, seed {seed}" + (
         f"; labels: {ranked}" * bool(ranked)
     )
