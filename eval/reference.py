@@ -249,7 +249,7 @@ def _teacher_lines() -> list[str]:
 def _eval_lines() -> list[str]:
     from distill.quality.thresholds import QualityThresholds
     from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     return [
         "## Quality thresholds",
@@ -382,7 +382,7 @@ def undescribed() -> list[str]:
     from distill.pipeline.config import PipelineConfig
     from distill.quality.thresholds import QualityThresholds
     from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     missing = [f"backend (local).{e.name}" for e in signature_entries(LocalBackend.__init__) if not e.text]
     models = {"backend (openai)": OpenAIBackendConfig, "pipeline": PipelineConfig, "thresholds": QualityThresholds,
