@@ -15,14 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from data_prep.config_file import first_error
 from data_prep.config_file import load_config as load_config_file
-from eval.compare.systems import (
-    BertScoreSpec,
-    CompareError,
-    DialoguePplSpec,
-    PaperReference,
-    PplSpec,
-    loadable_model,
-)
+from eval.compare.systems import BertScoreSpec, CompareError, DialoguePplSpec, PaperReference, PplSpec, loadable_model
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
 from eval.curve.point_systems import PROBE, anchor_systems, point_compare, student_system
 from eval.curve.students import STUDENTS, Student, Variant, emotion_only, role_sources
