@@ -61,7 +61,7 @@ def rss_mib() -> float:
 
 def run_one(name: str, model: str, datasets: Path, out: Path, batch_size: int, threads: int) -> dict:
     """One variant in this process: load, train one epoch, measure."""
-    from train.config import config_from_dict
+    from train.config_load import config_from_dict
     from train.sft import load_base, train_role
 
     values = {"model_name_or_path": model, "dataset_name": str(datasets), "output_dir": str(out), "roles": "asi",

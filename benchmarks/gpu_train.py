@@ -36,7 +36,7 @@ import torch
 from train_throughput import DEFAULT_DATA, build_dataset  # the script directory is on sys.path
 
 from data_prep.loaders import SAMPLE_PATH  # noqa: E402
-from train.config import config_from_dict  # noqa: E402
+from train.config_load import config_from_dict  # noqa: E402
 from train.sft import load_base, train_role  # noqa: E402
 
 VARIANTS = {

@@ -55,7 +55,7 @@ from machine import cpu_flags  # the script directory is on sys.path
 
 from data_prep.loaders import SAMPLE_PATH, read_csv  # noqa: E402
 from distill.roles.roles import ROLES, RoleInput  # noqa: E402
-from train.config import config_from_dict  # noqa: E402
+from train.config_load import config_from_dict  # noqa: E402
 from train.sft import lora_config, train_role  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ed_ekman_dev.csv"

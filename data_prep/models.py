@@ -258,7 +258,7 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     """`auto` is bf16 wherever the hardware runs it natively (AVX512-BF16/AMX CPUs, recent GPUs), else fp32;
     `$TRACE_DISTILL_AUTO_DTYPE` (any explicit dtype) replaces that choice.
 
-    Inference (the local backend) and training (train.config) both choose through it."""
+    Inference (the local backend) and training (train.config_load) both choose through it."""
     import torch
 
     if dtype == "auto" and (forced := os.environ.get(AUTO_DTYPE_ENV, "").strip()):

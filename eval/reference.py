@@ -186,7 +186,8 @@ def train_entries(as_keys: bool = False) -> tuple[list[Entry], list[Entry]]:
     """`trace-distill train`'s own options, and TRL's options whose default trace-distill sets (the rest are TRL's
     as they are: too many to list here, and `trace-distill train --help` prints them). `as_keys`: named as a YAML
     key (`dataset_name`), else as flags."""
-    from train.config import DistillArguments, _our_defaults, make_parser
+    from train.config import DistillArguments
+    from train.config_load import _our_defaults, make_parser
 
     parser = make_parser()
     by_dest: dict[str, argparse.Action] = {}
@@ -249,7 +250,7 @@ def _teacher_lines() -> list[str]:
 def _eval_lines() -> list[str]:
     from distill.quality.thresholds import QualityThresholds
     from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     return [
         "## Quality thresholds",
@@ -280,7 +281,7 @@ def _eval_lines() -> list[str]:
 
 
 def _training_lines() -> list[str]:
-    from train.config import RENAMED, TRL_SCRIPT_KEYS
+    from train.config_load import RENAMED, TRL_SCRIPT_KEYS
 
     ours, changed = train_entries(as_keys=True)
     script_keys = [Entry(k, "", value_text(v), why) for k, (v, why) in TRL_SCRIPT_KEYS.items()]
@@ -382,7 +383,7 @@ def undescribed() -> list[str]:
     from distill.pipeline.config import PipelineConfig
     from distill.quality.thresholds import QualityThresholds
     from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     missing = [f"backend (local).{e.name}" for e in signature_entries(LocalBackend.__init__) if not e.text]
     models = {"backend (openai)": OpenAIBackendConfig, "pipeline": PipelineConfig, "thresholds": QualityThresholds,

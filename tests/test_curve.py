@@ -355,7 +355,7 @@ def test_joint_dataset_holds_every_role_under_its_own_tag(tiny_dialogues):
 
 
 def test_every_student_reads_the_registry():
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.students import STUDENTS
 
     assert set(STUDENTS) == {"traces", "direct", "rationale", "teacher-reply", "joint"}
@@ -367,7 +367,7 @@ def test_every_student_reads_the_registry():
 
 
 def test_variants_are_students_with_their_own_levers():
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.students import EMOTION_ONLY
     from train import TOKENS_BUDGET
 
@@ -397,7 +397,8 @@ def test_a_variant_retrains_the_roles_it_names_under_its_seed_and_borrows_the_re
     """`roles: [ers]` with a budget raises the reply's tokens alone (asi runs `like`'s adapter); `seed` repeats
     `like` under another LoRA init and sampling seed, so it retrains every role and samples with that seed."""
     from eval.curve import adapter_runs
-    from eval.curve.curve import CurveConfig, train_student
+    from eval.curve.config import CurveConfig
+    from eval.curve.curve import train_student
 
     variants = [
         {"name": "ers250", "like": "direct", "roles": ["ers"], "tokens_per_conversation": 250},
@@ -441,7 +442,7 @@ def test_curve_config_refuses_a_bad_variant_or_task(tmp_path, fields, message):
     import yaml
 
     from eval.compare.systems import CompareError
-    from eval.curve.curve import load_curve_config
+    from eval.curve.config import load_curve_config
 
     path = tmp_path / "curve.yaml"
     path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5], **fields}))
@@ -472,7 +473,7 @@ def test_curve_config_refuses_at_load_what_would_fail_after_training(tmp_path, f
     """A point below 1, an unknown paper table, a point too small for the probe, a decoding the pipeline refuses,
     a backend or model that cannot run: each used to be found after the first adapters trained (or never)."""
     from eval.compare.systems import CompareError
-    from eval.curve.curve import load_curve_config
+    from eval.curve.config import load_curve_config
 
     path = tmp_path / "curve.yaml"
     path.write_text(yaml.safe_dump({"traces": "t", "dialogues": "d", "points": [5], **fields}))
@@ -492,7 +493,8 @@ def test_eval_curve_checks_its_points_flag_as_the_config_would(tmp_path, capsys)
 
 
 def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
-    from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.config import CurveConfig
+    from eval.curve.curve import build_datasets
 
     traces = [handmade_trace(d) for d in tiny_dialogues]
     config = CurveConfig(
@@ -517,7 +519,7 @@ def test_a_variant_changes_only_its_dataset_options(tiny_dialogues, tmp_path):
 def _looping_cause_and_an_unfiltered_variant(tiny_dialogues, tmp_path):
     """Hand-made traces, one with a looping cause the quality filter drops, and a curve with `traces` and a
     variant of it whose quality checks are off."""
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     traces = [handmade_trace(d) for d in tiny_dialogues]
     traces[2].outputs["cae"]["triggers"] = ["stress_and_anxiety_and_depression" + "_and_depression" * 4]
@@ -532,7 +534,8 @@ def test_a_quality_variant_trains_on_what_the_filter_drops(tiny_dialogues, tmp_p
     """Filter against no filter (issue 38's experiment): the `off` variant keeps a looping cause."""
     from datasets import load_from_disk
 
-    from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.config import CurveConfig
+    from eval.curve.curve import build_datasets
     from eval.curve.students import STUDENTS
 
     traces, config = _looping_cause_and_an_unfiltered_variant(tiny_dialogues, tmp_path)
@@ -634,7 +637,7 @@ def test_a_system_whose_reply_is_the_human_one_is_not_scored_on_it(tiny_dialogue
 
 
 def test_each_student_states_what_it_learns_from_whom():
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
 
     config = CurveConfig(
         traces="t", dialogues="d", points=[5], students=["traces", "direct", "rationale", "teacher-reply"]
@@ -657,7 +660,8 @@ def test_each_student_states_what_it_learns_from_whom():
 def test_teacher_reply_student_learns_the_teachers_reply_and_nothing_else(tiny_dialogues, tmp_path):
     from datasets import load_from_disk
 
-    from eval.curve.curve import CurveConfig, build_datasets
+    from eval.curve.config import CurveConfig
+    from eval.curve.curve import build_datasets
     from eval.curve.students import STUDENTS
 
     config = CurveConfig(traces=str(tmp_path), dialogues="d", points=[3], require_gold_emotion=False)
@@ -681,7 +685,7 @@ def _adapter_meta(folder, role: str, seen: int, budget: int = 1000) -> None:
 
 
 def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import write_curve
 
     point = tmp_path / "n5"
@@ -713,7 +717,7 @@ def test_curve_table_shows_tokens_seen_and_flags_unequal_students(tmp_path):
 
 def test_a_bertscore_without_a_value_is_a_dash_not_a_crash(tmp_path):
     """A system with nothing to score (`{"value": None}`) used to stop write_curve in plot_curve's whiskers."""
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import CURVE_PNG, write_curve
 
     point = tmp_path / "n5"
@@ -773,7 +777,7 @@ def test_curve_shows_the_largest_points_shares_against_corpus_size_as_a_table_an
 
 
 def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_papers_decoding(tmp_path):
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import write_curve
     from eval.paper import load_paper_reference
 
@@ -830,7 +834,7 @@ def test_the_target_needs_every_paper_figure_and_a_bertscore_within_002_of_the_p
 def test_the_target_is_not_met_when_only_ppl_given_the_dialogue_rises_past_its_allowance(tmp_path):
     """A lever above the paper on every figure, holding BERTScore, whose PPL given the dialogue (lower is better)
     rises past the allowance over its whole paired interval: curve.json's target and curve.md say not met."""
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import write_curve
     from eval.curve.target import DIALOGUE_PPL_ALLOWANCE
     from eval.paper import load_paper_reference
@@ -867,7 +871,7 @@ def test_the_target_is_not_met_when_only_ppl_given_the_dialogue_rises_past_its_a
 def test_the_target_is_not_met_without_a_bertscore_to_compare(tmp_path):
     """Above the paper on every figure, but no BERTScore (none computed, or none for the lender at the paper's
     decoding): the fall cannot be measured, so the target is not met."""
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import write_curve
     from eval.paper import load_paper_reference
 
@@ -930,7 +934,7 @@ def test_curve_md_says_which_student_is_better_as_the_paired_intervals_show(tmp_
 
 
 def test_curve_report_asks_each_variant_against_direct_and_probe(tmp_path):
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.curve_report import CURVE_PNG, write_curve
 
     config = CurveConfig(traces="t", dialogues="d", points=[5], variants=[{"name": "bal", "like": "direct"}])
@@ -1006,7 +1010,9 @@ def test_emotion_curve_trains_and_runs_the_emotion_agent_alone(tmp_path, capsys)
 
 
 def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
-    from eval.curve.curve import CurveConfig, student_system, train_student
+    from eval.curve.config import CurveConfig
+    from eval.curve.curve import train_student
+    from eval.curve.point_systems import student_system
 
     decoding = {"temperatures": {"ers": 1.0}, "top_p": {"ers": 0.9}, "min_p": {"ers": 0.05}, "typical_p": {"ers": 0.9}}
     config = CurveConfig(
@@ -1039,7 +1045,7 @@ def test_a_decoding_variant_runs_its_lenders_adapters_untrained(tmp_path):
 
 
 def test_a_student_reuses_exactly_the_first_stages_it_runs_as_its_lender_does():
-    from eval.curve.curve import CurveConfig
+    from eval.curve.config import CurveConfig
     from eval.curve.students import reused_stages
 
     config = CurveConfig(
@@ -1157,7 +1163,8 @@ def test_a_point_reuses_only_a_report_of_its_own_config(tmp_path, monkeypatch):
     import eval.compare.cli_compare as cli_compare
     from eval.compare.compare import REPORT_JSON, load_config
     from eval.compare.reuse import run_root
-    from eval.curve.curve import COMPARE_DIR, run_compare
+    from eval.curve.curve import run_compare
+    from eval.curve.point_systems import COMPARE_DIR
 
     def compare(*systems):
         return _point_config(tmp_path) | {"systems": [{"name": s, "traces": f"t-{s}"} for s in systems]}
@@ -1270,7 +1277,8 @@ def test_a_point_whose_adapter_was_retrained_computes_its_report_again(tmp_path,
     again, saying why, once the adapter is retrained under the same path (its old report used to be shown)."""
     from fault_proxy import save_tiny_lora
 
-    from eval.curve.curve import COMPARE_DIR, run_compare
+    from eval.curve.curve import run_compare
+    from eval.curve.point_systems import COMPARE_DIR
 
     adapters = tmp_path / "n3" / "adapters-traces"
     save_tiny_lora(tiny_model_dir, adapters / "ers", seed=0)
@@ -1305,7 +1313,8 @@ def test_a_point_whose_adapter_was_retrained_computes_its_report_again(tmp_path,
 
 
 def test_ppl_given_the_dialogue_reaches_a_point_compare_only_where_the_curve_names_it(tmp_path):
-    from eval.curve.curve import CurveConfig, point_compare
+    from eval.curve.config import CurveConfig
+    from eval.curve.point_systems import point_compare
 
     plain = CurveConfig(traces="t", dialogues="d", points=[5], students=["direct"])
     assert "dialogue_ppl" not in point_compare(tmp_path, [{"name": "a"}], plain)  # an old curve's compare unchanged

@@ -12,7 +12,8 @@ import yaml
 from distill.roles.roles import CORE_ROLES as ROLES
 from distill.roles.roles import STUDENT_PROMPT_VERSION
 from eval.curve.adapter_runs import CPU_TRAIN_CONFIG, stale_reason
-from eval.quickstart import REPLY_PASS_WARNING, headline, main, teacher_quality
+from eval.quickstart import main
+from eval.quickstart_report import REPLY_PASS_WARNING, headline, teacher_quality
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -76,7 +76,8 @@ def test_compare_reports_the_shares_at_each_size_when_asked(tmp_path, tiny_dialo
 
 def test_a_curve_passes_shares_by_size_to_each_points_compare(tmp_path):
     from eval.compare.systems import CompareConfig
-    from eval.curve.curve import CurveConfig, point_compare
+    from eval.curve.config import CurveConfig
+    from eval.curve.point_systems import point_compare
 
     config = CurveConfig(traces="t", dialogues="d", points=[5], shares_by_size=32)
     compare = point_compare(tmp_path, [{"name": "student-traces", "traces": "t"}], config)

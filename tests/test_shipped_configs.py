@@ -52,7 +52,7 @@ def _check_backend(backend: dict) -> None:
 def test_eval_configs_parse(path):
     from distill.pipeline.config import PipelineConfig
     from eval.compare.compare import load_config
-    from eval.curve.curve import load_curve_config
+    from eval.curve.config import load_curve_config
 
     if "points" in yaml.safe_load(path.read_text(encoding="utf-8")):  # a learning curve, `eval curve`
         config = load_curve_config(str(path))

@@ -113,7 +113,8 @@ def test_a_lora_initialised_from_another_adapter_holds_its_weights_at_step_0(tmp
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
-    from train.config import ConfigError, config_from_dict
+    from train.config import ConfigError
+    from train.config_load import config_from_dict
     from train.sft import load_base, with_new_lora
 
     torch.manual_seed(7)

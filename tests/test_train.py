@@ -23,7 +23,8 @@ from distill import __version__
 from distill.adapters.adapters import METADATA_FILE, read_metadata
 from distill.roles.roles import ROLES, STUDENT_PROMPT_VERSION, RoleInput
 from train.adapter_save import check_loaded_adapter
-from train.config import ConfigError, config_from_dict
+from train.config import ConfigError
+from train.config_load import config_from_dict
 from train.sft import train_roles
 
 REPO = Path(__file__).resolve().parents[1]
@@ -394,7 +395,7 @@ class RunNames(TrainerCallback):
 @pytest.mark.slow
 def test_shipped_cpu_config_resumes_and_names_each_role_run(role_datasets, tmp_path):
     """The shipped CPU config saves a quarter of each role's steps; --resume must find a checkpoint after a crash."""
-    from train.config import read_yaml
+    from train.config_load import read_yaml
 
     values = read_yaml(REPO / "configs" / "train" / "smollm2-cpu.yaml")
     assert values["save_steps"] < 1  # a ratio of the role's steps

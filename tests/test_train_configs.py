@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from train.config import ConfigError, TrainConfig, config_from_dict, parse_config, read_yaml
+from train.config import ConfigError, TrainConfig
+from train.config_load import config_from_dict, parse_config, read_yaml
 from train.sft import steps_for_budget
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -183,7 +184,7 @@ def test_the_fsdp_config_holds_no_fsdp1_key():
 @pytest.mark.parametrize("value, expected", [("true", True), ("false", False), (True, True), (False, False)])
 def test_bf16_flag_forces_either_way(value, expected):
     assert parse_config(["--use_cpu", "true", "--bf16", str(value).lower()]).sft.bf16 is expected
-    from train.config import config_from_dict
+    from train.config_load import config_from_dict
 
     assert config_from_dict({"use_cpu": True, "bf16": value}).sft.bf16 is expected  # YAML gives real bools
 
@@ -239,7 +240,7 @@ def test_bad_completion_head_is_a_config_error():
 def test_completion_head_auto_is_on_for_cpu_training_only():
     assert parse_config(["--use_cpu", "true"]).use_completion_head() is True
     assert parse_config(["--use_cpu", "true", "--completion_head", "false"]).use_completion_head() is False
-    from train.config import config_from_dict
+    from train.config_load import config_from_dict
 
     assert config_from_dict({"completion_head": True}).use_completion_head() is True
 

@@ -19,7 +19,8 @@ from safetensors.torch import load_file
 from test_train import build_role_datasets
 
 from distill.adapters.adapters import read_metadata
-from train.config import ConfigError, config_from_dict
+from train.config import ConfigError
+from train.config_load import config_from_dict
 from train.parallel import child_environment, roles_of_rank, trains_roles_in_parallel
 from train.preflight import check_launch
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.config import ConfigError, config_from_dict, parse_config
+from train.config import ConfigError
+from train.config_load import config_from_dict, parse_config
 from train.precision import base_dtype, check_attention
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m train") -> int:
             from train import export
 
             return export.main(argv[1:], prog=f"{prog} export")
-        from train.config import parse_config
+        from train.config_load import parse_config
 
         cfg = parse_config(argv, prog=prog)
         from train.parallel import train_this_ranks_roles, trains_roles_in_parallel

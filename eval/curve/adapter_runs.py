@@ -27,7 +27,7 @@ PLACEMENT = ("dataset_name", "output_dir", "roles")  # where a training run read
 def training_settings(options: Mapping[str, Any], config: Path | str) -> dict[str, Any]:
     """The settings the train YAML writes (all but where a run reads and writes), the recipe's flags (`options`)
     over them, each as training resolves it (`report_to: none` is []): what an adapter's metadata records."""
-    from train.config import config_from_dict, read_yaml
+    from train.config_load import config_from_dict, read_yaml
 
     written = {**read_yaml(config), **options}
     resolved = config_from_dict(dict(written), str(config)).to_dict()

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from eval.compare.systems import CompareError
-from eval.curve.curve import load_curve_config, run_curve
+from eval.curve.config import load_curve_config
+from eval.curve.curve import run_curve
 from eval.curve.curve_report import CURVE_MD, headline
 
 

@@ -22,6 +22,10 @@ balance, the rationale's share or source, more passes, the quality checks), or w
 `task: emotion` trains and runs the emotion agent alone, every system's reply being the human one
 (`oracle: {ers: gold}`, not scored): the I-ACC question at all N for a fraction of the cost.
 
+This module runs the curve: each point's traces, each student's datasets and adapters, the point's compare, and
+the prompted base once. The YAML it runs is `eval.curve.config`'s `CurveConfig`; the systems a point's compare
+scores, and that compare's config, are built in `eval.curve.point_systems`.
+
 Each point's datasets, each student's training and the compare (and the base, once) are stages of the project's
 stage runner (`eval.runner`), their seconds and peak RSS in `<out>/stages.json`: a rerun reuses every dataset,
 adapter, generated system and point report whose stage key holds (`distill.pipeline.stage_key`: everything it
@@ -36,190 +40,20 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from data_prep.config_file import first_error
-from data_prep.config_file import load_config as load_config_file
 from distill.datasets.sft_tasks import JOINT, joint_dataset
 from distill.pipeline.stage_key import PATH_FIELDS, digest, placed, prompt_fingerprint, read_key, regenerating
 from distill.pipeline.store import RunInfo
 from distill.pipeline.trace import Trace
 from distill.roles.roles import DEFAULT_STAGES
-from eval.compare.systems import (
-    SYSTEMS_DIR,
-    BertScoreSpec,
-    CompareError,
-    DialoguePplSpec,
-    PaperReference,
-    PplSpec,
-    loadable_model,
-)
-from eval.curve.adapter_runs import CPU_TRAIN_CONFIG
-from eval.curve.students import (
-    EMOTION_ONLY,
-    STUDENTS,
-    Student,
-    Variant,
-    emotion_only,
-    reused_stages,
-    role_sources,
-)
+from eval.compare.systems import CompareError
+from eval.curve.config import CurveConfig
+from eval.curve.point_systems import BASE, COMPARE_DIR, anchor_systems, base_system, point_compare, student_system
+from eval.curve.students import Student
 from eval.runner import Runner, Stage, key_change
-from train import TOKENS_BUDGET
-
-BASE = "base"
-PROBE = "probe"
-COMPARE_DIR = "eval"  # a point's `eval compare` folder
-
-
-class CurveConfig(BaseModel):
-    """`configs/eval/curve*.yaml`: one trace run, the points, the students and the shared eval settings."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    traces: str = Field(description="the teacher's trace run on the train split (distill generate --out)")
-    dialogues: str = Field(description="directory written by `python -m data_prep dialogues`")
-    index: Optional[str] = Field(None, description="exemplar index over the train split (the base's retrieval)")
-    train_split: str = Field("train", description="the split whose first N conversations a point trains on")
-    test_split: str = Field("test", description="the split every point is scored on")
-    test_limit: Optional[int] = Field(None, ge=1, description="score the first N test dialogues; null = all")
-    points: list[Annotated[int, Field(ge=1)]] = Field(
-        min_length=1, description="train conversations per point, e.g. [50, 100, 200, 400]"
-    )
-    students: list[Literal["traces", "direct", "rationale", "teacher-reply", "joint"]] = Field(
-        default_factory=lambda: ["traces", "direct", "rationale"],
-        description="the built-in students trained at each point (`eval.curve.students`)",
-    )
-    variants: list[Variant] = Field(default_factory=list, description="levers: students with other options")
-    task: Literal["pipeline", "emotion"] = Field(
-        "pipeline", description="emotion: train and run the emotion agent alone; replies are not scored"
-    )
-    rationale: Literal["teacher", "situation"] = Field("situation", description="the rationale task's source")
-    rationale_share: float = Field(1.0, gt=0, le=1, description="share of label rows that get a rationale twin")
-    require_gold_emotion: bool = Field(True, description="traces students keep only traces with the gold emotion")
-    train_config: str = Field(str(CPU_TRAIN_CONFIG), description="the train YAML every student uses")
-    max_tokens_budget: int = Field(
-        TOKENS_BUDGET, ge=0, description="training tokens per role, the same for every student"
-    )
-    tokens_per_conversation: Optional[int] = Field(
-        None, ge=1, description="when set, a point's budget per role is N x this (the same passes at every N)"
-    )
-    backend: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "local", "model": "smollm2-135m", "dtype": "auto", "batch_size": 16},
-        description="the local backend every student and the base run on (its model is the students' base)",
-    )
-    paper_reference: PaperReference = Field(
-        None, description="published rows shown beside the largest point (a shipped table, e.g. trace-table1)"
-    )
-    base: bool = Field(True, description="score the prompted base (teacher prompts, no adapters) once")
-    probe: bool = Field(True, description="score a logistic-regression emotion probe at every point")
-    ppl: Optional[PplSpec] = Field(default_factory=PplSpec, description="perplexity settings; null = no PPL")
-    dialogue_ppl: Optional[DialoguePplSpec] = Field(
-        None, description="PPL given the dialogue, the target's third guard; null = not scored"
-    )
-    bertscore: Optional[BertScoreSpec] = Field(
-        default_factory=BertScoreSpec, description="BERTScore settings; null = no BERTScore"
-    )
-    shares_by_size: Optional[int] = Field(
-        None, ge=2, description="each point's compare also gives the Dist/EAD shares on sub-corpora of this many test "
-        "dialogues, doubling up to the whole test set (eval compare's `shares_by_size`); null = the whole set alone",
-    )  # fmt: skip
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CurveConfig:
-        names = [v.name for v in self.variants]
-        clash = sorted({n for n in names if names.count(n) > 1 or n in STUDENTS})
-        if clash:
-            raise ValueError(f"variants: name {', '.join(clash)} is taken (a student or another variant)")
-        for name in ("joint", "teacher-reply"):
-            if self.task == "emotion" and name in self.students + [v.like for v in self.variants]:
-                raise ValueError(f"students: '{name}' trains more than asi; task 'emotion' runs asi alone")
-        if self.task == "emotion" and any(v.decoding for v in self.variants):
-            raise ValueError("variants: decoding changes how replies are sampled; task 'emotion' runs asi alone")
-        return self
-
-    @field_validator("backend")
-    @classmethod
-    def _runnable_model(cls, backend: dict[str, Any]) -> dict[str, Any]:
-        if backend.get("type") == "local":  # the model every student runs: checked as compare checks a metric's
-            loadable_model(backend.get("model", "smollm2-135m"))
-        return backend
-
-    @model_validator(mode="after")
-    def _compare_accepts(self) -> CurveConfig:
-        """What a point's `eval compare` would refuse after its adapters trained, refused when the config loads:
-        the smallest point's systems and pipelines, built as `run_point` builds them, through compare's config."""
-        from distill.pipeline.config import PipelineConfig
-        from eval.compare.systems import CompareConfig
-
-        n, point = min(self.points), Path(f"n{min(self.points)}")
-        variants = {v.name: f"variants.{i}{'.decoding' if v.decoding else ''}" for i, v in enumerate(self.variants)}
-        systems = []
-        for student in self.ordered_students():
-            try:
-                systems.append(student_system(student, point / f"adapters-{student.name}", self))
-                PipelineConfig(**systems[-1]["pipeline"])
-            except ValidationError as err:
-                key = variants.get(student.name, f"students ({student.name})")
-                raise ValueError(f"{key}: {first_error(err)}") from None
-        systems += anchor_systems(n, point.parent, self)
-        if not systems:
-            raise ValueError("students: none, and base and probe are off: each point would score nothing")
-        try:
-            CompareConfig.model_validate(point_compare(point, systems, self))
-        except ValidationError as err:
-            where = err.errors()[0]["loc"]
-            key = {"limit": "test_limit", "split": "test_split"}.get(where[0], where[0])
-            if where[0] == "systems":  # the probe learns from a point's N dialogues; a student runs the backend
-                key = "points" if systems[where[1]]["name"] == PROBE else "backend"
-            raise ValueError(f"{key}: eval compare refuses it: {first_error(err)}") from None
-        return self
-
-    def ordered_students(self) -> list[Student]:
-        """The chosen students and variants, `traces` first when another borrows its adapters."""
-        chosen = [STUDENTS[n] for n in dict.fromkeys(self.students)] + [v.student() for v in self.variants]
-        if self.task == "emotion":
-            return [emotion_only(s) for s in chosen]
-        names = {s.name for s in chosen}
-        for lender in dict.fromkeys(s.lender for s in chosen if s.borrows):  # lenders train before borrowers
-            if lender not in names:
-                chosen.insert(0, STUDENTS[lender])
-                names.add(lender)
-                if STUDENTS[lender].borrows and "traces" not in names:
-                    chosen.insert(0, STUDENTS["traces"])
-                    names.add("traces")
-        return sorted(chosen, key=lambda s: (s.name != "traces", s.name not in STUDENTS))
-
-    def at_paper_decoding(self) -> dict[str, str]:
-        """Each variant that decodes otherwise -> the student it is made like, which decodes as the paper does: the
-        target's guards fall from it. A decoding-only variant runs that student's own adapters; one that also
-        retrains (another seed, a role's budget) is judged as a whole lever against it, never against itself."""
-        return {f"student-{v.name}": f"student-{v.like}" for v in self.variants if v.decoding}
-
-    def lender(self, student: Student) -> Student:
-        """The student whose adapters `student` borrows: a chosen one (a variant's `like`) or a built-in."""
-        return next((s for s in self.ordered_students() if s.name == student.lender), STUDENTS[student.lender])
-
-    def sources(self) -> dict[str, dict[str, dict[str, str]]]:
-        """What each student's adapters learn, and from whom: `role_sources` of every chosen student."""
-        return {
-            f"student-{s.name}": role_sources(s, self.require_gold_emotion, self.rationale)
-            for s in self.ordered_students()
-        }
-
-    def budget(self, n: int, student: Student) -> int:
-        """Training tokens per role for `student` at a point of `n` conversations."""
-        per_conversation = student.tokens_per_conversation or self.tokens_per_conversation
-        return n * per_conversation if per_conversation else self.max_tokens_budget
-
-
-def load_curve_config(path: str, **overrides: Any) -> CurveConfig:
-    """The curve YAML, validated with `overrides` (the CLI's --points) in place; one line naming the key."""
-    return load_config_file(path, CurveConfig, overrides, error=CompareError)
-
 
 # --- the traces of one point -----------------------------------------------------------------------
 
@@ -353,47 +187,7 @@ def _train_roles(student: Student, n: int, point: Path, config: CurveConfig) -> 
     return why | train_stale(datasets, adapters, options, Path(config.train_config), card_example=False)
 
 
-def system_run(point: Path, student: str) -> Path:
-    """Where the point's compare keeps a student's generated traces."""
-    return point / COMPARE_DIR / SYSTEMS_DIR / f"student-{student}"
-
-
-def student_system(student: Student, adapters: Path, config: CurveConfig) -> dict[str, Any]:
-    pipeline = {"prompt_style": "student", "use_adapters": True, "max_attempts": 2, **student.pipeline}
-    reuse = reused_stages(student, config.lender(student))
-    if reuse:  # the lender's system is generated first (`ordered_students`), in the same compare folder
-        pipeline.update(reuse=list(reuse), reuse_from=str(system_run(adapters.parent, student.lender)))
-    folders = {role: str(adapters / JOINT) for role in DEFAULT_STAGES} if student.joint else str(adapters)
-    return {"name": f"student-{student.name}", "backend": {**config.backend, "adapters": folders}, "pipeline": pipeline}
-
-
-def base_system(config: CurveConfig) -> dict[str, Any]:
-    """The untuned base with the teacher's prompts and no adapters: the zero-shot control."""
-    pipeline = {"prompt_style": "teacher", "use_adapters": False, "max_attempts": 2}
-    if config.task == "emotion":
-        pipeline.update(EMOTION_ONLY)
-    return {"name": BASE, "backend": dict(config.backend), "pipeline": pipeline}
-
-
 # --- the recipe ------------------------------------------------------------------------------------
-
-
-def point_compare(point: Path, systems: list[dict], config: CurveConfig) -> dict[str, Any]:
-    """The `eval compare` config of one point: every system on the same test dialogues."""
-    return {
-        "dialogues": config.dialogues,
-        "split": config.test_split,
-        "limit": config.test_limit,
-        "index": config.index,
-        "reference": systems[0]["name"],
-        "systems": systems,
-        "ppl": config.ppl.model_dump() if config.ppl else None,
-        "bertscore": config.bertscore.model_dump() if config.bertscore else None,
-        "paper_reference": config.paper_reference,
-        "shares_by_size": config.shares_by_size,
-        # only when set, so a curve without the guard keeps the compare config (and reuse) it had before it
-        **({"dialogue_ppl": config.dialogue_ppl.model_dump()} if config.dialogue_ppl else {}),
-    }
 
 
 def run_compare(point: Path, compare: dict[str, Any]) -> Optional[str]:
@@ -444,16 +238,6 @@ def run_point(
     compare = point_compare(point, systems + anchor_systems(n, out, config), config)
     runner.run(Stage(f"{point.name}: compare", point / COMPARE_DIR, lambda: run_compare(point, compare)))
     return point / COMPARE_DIR / REPORT_JSON
-
-
-def anchor_systems(n: int, out: Path, config: CurveConfig) -> list[dict[str, Any]]:
-    """A point's systems beside the students: the probe trained on its N dialogues, the base generated once."""
-    systems: list[dict[str, Any]] = []
-    if config.probe:
-        systems.append({"name": PROBE, "probe": {"split": config.train_split, "limit": n}})
-    if config.base:
-        systems.append({"name": BASE, "traces": str(out / BASE)})
-    return systems
 
 
 def generate_base(config: CurveConfig, out: Path, config_file: str) -> Optional[str]:
