@@ -6,7 +6,8 @@
 The bad class is the teacher outputs labelled bad by reading them (`--labels`, benchmarks/fixtures/
 quality_labels.jsonl: trace key, role, field, label, a category, whether the row is kept back (`held_out`: read
 only after the checks were last changed) and in which set it was read (`set`), and the SHA-256 of the text read,
-so that a regenerated run whose text differs is refused, never scored against another text's label); the good
+so that a regenerated run whose text differs is refused, never scored against another text's label, or with
+`--skip-changed` left out and named in the record's `changed`); the good
 class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's test split
 (`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's `re`).
 Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back rows, each
@@ -109,9 +110,10 @@ def _field_text(trace: Trace, role: str, field: str) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
-def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge) -> list[dict[str, Any]]:
+def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge, changed=None) -> list[dict[str, Any]]:
     """Per label row: its label, category, kept-back flag, whether the text is missing, and the checks that
-    failed on its field (the run's own checks, run over the whole run as `distill inspect` runs them)."""
+    failed on its field (the run's own checks, run over the whole run as `distill inspect` runs them). A row whose
+    text is not the text labelled is refused, or, given a `changed` list, left out and named there."""
     wanted = sorted({row["run"] for row in labels})
     unknown = [name for name in wanted if name not in runs]
     if unknown:
@@ -131,6 +133,9 @@ def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge) -> list[d
             if trace is None:
                 raise BenchError(f"{runs[name]}: no trace {row['trace']} (labelled in --labels): another run?")
             text = _field_text(trace, row["role"], row["field"])
+            if text_sha256(text) != row["sha256"] and changed is not None:
+                changed.append({key: row[key] for key in ("run", "trace", "role", "field", "set")})
+                continue
             if text_sha256(text) != row["sha256"]:
                 raise BenchError(
                     f"{runs[name]}: trace {row['trace']} {row['role']}.{row['field']}: its text is not the text "
@@ -276,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--thresholds", type=Path, default=None, help="YAML of QualityThresholds fields to change")
     p.add_argument("--judge", default=None, help="a config whose `backend:` is the judge model (reply_judge)")
     p.add_argument("--out", type=Path, default=None, help="write the record (JSON) here")
+    p.add_argument(
+        "--skip-changed",
+        action="store_true",
+        help="leave out a label row whose regenerated text is not the text labelled (the record names it)",
+    )
     args = p.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -285,14 +295,17 @@ def main(argv: list[str] | None = None) -> int:
         labels, runs = read_labels(args.labels), _runs(args.run)
         thresholds = QualityThresholds.from_file(args.thresholds)
         judge = judge_backend(args.judge) if args.judge else None
-        teacher = teacher_outcomes(labels, runs, thresholds, judge)
+        changed: Optional[list[dict[str, str]]] = [] if args.skip_changed else None
+        teacher = teacher_outcomes(labels, runs, thresholds, judge, changed)
         human = human_outcomes(args.ed, args.esd, thresholds, judge)
     except ValueError as exc:  # BenchError, and a bad thresholds or judge config
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = figures(teacher, human, judge is not None)
-    record = _record(args, labels, judge, time.perf_counter() - start, result)
+    record = _record(args, labels, judge, time.perf_counter() - start, {"changed": changed, **result})
     _print(result)
+    if changed:
+        print(f"left out {len(changed)} label rows whose text is not the text labelled (--skip-changed)")
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
@@ -311,6 +324,7 @@ def _record(args, labels, judge, seconds: float, result: dict) -> dict[str, Any]
     command += ["--thresholds", named[args.thresholds]] if args.thresholds is not None else []
     command += ["--judge", named[judge_config]] if judge_config is not None else []
     command += ["--out", named[args.out]] if args.out is not None else []
+    command += ["--skip-changed"] if args.skip_changed else []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {
         "command": "python " + " ".join(_shell_word(arg) for arg in command),

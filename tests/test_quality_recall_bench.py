@@ -120,6 +120,12 @@ def test_bad_input_is_refused_in_one_line(tmp_path, tiny_dialogues, capsys):
     assert main([*base, "--run", f"mini={tmp_path / 'run'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "trace k0 ers.response: its text is not the text labelled" in err
+    out = tmp_path / "record.json"  # --skip-changed: the row is left out of every figure and named
+    assert main([*base, "--run", f"mini={tmp_path / 'run'}", "--skip-changed", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["changed"] == [{"run": "mini", "trace": "k0", "role": "ers", "field": "response", "set": "dev"}]
+    assert record["replies"]["bad"] == 3 and record["replies"]["recall"]["all"]["any"] == wilson(2, 3)
+    assert record["command"].endswith("--skip-changed") and "left out 1 label rows" in capsys.readouterr().out
     labels.write_text('{"run": "mini"}\n')
     assert main([*base, "--run", f"mini={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {labels}: row 1: field 'trace' missing or of the wrong type"
