@@ -1,19 +1,22 @@
 """The quality checks' recall on labelled teacher outputs, and their false-positive rates on human replies.
 
-    python benchmarks/quality_recall.py --run sample-train=runs/issue81/sample/teacher-train \\
-        --run ed-test=runs/issue81/ed/teacher-test --out benchmarks/quality_recall.json [--judge CONFIG]
+    python benchmarks/quality_recall.py --run sample-train=$R/sample/teacher-train --run ed-test=$R/ed/teacher-test \\
+        --run ed-val=$R/ed/teacher-val --out benchmarks/quality_recall.json [--judge CONFIG]
 
 The bad class is the teacher outputs labelled bad by reading them (`--labels`, benchmarks/fixtures/
 quality_labels.jsonl: trace key, role, field, label, a category, whether the row is kept back (`held_out`: read
 only after the checks were last changed) and in which set it was read (`set`), and the SHA-256 of the text read,
-so that a regenerated run whose text differs is refused, never scored against another text's label); the good
+so that a regenerated run whose text differs is refused, never scored against another text's label, or with
+`--skip-changed` left out and named in the record's `changed`); the good
 class is those labelled good, and every human reply of the ED dev file (`--ed`) and of ESD-CoT's test split
 (`--esd`, read through configs/import/esdcot-full-chain.yaml, so its reply role is a declared pipeline's `re`).
 Per check: recall on the bad outputs (all, the rows used while the checks were written, the kept-back rows, each
 set), false-positive rate on each good set, with Wilson 95% intervals; `any` (any check) is the filter. A bad reply that
 is missing (the trace failed) can be caught by no check and no dataset row is made from it: `filtered` counts it
-as kept out. No text of the data is written, only counts, check names and dialogue ids. `--judge` adds the judge
-model's `reply_judge` (a config whose `backend:` names it). docs/quality.md says how the labelled runs were made.
+as kept out. No text of the data is written, only counts, check names and dialogue ids, and no path of the machine
+that wrote it: the record's command names the runs as `$R/...` (docs/quality-recall.md's R). `--judge` adds the judge
+model's `reply_judge` (a config whose `backend:` names it). docs/quality-recall.md says how the labelled runs were
+made.
 """
 
 from __future__ import annotations
@@ -107,9 +110,10 @@ def _field_text(trace: Trace, role: str, field: str) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
-def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge) -> list[dict[str, Any]]:
+def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge, changed=None) -> list[dict[str, Any]]:
     """Per label row: its label, category, kept-back flag, whether the text is missing, and the checks that
-    failed on its field (the run's own checks, run over the whole run as `distill inspect` runs them)."""
+    failed on its field (the run's own checks, run over the whole run as `distill inspect` runs them). A row whose
+    text is not the text labelled is refused, or, given a `changed` list, left out and named there."""
     wanted = sorted({row["run"] for row in labels})
     unknown = [name for name in wanted if name not in runs]
     if unknown:
@@ -129,6 +133,9 @@ def teacher_outcomes(labels, runs: dict[str, Path], thresholds, judge) -> list[d
             if trace is None:
                 raise BenchError(f"{runs[name]}: no trace {row['trace']} (labelled in --labels): another run?")
             text = _field_text(trace, row["role"], row["field"])
+            if text_sha256(text) != row["sha256"] and changed is not None:
+                changed.append({key: row[key] for key in ("run", "trace", "role", "field", "set")})
+                continue
             if text_sha256(text) != row["sha256"]:
                 raise BenchError(
                     f"{runs[name]}: trace {row['trace']} {row['role']}.{row['field']}: its text is not the text "
@@ -208,9 +215,10 @@ def figures(teacher: list[dict[str, Any]], human: dict[str, list[tuple[str, set[
                 "dev": _rates([set(r["failed"]) for r in bad if not r["held_out"]], checks),
                 "held_out": _rates([set(r["failed"]) for r in bad if r["held_out"]], checks),
             },
-            # each labelled set alone: the rows read while the checks were written, and each set kept back
+            # each labelled set alone, each check and any: the rows read while the checks were written, and each
+            # set kept back (the last one read after the checks were frozen is the recall that was not tuned)
             "recall_by_set": {
-                name: _rates([set(r["failed"]) for r in bad if r["set"] == name], checks)[ANY]
+                name: _rates([set(r["failed"]) for r in bad if r["set"] == name], checks)
                 for name in sorted({r["set"] for r in bad})
             },
             # what `distill datasets --quality filter` keeps out: a bad output some check fails, or one that is
@@ -273,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--thresholds", type=Path, default=None, help="YAML of QualityThresholds fields to change")
     p.add_argument("--judge", default=None, help="a config whose `backend:` is the judge model (reply_judge)")
     p.add_argument("--out", type=Path, default=None, help="write the record (JSON) here")
+    p.add_argument(
+        "--skip-changed",
+        action="store_true",
+        help="leave out a label row whose regenerated text is not the text labelled (the record names it)",
+    )
     args = p.parse_args(argv)
     start = time.perf_counter()
     try:
@@ -282,35 +295,78 @@ def main(argv: list[str] | None = None) -> int:
         labels, runs = read_labels(args.labels), _runs(args.run)
         thresholds = QualityThresholds.from_file(args.thresholds)
         judge = judge_backend(args.judge) if args.judge else None
-        teacher = teacher_outcomes(labels, runs, thresholds, judge)
+        changed: Optional[list[dict[str, str]]] = [] if args.skip_changed else None
+        teacher = teacher_outcomes(labels, runs, thresholds, judge, changed)
         human = human_outcomes(args.ed, args.esd, thresholds, judge)
     except ValueError as exc:  # BenchError, and a bad thresholds or judge config
         print(f"error: {exc}", file=sys.stderr)
         return 2
     result = figures(teacher, human, judge is not None)
-    record = _record(argv, args, labels, judge, time.perf_counter() - start, result)
+    record = _record(args, labels, judge, time.perf_counter() - start, {"changed": changed, **result})
     _print(result)
+    if changed:
+        print(f"left out {len(changed)} label rows whose text is not the text labelled (--skip-changed)")
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
-def _record(argv, args, labels, judge, seconds: float, result: dict) -> dict[str, Any]:
-    given = argv if argv is not None else sys.argv[1:]
+def _record(args, labels, judge, seconds: float, result: dict) -> dict[str, Any]:
+    """The record: the command as it reads on any machine (`_portable_paths`), provenance and the figures."""
+    runs = _runs(args.run)
+    judge_config = Path(args.judge) if args.judge else None
+    files = [args.labels, args.ed, args.esd, args.out, args.thresholds, judge_config]
+    named = _portable_paths([*runs.values(), *(path for path in files if path is not None)])
+    command = ["benchmarks/quality_recall.py"]
+    command += [arg for name, path in runs.items() for arg in ("--run", f"{name}={named[path]}")]
+    command += ["--labels", named[args.labels]] if args.labels != LABELS else []
+    command += ["--ed", named[args.ed], "--esd", named[args.esd]]
+    command += ["--thresholds", named[args.thresholds]] if args.thresholds is not None else []
+    command += ["--judge", named[judge_config]] if judge_config is not None else []
+    command += ["--out", named[args.out]] if args.out is not None else []
+    command += ["--skip-changed"] if args.skip_changed else []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {
-        "command": "python " + shlex.join(["benchmarks/quality_recall.py", *given]),
+        "command": "python " + " ".join(_shell_word(arg) for arg in command),
         "commit": commit.stdout.strip() or None,
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "cpu_flags": cpu_flags()},
-        "labels": {"file": str(args.labels), "rows": len(labels), "held_out": sum(r["held_out"] for r in labels)},
-        "runs": {name: str(path) for name, path in _runs(args.run).items()},
-        "human": {"ed": str(args.ed), "esd": str(args.esd)},
+        "labels": {"file": named[args.labels], "rows": len(labels), "held_out": sum(r["held_out"] for r in labels)},
+        "runs": {name: named[path] for name, path in runs.items()},
+        "human_files": {"ed": named[args.ed], "esd": named[args.esd]},
         "judge": judge.describe() if judge is not None else None,
         "thresholds": QualityThresholds.from_file(args.thresholds).model_dump(),
         "seconds": round(seconds, 1),
         **result,
     }
+
+
+def _shell_word(arg: str) -> str:
+    """An argument quoted for the shell, its `$R` left bare so that the command runs where R is set."""
+    return "$R/".join(shlex.quote(part) if part else "" for part in arg.split("$R/"))
+
+
+def _portable_paths(paths: list[Path]) -> dict[Path, str]:
+    """Each path as it reads on any machine: relative to the repository when inside it, `../shared/...` when in the
+    shared data beside it (the guide's layout), else `$R/...`, R being the folder the other paths share (the runs'
+    folder, docs/quality-recall.md's `R=`), so that no record holds the absolute paths of the machine that wrote it."""
+    shared = (REPO.parent / "shared").resolve()
+    resolved = {path: path.resolve() for path in paths}
+    named, outside = {}, []
+    for path, full in resolved.items():
+        if full.is_relative_to(REPO):
+            named[path] = full.relative_to(REPO).as_posix()
+        elif full.is_relative_to(shared):
+            named[path] = "../shared/" + full.relative_to(shared).as_posix()
+        else:
+            outside.append(path)
+    if outside:
+        root = Path(os.path.commonpath([resolved[path] for path in outside]))
+        if root in {resolved[path] for path in outside}:  # one path, or one holding the others: R is its folder
+            root = root.parent
+        for path in outside:
+            named[path] = "$R/" + resolved[path].relative_to(root).as_posix()
+    return named
 
 
 def _print(result: dict) -> None:

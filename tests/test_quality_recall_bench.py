@@ -14,7 +14,7 @@ from test_import import REPO, write_full_chain
 from test_quality import trace_with_prompts
 
 sys.path.insert(0, str(REPO))
-from benchmarks.quality_recall import main, text_sha256, wilson  # noqa: E402
+from benchmarks.quality_recall import _portable_paths, main, text_sha256, wilson  # noqa: E402
 
 REPLIES = [  # (reply, label, category)
     ("The seeker's true emotion is anger. Make your analysis consistent with it.", "bad", "prompt"),
@@ -77,12 +77,31 @@ def test_the_record_counts_recall_per_check_and_false_positives_on_each_human_se
     assert recall["all"]["self_description"]["k"] == 1 and recall["all"]["template_fragment"]["k"] == 1
     assert replies["false_positives_on_good"]["any"] == wilson(0, 2)
     assert replies["recall_by_category"]["unrelated"]["k"] == 0
-    assert replies["recall_by_set"] == {"dev": wilson(2, 2), "kept-back": wilson(1, 2)}
+    by_set = replies["recall_by_set"]  # each set, each check: the kept-back set holds the self-description (row 1)
+    assert {name: rates["any"] for name, rates in by_set.items()} == {"dev": wilson(2, 2), "kept-back": wilson(1, 2)}
+    assert by_set["kept-back"]["self_description"] == wilson(1, 2) and by_set["dev"]["self_description"]["k"] == 0
+    assert by_set["dev"]["template_fragment"] == wilson(1, 2) and set(by_set["dev"]) == {*replies["checks"], "any"}
     assert replies["filtered"] == {"all": wilson(3, 4), "dev": wilson(2, 2), "kept-back": wilson(1, 2)}
     human = record["human"]
     assert human["ed-dev-human"]["any"] == wilson(0, 8) and human["esd-cot-test-human"]["any"]["n"] == 4
-    assert record["labels"] == {"file": str(labels), "rows": 6, "held_out": 3} and "text" not in json.dumps(record)
+    assert record["labels"] == {"file": "$R/labels.jsonl", "rows": 6, "held_out": 3}
+    assert "text" not in json.dumps(record)
     assert "replies: 4 bad present" in capsys.readouterr().out
+    # no path of this machine: the paths outside the repository are named from the folder they share
+    assert str(tmp_path) not in json.dumps(record) and record["runs"] == {"mini": "$R/run"}
+    assert record["command"] == (
+        "python benchmarks/quality_recall.py --run mini=$R/run --labels $R/labels.jsonl --ed $R/ed.csv "
+        "--esd $R/test.json --out $R/record.json"
+    )
+
+
+def test_paths_are_named_from_the_repository_the_shared_data_or_the_runs_folder(tmp_path):
+    inside, shared = REPO / "benchmarks" / "quality_recall.json", REPO.parent / "shared" / "data" / "ed.csv"
+    runs = [tmp_path / "runs" / "ed" / "teacher-val", tmp_path / "runs" / "sample" / "teacher-train"]
+    named = _portable_paths([inside, shared, *runs])
+    assert named[inside] == "benchmarks/quality_recall.json" and named[shared] == "../shared/data/ed.csv"
+    assert [named[run] for run in runs] == ["$R/ed/teacher-val", "$R/sample/teacher-train"]
+    assert _portable_paths([runs[0]]) == {runs[0]: "$R/teacher-val"}  # one path: R is its folder
 
 
 def test_wilson_intervals_hold_their_edges():
@@ -101,6 +120,12 @@ def test_bad_input_is_refused_in_one_line(tmp_path, tiny_dialogues, capsys):
     assert main([*base, "--run", f"mini={tmp_path / 'run'}"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "trace k0 ers.response: its text is not the text labelled" in err
+    out = tmp_path / "record.json"  # --skip-changed: the row is left out of every figure and named
+    assert main([*base, "--run", f"mini={tmp_path / 'run'}", "--skip-changed", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["changed"] == [{"run": "mini", "trace": "k0", "role": "ers", "field": "response", "set": "dev"}]
+    assert record["replies"]["bad"] == 3 and record["replies"]["recall"]["all"]["any"] == wilson(2, 3)
+    assert record["command"].endswith("--skip-changed") and "left out 1 label rows" in capsys.readouterr().out
     labels.write_text('{"run": "mini"}\n')
     assert main([*base, "--run", f"mini={tmp_path / 'run'}"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {labels}: row 1: field 'trace' missing or of the wrong type"
