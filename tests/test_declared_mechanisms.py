@@ -13,12 +13,12 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Literal, get_args, get_origin
 
 import numpy as np
 import pytest
 import yaml
 from pydantic import ValidationError
+from test_two_pipelines import _answer
 
 from data_prep.config_file import first_error
 from data_prep.retrieval import ExemplarIndex, IndexEntry
@@ -114,13 +114,6 @@ class ScriptedBackend:
 
     def describe(self):
         return {"backend": self.name}
-
-
-def _answer(schema) -> dict:
-    def value(name, annotation):
-        return get_args(annotation)[0] if get_origin(annotation) is Literal else f"the {name}"
-
-    return {name: value(name, info.annotation) for name, info in schema.model_fields.items()}
 
 
 def _file(tmp_path: Path, name: str, text: str) -> Path:
