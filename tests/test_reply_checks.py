@@ -355,3 +355,55 @@ def test_a_reply_whose_declaration_cannot_be_read_is_filed_under_the_built_in_re
         for i, d in enumerate(dialogues)
     ]  # fmt: skip
     assert {(f.role, f.check) for f in check_traces(traces).findings} == {("ers", "near_duplicate")}
+
+
+# --- rules from kept-back-3's misses: hand-written replies of each kind ---------------------------------------------
+
+
+def test_loop_catches_a_phrase_said_over_and_over_in_a_reply_and_not_a_reply_saying_it_twice():
+    """A reply's loop with other words between ("I'm glad that you" three times) is a loop; twice is emphasis."""
+    from distill.quality.checks import loop, repeated_phrase
+
+    looped = "I'm glad that you won. I'm glad that you are going. I'm glad that you wrote it. Enjoy the trip."
+    assert "said 3 times" in repeated_phrase(looped, T)
+    assert loop(looped, T) is None  # no run in a row: only the reply rule sees it
+    assert repeated_phrase("I'm glad that you won, and I'm glad that you are going. Enjoy the trip!", T) is None
+    contest = dialogue(0, "I won an essay contest and I get to go to Washington!")
+    [reply] = check_replies([looped], [contest], T).findings
+    assert reply.check == "loop"
+
+
+def test_echo_catches_a_reply_opening_with_the_seekers_first_person_words():
+    """The writer speaks as the seeker: "I'm excited to think of all ..." to a seeker who said it, in any of their
+    turns. A listener's "I'm excited for you" shares two words and passes."""
+    from distill.quality.checks import echo
+
+    first = "I'm excited to think of all the possibilities that are open to me right now"
+    last = "Being able to learn almost anything online, for one"
+    assert "first-person words" in echo("I'm excited to think of all possibilities that I have.", last, T, [first])
+    assert echo("I'm excited to think of all possibilities that I have.", last, T) is None  # the first turn unread
+    assert echo("I'm excited for you, that sounds like a great time to learn.", last, T, [first]) is None
+    assert echo("Excited to think of all the possibilities? Me too!", last, T, [first]) is None  # not "I ..."
+
+
+@pytest.mark.parametrize("reply", ["yes", "no", "Yeah"])
+def test_template_fragment_catches_a_bare_yes_or_no(reply):
+    assert template_fragment(reply)
+
+
+@pytest.mark.parametrize("reply", ["Yes!", "ok", "Wow", "No way!"])
+def test_template_fragment_passes_a_word_people_say_alone_or_an_answer_with_a_mark(reply):
+    assert template_fragment(reply) is None
+
+
+def test_off_dialogue_catches_condolences_for_a_loss_the_dialogue_never_tells_of():
+    """Read on every reply, whatever the run's size: no model is needed."""
+    from distill.quality.relevance import unfounded_condolence
+
+    rain = dialogue(0, "I left a borrowed book outside and it was ruined in the rain.")
+    grief = dialogue(1, "My grandmother passed away last week and I can't stop crying.")
+    sorry = "I am sorry for your loss. I will take care of it."
+    assert "condolences" in unfounded_condolence(sorry, rain)
+    assert unfounded_condolence(sorry, grief) is None
+    assert unfounded_condolence("I'm sorry, that's a loss of a good book though.", rain) is None
+    assert off_dialogue([sorry, sorry], [rain, grief], T)[0] and off_dialogue([sorry], [grief], T) == [None]

@@ -15,7 +15,15 @@ from data_prep.dialogues import Dialogue
 from distill.backends.base import Backend
 from distill.pipeline.reflection import ungrounded_triggers
 from distill.pipeline.trace import Step, Trace, roles_of
-from distill.quality.checks import echo, exemplar_copy, leaked_reference, loop, non_reply, parroted_rationale
+from distill.quality.checks import (
+    echo,
+    exemplar_copy,
+    leaked_reference,
+    loop,
+    non_reply,
+    parroted_rationale,
+    repeated_phrase,
+)
 from distill.quality.duplicates import near_duplicates
 from distill.quality.judge import judge_reason, judge_replies
 from distill.quality.registry import (
@@ -97,7 +105,8 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
         if not isinstance(out, dict):
             continue
         for field, text in _texts(out):
-            note(role, "loop", field, loop(text, t), text)
+            reply_field = field == "response" and is_reply_role(role, roles)
+            note(role, "loop", field, loop(text, t) or (repeated_phrase(text, t) if reply_field else None), text)
         step = _final_step(trace, role)
         checks = role_checks(role, roles)
         if "exemplar_copy" in checks and step is not None:
@@ -118,7 +127,7 @@ def check_trace(trace: Trace, t: QualityThresholds) -> list[Finding]:
             note(role, "leaked_reference", "response", reason, d.gold_response or "")
         if is_reply_role(role, roles) and isinstance(out.get("response"), str):
             reply = out["response"]
-            note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t), reply)
+            note(role, "echo", "response", echo(reply, seeker[-1] if seeker else "", t, seeker), reply)
             note(role, "non_reply", "response", non_reply(reply, t), reply)
             for check, reason in reply_form(reply, _own_instructions(roles[role], step, trace, d), t, roles):
                 note(role, check, "response", reason, reply)
@@ -160,8 +169,8 @@ def check_replies(
     for reply, d in zip(replies, dialogues):
         last = next((turn.text for turn in reversed(d.turns) if turn.speaker == "seeker"), "")
         for check, reason in (
-            ("loop", loop(reply, t)),
-            ("echo", echo(reply, last, t)),
+            ("loop", loop(reply, t) or repeated_phrase(reply, t)),
+            ("echo", echo(reply, last, t, [turn.text for turn in d.turns if turn.speaker == "seeker"])),
             ("non_reply", non_reply(reply, t)),
             *reply_form(reply, _own_instructions(roles[role], None, None, d), t, roles),
         ):

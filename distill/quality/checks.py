@@ -250,8 +250,10 @@ def exemplar_copy(
     return None
 
 
-def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[str]:
-    """The reply says back the seeker's last turn instead of answering it: most of its words, or a run of them."""
+def echo(reply: str, seeker_last_turn: str, t: QualityThresholds, seeker_turns: Sequence[str] = ()) -> Optional[str]:
+    """The reply says back the seeker's last turn instead of answering it: most of its words, or a run of them; or
+    it opens in the first person with a run of one of the seeker's turns (`seeker_turns`), the writer speaking as
+    the seeker ("I'm excited to think of all ..." to a seeker who said it)."""
     ws, seeker = words(reply), words(seeker_last_turn)
     if not ws or not seeker:
         return None
@@ -262,6 +264,35 @@ def echo(reply: str, seeker_last_turn: str, t: QualityThresholds) -> Optional[st
         return f"{share:.0%} of the reply's words repeat the seeker's last turn"
     if any(copied(ws, [seeker], t.echo_run)):  # the writer speaks as the seeker, in the seeker's sentence
         return f"{t.echo_run}+ words in a row of the seeker's last turn"
+    return _first_person_echo(ws, [seeker_last_turn, *seeker_turns], t.echo_first_person_run)
+
+
+# A listener opens "I ..." about themselves; opening with the seeker's own first-person words is the seeker's line
+_FIRST_PERSON = frozenset("i i'm i've i'd i'll my me we we're we've our".split())
+
+
+def _first_person_echo(ws: Sequence[str], turns: Sequence[str], run: int) -> Optional[str]:
+    if len(ws) < run or ws[0] not in _FIRST_PERSON:
+        return None
+    opening = tuple(ws[:run])
+    for turn in turns:
+        tw = words(turn)
+        if any(tuple(tw[i : i + run]) == opening for i in range(len(tw) - run + 1)):
+            return f"opens with {run} of the seeker's own first-person words: {_clip(' '.join(opening))}"
+    return None
+
+
+def repeated_phrase(reply: str, t: QualityThresholds) -> Optional[str]:
+    """A reply's loop with other words between: a phrase of `loop_reply_phrase_words` words said
+    `loop_reply_phrase_repeats` times anywhere ("I'm glad that you ... I'm glad that you ... I'm glad that you").
+    Read on replies only: a seeker's turn or a reasoning may restate a phrase on purpose."""
+    ws, n = words(reply), t.loop_reply_phrase_words
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(ws) - n + 1):
+        gram = tuple(ws[i : i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= t.loop_reply_phrase_repeats:
+            return f"the phrase {_clip(' '.join(gram))} said {counts[gram]} times"
     return None
 
 

@@ -62,10 +62,11 @@ _LABEL_PAIR = re.compile(r"^\W*[^\W\d_][\w'-]*(?: [\w'-]+)?\s*:\s*[\w'-]+(?: [\w
 _LABEL_CHAIN = re.compile(r"[^\W\d_]\s*:\s+[^:]{1,60}[^\W\d_]\s*:\s")
 # One word and no sentence mark ("depressing", "Demonizing", "SELF-CORPORAL") is a label or a fragment, not what a
 # listener says: ED's one-word replies are "ok", "k", "ick." and "Why?"; a mark ("Devastated.") or a word people say
-# on its own passes.
+# on its own passes. A bare "yes" or "no" is not among them: it answers a question, and a listener's reply answers a
+# seeker's telling (ED's human replies hold none).
 _ONE_WORD = re.compile(r"^\W*([^\W\d_][^\W_]*(?:[-_'][^\W_]+)*)\s*$")  # a number alone is non_reply's
 _SAID_ALONE = frozenset(
-    "ok okay k kk yes yeah yep yup yay no nope nah oh ah aw aww awww wow whoa ha haha hahaha lol lmao omg ugh hmm um"
+    "ok okay k kk yay oh ah aw aww awww wow whoa ha haha hahaha lol lmao omg ugh hmm um"
     " uh ick ew eww gross yikes ouch nice cool awesome great sweet congrats congratulations thanks thank same true"
     " agreed sure right exactly definitely absolutely totally indeed really seriously sorry bummer damn dang yum"
     " amazing wonderful lovely perfect fantastic terrible awful horrible hi hey hello bye".split()

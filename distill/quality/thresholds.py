@@ -38,6 +38,12 @@ class QualityThresholds(BaseModel):
     loop_punctuation_repeats: int = Field(
         12, ge=3, description="loop: a run of punctuation marks this long ('!!!!', '....', '?!?!')"
     )
+    loop_reply_phrase_words: int = Field(
+        3, ge=2, description="loop (replies only): words in a phrase said over and over"
+    )
+    loop_reply_phrase_repeats: int = Field(
+        3, ge=2, description="loop (replies only): times the phrase is said anywhere in the reply"
+    )
     loop_compression_ratio: float = Field(
         2.2, gt=1, description="loop: raw bytes over zlib bytes at or above this (ED's human text peaks at 1.8)"
     )
@@ -81,6 +87,9 @@ class QualityThresholds(BaseModel):
     )
     echo_run: int = Field(
         8, ge=3, description="echo: or this many words in a row of the seeker's last turn (ED's replies: at most 5)"
+    )
+    echo_first_person_run: int = Field(
+        5, ge=3, description="echo: or a first-person reply opening with this many words in a row of a seeker turn"
     )
     non_reply_min_words: int = Field(1, ge=1, description="non_reply: words (letters only) a reply needs")
     # near_duplicate
