@@ -411,10 +411,8 @@ def generate_system(
     stored from other inputs (config, prompts, what the adapters hold) is generated again (`eval.compare.reuse`);
     the paths its key holds inside the run `root` are relative to it (`eval.compare.reuse.run_root`).
     """
-    from distill.backends import make_backend
-    from distill.pipeline.pipeline import Pipeline
     from distill.pipeline.stage_key import write_key
-    from distill.pipeline.store import StoreError, TraceStore
+    from distill.pipeline.store import TraceStore
 
     pipeline_config = _pipeline_config(spec, config_file)
     store = TraceStore(run_dir)
@@ -423,18 +421,7 @@ def generate_system(
     if done is not None:
         backend = store.run_info().backend
         return SystemRun(spec.name, done, f"reused from {run_dir}", {"backend": backend}, adapter_fingerprints=adapters)
-    try:
-        backend = make_backend(dict(spec.backend))
-    except (ValueError, OSError) as err:
-        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
-    try:
-        pipeline = Pipeline(pipeline_config, backend, index)
-    except ValueError as err:  # an oracle's trace run that cannot be read
-        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
-    try:
-        store.claim(pipeline.run_info(split=split, system=spec.model_dump(mode="json")))
-    except StoreError as err:
-        raise CompareError(f"system '{spec.name}': {err}") from None
+    backend, pipeline = _claimed_pipeline(spec, pipeline_config, index, config_file, store, split)
     write_key(run_dir, inputs)  # before any trace: a run killed midway resumes under the key it was started with
     stored = store.keys()
     todo = [d for d in test if pipeline.key(d) not in stored]
@@ -455,6 +442,27 @@ def generate_system(
         memory_method=memory.method if local else None,
         adapter_fingerprints=adapters,
     )
+
+
+def _claimed_pipeline(spec: SystemSpec, pipeline_config, index, config_file: str, store, split: Optional[str]):
+    """The system's backend and `Pipeline`, its run claimed in `store`; each failure one line naming the system."""
+    from distill.backends import make_backend
+    from distill.pipeline.pipeline import Pipeline
+    from distill.pipeline.store import StoreError
+
+    try:
+        backend = make_backend(dict(spec.backend))
+    except (ValueError, OSError) as err:
+        raise CompareError(f"{config_file}: system '{spec.name}': backend: {err}") from None
+    try:
+        pipeline = Pipeline(pipeline_config, backend, index)
+    except ValueError as err:  # an oracle's trace run that cannot be read
+        raise CompareError(f"{config_file}: system '{spec.name}': pipeline: {err}") from None
+    try:
+        store.claim(pipeline.run_info(split=split, system=spec.model_dump(mode="json")))
+    except StoreError as err:
+        raise CompareError(f"system '{spec.name}': {err}") from None
+    return backend, pipeline
 
 
 def collect_systems(
