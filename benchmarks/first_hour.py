@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
+from eval.runner import Runner  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INDEX = "https://download.pytorch.org/whl/cpu"  # the Makefile's TORCH_INDEX
@@ -58,8 +59,8 @@ def fresh_run(torch_index: str, fp32: bool, work: Path) -> tuple[Path, Path, flo
 def summarise(log: Path, clone: Path, wall: float) -> dict[str, Any]:
     """The row: the whole, its stages (the quickstart's stages.json), the rest, peak RSS and the result line."""
     text = log.read_text()
-    stages = json.loads((clone / "runs" / "quickstart" / "stages.json").read_text())
-    seconds = {name: round(stage["seconds"], 1) for name, stage in _stage_items(stages)}
+    stages = Runner(clone / "runs" / "quickstart").records  # its stages.json, read by the runner that writes it
+    seconds = {name: round(stage["seconds"], 1) for name, stage in stages.items()}
     rss = RSS.findall(text)
     result = [line.strip() for line in text.splitlines() if line.strip().startswith("result:")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True)
@@ -72,15 +73,6 @@ def summarise(log: Path, clone: Path, wall: float) -> dict[str, Any]:
         "peak_rss_gb": round(int(rss[-1]) / 1e6, 2) if rss else None,
         "result": result[-1] if result else None,
     }
-
-
-def _stage_items(stages: Any) -> list[tuple[str, dict[str, Any]]]:
-    """stages.json's stages as (name, record) pairs, whether it holds a list of named stages or a mapping."""
-    if isinstance(stages, dict) and "stages" in stages:
-        stages = stages["stages"]
-    if isinstance(stages, dict):
-        return list(stages.items())
-    return [(stage["name"], stage) for stage in stages]
 
 
 def write_row(out: Path, name: str, row: dict[str, Any]) -> None:
